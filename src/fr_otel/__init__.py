@@ -1,5 +1,35 @@
 """fr-otel: make hangs in distributed PyTorch training obvious.
 
-Reads PyTorch Flight Recorder dumps (never importing torch), builds a job model,
-and names the culprit ranks with evidence.
+Reads PyTorch Flight Recorder dumps (never importing torch), ties them into one
+job model, and names the culprit ranks with evidence::
+
+    from fr_otel import read_dumps, build_job, analyze
+    verdict = analyze(build_job(read_dumps("dumps/")))
+    print(verdict.verdict, [c.rank for c in verdict.culprits])
 """
+
+from .analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
+from .dump import Entry, Frame, PgConfig, Progress, RankDump
+from .job import Job, ProcessGroup, build_job
+from .reader import ReadResult, read_dumps
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnalysisOptions",
+    "Culprit",
+    "Entry",
+    "Frame",
+    "GroupState",
+    "Job",
+    "PgConfig",
+    "ProcessGroup",
+    "Progress",
+    "RankDump",
+    "ReadResult",
+    "Verdict",
+    "analyze",
+    "build_job",
+    "read_dumps",
+    "__version__",
+]

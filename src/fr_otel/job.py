@@ -1,0 +1,260 @@
+"""The job as a whole: ranks, process groups by identity, progress per group.
+
+A process group is identified by its name (+ desc + member set), never by the
+local ``pg_id`` slot, which differs between ranks. Membership comes from
+``pg_config`` when it is sound and is inferred from entries when it is not
+(gloo in torch 2.13 records an empty config). Each rank's local ids are paired
+with group names from its entries, and, for ranks without entries (idle ranks
+in only-active dumps), by creation order, checked against every known pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .dump import Entry, Progress, RankDump
+from .ranks import compress_ranks
+from .reader import ReadResult
+
+__all__ = ["ProcessGroup", "Job", "build_job"]
+
+DEFAULT_PG_DESC = "default_pg"
+
+
+@dataclass(slots=True)
+class ProcessGroup:
+    """A process group of the job, the same object whatever local slot each rank gave it."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]  # global ranks, sorted
+    membership: str  # "pg_config", "entries" or "world" (the default group of an inferred world)
+    local_ids: dict[int, int] = field(default_factory=dict)  # global rank -> its local pg_id
+    has_p2p: bool = False  # send/recv seen: pg_status then mixes p2p and collective counters
+
+    @property
+    def identity(self) -> tuple[str, str, tuple[int, ...]]:
+        """A key every rank computes alike (for deterministic ids downstream)."""
+        return (self.name, self.desc, self.ranks)
+
+    @property
+    def label(self) -> str:
+        """Human name: the desc when it says more than the numeric name."""
+        if self.desc and self.desc not in ("undefined", self.name):
+            return f"{self.desc} ({self.name})" if self.name else self.desc
+        return self.name or self.desc or "?"
+
+
+@dataclass(slots=True)
+class Job:
+    """All ranks' dumps, tied together."""
+
+    dumps: dict[int, RankDump]
+    groups: dict[str, ProcessGroup]
+    world_size: int | None
+    world_size_source: str  # "pg_config", "inferred" or "unknown"
+    missing_ranks: tuple[int, ...]
+    problems: list[str]
+    entries: dict[tuple[int, str], list[Entry]]  # (rank, group name) -> entries, oldest first
+    unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
+
+    @property
+    def backends(self) -> set[str]:
+        return {d.backend for d in self.dumps.values()}
+
+    def group_entries(self, rank: int, group: str) -> list[Entry]:
+        return self.entries.get((rank, group), [])
+
+    def progress(self, rank: int, group: str) -> Progress | None:
+        """How far ``rank`` enqueued and completed collectives of ``group``; None if unknown.
+
+        ``pg_status`` is authoritative except in groups that carry send/recv, whose
+        counters mix p2p and collective sequence numbers; entries fill the gaps.
+        """
+        pg = self.groups[group]
+        dump = self.dumps.get(rank)
+        if dump is None:
+            return None
+        collectives = [e for e in self.group_entries(rank, group) if not e.is_p2p]
+        local_id = pg.local_ids.get(rank)
+        status = dump.pg_status.get(local_id) if local_id is not None else None
+        if status is not None and not pg.has_p2p:
+            if collectives and collectives[-1].collective_seq_id > status.enqueued:
+                return status._replace(enqueued=max(e.collective_seq_id for e in collectives))
+            return status
+        if not collectives:
+            return None
+        enqueued = max(e.collective_seq_id for e in collectives)
+        done = [e.collective_seq_id for e in collectives if e.completed]
+        pending = [e.collective_seq_id for e in collectives if not e.completed]
+        completed = max(done) if done else min(pending) - 1
+        if pending and done and min(pending) <= max(done):
+            completed = min(pending) - 1  # an older op still pending bounds real progress
+        return Progress(enqueued=enqueued, started=-1, completed=completed)
+
+
+def _creation_key(name: str) -> int | None:
+    return int(name) if name.isdigit() else None
+
+
+def build_job(read: ReadResult) -> Job:
+    """Tie per-rank dumps into one job model (pure data; problems are appended, never raised)."""
+    problems = list(read.problems)
+    dumps = read.dumps
+    configs: dict[str, tuple[str, tuple[int, ...]]] = {}
+    world_hint: tuple[int, ...] | None = None
+    for rank, dump in sorted(dumps.items()):
+        for name, cfg in dump.pg_config.items():
+            if not name:
+                # gloo (torch 2.13): config recorded before the group had a name; at
+                # best it holds the world's ranks.
+                if cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
+                    world_hint = cfg.ranks
+                continue
+            if not cfg.ranks:
+                continue
+            seen = configs.get(name)
+            if seen is None:
+                configs[name] = (cfg.desc, cfg.ranks)
+            elif seen[1] != cfg.ranks:
+                problems.append(
+                    f"{dump.path}: pg_config gives group {name} ranks [{compress_ranks(cfg.ranks)}], "
+                    f"other ranks say [{compress_ranks(seen[1])}]; using the first"
+                )
+
+    groups: dict[str, ProcessGroup] = {
+        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config")
+        for name, (desc, ranks) in configs.items()
+    }
+    entries: dict[tuple[int, str], list[Entry]] = {}
+    for rank, dump in dumps.items():
+        for e in dump.entries:
+            key = (rank, e.pg_name)
+            bucket = entries.get(key)
+            if bucket is None:
+                entries[key] = bucket = []
+            bucket.append(e)
+    _add_inferred_groups(groups, dumps, entries, problems)
+    world_size, source = _world_size(groups, dumps, world_hint)
+    _complete_default_group(groups, world_size)
+    unnamed = _pair_local_ids(groups, dumps, problems)
+    missing: tuple[int, ...] = ()
+    if world_size is not None:
+        missing = tuple(r for r in range(world_size) if r not in dumps)
+        if missing:
+            problems.append(f"no dump for rank(s) {compress_ranks(missing)} of {world_size}")
+    return Job(
+        dumps=dumps,
+        groups=groups,
+        world_size=world_size,
+        world_size_source=source,
+        missing_ranks=missing,
+        problems=problems,
+        entries=entries,
+        unnamed_local_ids=unnamed,
+    )
+
+
+def _add_inferred_groups(
+    groups: dict[str, ProcessGroup],
+    dumps: dict[int, RankDump],
+    entries: dict[tuple[int, str], list[Entry]],
+    problems: list[str],
+) -> None:
+    members: dict[str, set[int]] = {}
+    for (rank, name), bucket in entries.items():
+        members.setdefault(name, set()).add(rank)
+        pg = groups.get(name)
+        if pg is None:
+            first = bucket[0]
+            pg = groups[name] = ProcessGroup(name=name, desc=first.pg_desc, ranks=(), membership="entries")
+        if not pg.has_p2p and any(e.is_p2p for e in bucket):
+            pg.has_p2p = True
+        local = bucket[0].pg_id
+        clash = next((e.pg_id for e in bucket if e.pg_id != local), None)
+        if clash is not None:
+            problems.append(f"{dumps[rank].path}: group {name} appears under local ids {local} and {clash}")
+        pg.local_ids[rank] = local
+    for name, pg in groups.items():
+        seen = members.get(name, set())
+        if pg.membership == "entries":
+            pg.ranks = tuple(sorted(seen))
+        elif not seen <= set(pg.ranks):
+            extra = sorted(seen - set(pg.ranks))
+            problems.append(
+                f"group {name}: rank(s) {compress_ranks(extra)} recorded collectives in it but pg_config "
+                "does not list them; counting them as members"
+            )
+            pg.ranks = tuple(sorted(set(pg.ranks) | seen))
+
+
+def _world_size(
+    groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], world_hint: tuple[int, ...] | None
+) -> tuple[int | None, str]:
+    default = _default_group(groups)
+    if default is not None and default.membership == "pg_config":
+        return len(default.ranks), "pg_config"
+    if world_hint:
+        return len(world_hint), "pg_config"
+    seen = set(dumps)
+    for pg in groups.values():
+        seen.update(pg.ranks)
+    if not seen:
+        return None, "unknown"
+    return max(seen) + 1, "inferred"
+
+
+def _default_group(groups: dict[str, ProcessGroup]) -> ProcessGroup | None:
+    for pg in groups.values():
+        if pg.desc == DEFAULT_PG_DESC:
+            return pg
+    return groups.get("0")
+
+
+def _complete_default_group(groups: dict[str, ProcessGroup], world_size: int | None) -> None:
+    """The default group holds every rank, even those with no entries in it (or no dump)."""
+    default = _default_group(groups)
+    if default is not None and world_size is not None and default.membership != "pg_config":
+        default.ranks = tuple(range(world_size))
+        default.membership = "world"
+
+
+def _pair_local_ids(
+    groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], problems: list[str]
+) -> dict[int, tuple[int, ...]]:
+    """Name every pg_status slot: from entries, else by creation order (checked)."""
+    unnamed: dict[int, tuple[int, ...]] = {}
+    orderable = all(_creation_key(n) is not None for n in groups)
+    by_rank: dict[int, list[ProcessGroup]] = {}
+    for pg in groups.values():
+        for r in pg.ranks:
+            by_rank.setdefault(r, []).append(pg)
+    for rank, dump in dumps.items():
+        known = {pg.local_ids[rank]: pg.name for pg in by_rank.get(rank, []) if rank in pg.local_ids}
+        slots = sorted(set(dump.pg_status) | set(known))
+        todo = [s for s in slots if s not in known]
+        if not todo:
+            continue
+        member_of = by_rank.get(rank, [])
+        if orderable and len(member_of) == len(slots):
+            ordered = sorted(member_of, key=lambda pg: _creation_key(pg.name) or 0)
+            pairing = dict(zip(slots, ordered))
+            if all(pairing[s].name == n for s, n in known.items()):
+                for slot, pg in pairing.items():
+                    pg.local_ids.setdefault(rank, slot)
+                continue
+        unnamed[rank] = tuple(todo)
+        busy = [s for s in todo if dump.pg_status[s].enqueued != dump.pg_status[s].completed]
+        if busy:
+            problems.append(
+                f"{dump.path}: cannot tell which group local id(s) {', '.join(map(str, busy))} "
+                "belong to (no entries name them and pg_config does not pin them down)"
+            )
+    return unnamed
+
+
+def ranks_with_progress(job: Job, group: str) -> Iterable[tuple[int, Progress | None]]:
+    """Each member of ``group`` with its progress (None: no dump or no record of the group)."""
+    for rank in job.groups[group].ranks:
+        yield rank, job.progress(rank, group)

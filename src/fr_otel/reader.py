@@ -1,0 +1,383 @@
+"""Find and read Flight Recorder dumps: safely, tolerantly, fast.
+
+A path may be a directory of per-rank dumps, one file or several. The rank comes
+from the file name's trailing number (``nccl_trace_rank_node02_5`` is rank 5), or
+from what follows an explicit prefix. Each bad file costs one problem line
+("file: what is wrong") and the rest of the job is still read; nothing here
+raises on bad input. Pickles go through :mod:`fr_otel.safe_pickle`. Large jobs are
+read on all cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .dump import Entry, Frame, PgConfig, Progress, RankDump
+from .ranks import compress_ranks
+from .safe_pickle import ForbiddenPickle, load_restricted
+
+__all__ = ["ReadResult", "read_dumps", "read_dump_file", "rank_from_name"]
+
+SUPPORTED_MAJOR = 2
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
+_EXTENSIONS = (".json", ".pkl", ".pickle", ".pt", ".bin")
+# Below this many bytes in all, worker start-up costs more than it saves.
+_PARALLEL_MIN_BYTES = 16 << 20
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """The dumps that could be read (by rank) and one line per problem met."""
+
+    dumps: dict[int, RankDump] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def rank_from_name(name: str, prefix: str | None = None) -> int | None:
+    """The rank a dump file name claims, or None if it claims none.
+
+    Without a prefix the trailing number wins, so host names embedded in the
+    prefix (``..._node02_5``) do not confuse it. With a prefix, the name must
+    start with it and the rest must be the rank.
+    """
+    if prefix is not None:
+        if not name.startswith(prefix):
+            return None
+        rest = name[len(prefix):]
+        for ext in _EXTENSIONS:
+            if rest.endswith(ext):
+                rest = rest[: -len(ext)]
+                break
+        return int(rest) if rest.isdigit() else None
+    match = _RANK_SUFFIX.search(name)
+    return int(match.group(1)) if match else None
+
+
+def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tuple[list[tuple[int, str]], list[str]]:
+    found: list[tuple[int, str]] = []
+    problems: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            names = sorted(p.name for p in path.iterdir() if p.is_file())
+            ranked = [(rank_from_name(n, prefix), str(path / n)) for n in names]
+            ranked = [(r, p) for r, p in ranked if r is not None]
+            if not ranked:
+                wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
+                problems.append(f"{path}: no dump files (no file name {wanted})")
+            found.extend(ranked)  # type: ignore[arg-type]
+        elif path.is_file():
+            rank = rank_from_name(path.name, prefix)
+            if rank is None:
+                problems.append(f"{path}: cannot tell the rank: the file name does not end in a rank number")
+            else:
+                found.append((rank, str(path)))
+        elif path.exists():
+            problems.append(f"{path}: not a regular file or directory")
+        else:
+            problems.append(f"{path}: no such file or directory")
+    return found, problems
+
+
+def _choose_per_rank(found: list[tuple[int, str]], problems: list[str]) -> list[tuple[int, str]]:
+    """One file per rank; pickles (they carry stacks) win over JSON, then name order."""
+    by_rank: dict[int, list[str]] = {}
+    for rank, path in found:
+        by_rank.setdefault(rank, []).append(path)
+    chosen: list[tuple[int, str]] = []
+    for rank in sorted(by_rank):
+        candidates = sorted(set(by_rank[rank]), key=lambda p: (p.endswith(".json"), p))
+        if len(candidates) > 1:
+            others = ", ".join(candidates[1:])
+            problems.append(f"{candidates[0]}: rank {rank} is also claimed by {others}; using {candidates[0]}")
+        chosen.append((rank, candidates[0]))
+    return chosen
+
+
+def read_dumps(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    prefix: str | None = None,
+    workers: int | None = None,
+) -> ReadResult:
+    """Read every rank's dump under ``paths``; never raises on bad input.
+
+    ``workers``: processes to parse with (default: all cores, used only when the
+    dumps are large enough to repay starting them; 1 = in this process).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found, problems = _discover(list(paths), prefix)
+    chosen = _choose_per_rank(found, problems)
+    result = ReadResult(problems=problems)
+    for dump, file_problems in _parse_all(chosen, workers):
+        result.problems.extend(file_problems)
+        if dump is not None:
+            result.dumps[dump.rank] = dump
+    _check_versions(result)
+    return result
+
+
+_Parsed = tuple["RankDump | None", list[str]]
+
+
+def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Parsed]:
+    n_workers = workers if workers is not None else (os.cpu_count() or 1)
+    total = 0
+    for _, path in chosen:
+        try:
+            total += os.path.getsize(path)
+        except OSError:
+            pass
+    if n_workers <= 1 or len(chosen) < 2 or total < _PARALLEL_MIN_BYTES:
+        return _parse_batch(chosen)
+    n_workers = min(n_workers, len(chosen))
+    # Interleave files across workers so each gets a similar share of bytes.
+    batches = [chosen[i::n_workers] for i in range(n_workers)]
+    with ProcessPoolExecutor(max_workers=n_workers) as pool:
+        parsed = [item for batch in pool.map(_parse_batch, batches) for item in batch]
+    return parsed
+
+
+def _parse_batch(batch: list[tuple[int, str]]) -> list[_Parsed]:
+    out: list[_Parsed] = []
+    for rank, path in batch:
+        problems: list[str] = []
+        out.append((read_dump_file(path, rank, problems), problems))
+    return out
+
+
+def read_dump_file(path: str, rank: int, problems: list[str]) -> RankDump | None:
+    """Parse one dump file into a :class:`RankDump`; append one line per problem.
+
+    Returns None when the file is unusable (the reason is in ``problems``).
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.peek(1)[:1]
+            if not head:
+                problems.append(f"{path}: empty file")
+                return None
+            if head == b"\x80":
+                raw = load_restricted(fh)
+            elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
+                raw = json.load(fh)
+            else:
+                problems.append(f"{path}: not a Flight Recorder dump (neither a pickle nor JSON)")
+                return None
+            mtime = os.fstat(fh.fileno()).st_mtime_ns
+    except ForbiddenPickle as exc:
+        problems.append(f"{path}: unsafe pickle: {exc}; nothing was run")
+        return None
+    except (EOFError, ValueError) as exc:
+        # json.JSONDecodeError and pickle's "truncated" errors are ValueErrors / EOF.
+        kind = "invalid JSON" if isinstance(exc, json.JSONDecodeError) else "truncated or corrupt pickle"
+        problems.append(f"{path}: {kind}: {_one_line(exc)}")
+        return None
+    except OSError as exc:
+        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        return None
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad file, not a crash
+        problems.append(f"{path}: corrupt dump: {type(exc).__name__}: {_one_line(exc)}")
+        return None
+    try:
+        return _normalise(raw, rank, path, mtime, problems)
+    except Exception as exc:  # noqa: BLE001 - a shape we did not foresee is still one line
+        problems.append(f"{path}: not a Flight Recorder dump: {type(exc).__name__}: {_one_line(exc)}")
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:200]
+
+
+def _normalise(raw: Any, rank: int, path: str, mtime: int, problems: list[str]) -> RankDump | None:
+    if not isinstance(raw, dict) or not ({"version", "entries", "pg_status"} & raw.keys()):
+        what = f"top-level keys {sorted(map(str, raw))[:5]}" if isinstance(raw, dict) else type(raw).__name__
+        problems.append(f"{path}: not a Flight Recorder dump ({what})")
+        return None
+    version = str(raw.get("version", ""))
+    if not version:
+        problems.append(f"{path}: no 'version' key; reading it as a 2.x dump")
+    elif not version.startswith(f"{SUPPORTED_MAJOR}."):
+        problems.append(f"{path}: dump version {version} is not 2.x; reading it as 2.x may be wrong")
+    comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", "")) or ""
+    raw_entries = raw.get("entries") or []
+    if not isinstance(raw_entries, list):
+        problems.append(f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; ignored")
+        raw_entries = []
+    backend = _backend(raw_entries, str(comm_lib))
+    entries, has_frames = _entries(raw_entries, backend == "gloo", path, problems)
+    return RankDump(
+        rank=rank,
+        path=path,
+        version=version,
+        backend=backend,
+        comm_lib_version=str(comm_lib),
+        pg_config=_pg_config(raw.get("pg_config"), path, problems),
+        pg_status=_pg_status(raw.get("pg_status"), path, problems),
+        entries=entries,
+        has_frames=has_frames,
+        file_mtime_ns=mtime,
+    )
+
+
+def _backend(raw_entries: list[Any], comm_lib: str) -> str:
+    for e in raw_entries:
+        if isinstance(e, dict) and isinstance(e.get("profiling_name"), str) and ":" in e["profiling_name"]:
+            return e["profiling_name"].split(":", 1)[0]
+    return "nccl" if comm_lib else "unknown"
+
+
+def _parse_ranks(value: Any) -> tuple[int, ...] | None:
+    """``"[0, 1, 4]"`` (or a real list) -> (0, 1, 4); None when not a clean list of ranks."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.startswith("[") and text.endswith("]")):
+            return None
+        inner = text[1:-1].strip()
+        if not inner:
+            return ()
+        try:
+            items = [int(x) for x in inner.split(",")]
+        except ValueError:
+            return None
+    elif isinstance(value, (list, tuple)):
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            return None
+        items = list(value)
+    else:
+        return None
+    if any(x < 0 for x in items):
+        return None
+    return tuple(sorted(set(items)))
+
+
+def _pg_config(value: Any, path: str, problems: list[str]) -> dict[str, PgConfig]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{path}: 'pg_config' is a {type(value).__name__}, not a mapping; ignored")
+        return {}
+    out: dict[str, PgConfig] = {}
+    for key, cfg in value.items():
+        if not isinstance(cfg, dict):
+            continue
+        name = str(cfg.get("name", key))
+        out[name] = PgConfig(name=name, desc=str(cfg.get("desc", "")), ranks=_parse_ranks(cfg.get("ranks")))
+    return out
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("bool is not a counter")
+    return int(value)  # JSON dumps give counters as strings
+
+
+def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{path}: 'pg_status' is a {type(value).__name__}, not a mapping; ignored")
+        return {}
+    out: dict[int, Progress] = {}
+    bad = 0
+    for key, st in value.items():
+        try:
+            out[_as_int(key)] = Progress(
+                enqueued=_as_int(st["last_enqueued_collective"]),
+                started=_as_int(st.get("last_started_collective", -1)),
+                completed=_as_int(st["last_completed_collective"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            bad += 1
+    if bad:
+        problems.append(f"{path}: {bad} malformed 'pg_status' item(s) ignored")
+    return out
+
+
+def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(map(tuple, value)) if value else ()
+
+
+def _time(value: Any) -> int | None:
+    return value or None  # JSON writes 0 where pickle writes None
+
+
+def _entries(raw_entries: list[Any], gloo: bool, path: str, problems: list[str]) -> tuple[list[Entry], bool]:
+    entries: list[Entry] = []
+    stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
+    # Frame dicts are shared objects inside one pickle: key stacks by identity
+    # while ``raw_entries`` keeps them alive, and build each distinct stack once.
+    has_frames = False
+    bad = 0
+    first_error = ""
+    append = entries.append
+    for e in raw_entries:
+        try:
+            frames = e.get("frames")
+            if frames:
+                key = tuple(map(id, frames))
+                stack = stacks.get(key)
+                if stack is None:
+                    stack = tuple(Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames)
+                    stacks[key] = stack
+                has_frames = True
+            else:
+                stack = ()
+            pg_name, pg_desc = e["process_group"]
+            state = e.get("state", "scheduled")
+            retired = bool(e.get("retired", False))
+            append(
+                Entry(
+                    e.get("record_id", -1),
+                    int(e["pg_id"]),
+                    str(pg_name),
+                    str(pg_desc),
+                    int(e["collective_seq_id"]),
+                    int(e.get("p2p_seq_id", 0)),
+                    int(e.get("op_id", 0)),
+                    e["profiling_name"],
+                    bool(e.get("is_p2p", False)),
+                    state,
+                    retired,
+                    state == "completed" or (gloo and retired),
+                    int(e["time_created_ns"]),
+                    _time(e.get("time_discovered_started_ns")),
+                    _time(e.get("time_discovered_completed_ns")),
+                    e.get("duration_ms"),
+                    e.get("timeout_ms"),
+                    _sizes(e.get("input_sizes")),
+                    tuple(e.get("input_dtypes") or ()),
+                    _sizes(e.get("output_sizes")),
+                    tuple(e.get("output_dtypes") or ()),
+                    str(e.get("thread_name", "")),
+                    str(e.get("thread_id", "")),
+                    stack,
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            bad += 1
+            if not first_error:
+                first_error = f"{type(exc).__name__}: {_one_line(exc)}"
+    if bad:
+        problems.append(f"{path}: {bad} malformed entr{'y' if bad == 1 else 'ies'} skipped (first: {first_error})")
+    return entries, has_frames
+
+
+def _check_versions(result: ReadResult) -> None:
+    by_version: dict[str, list[int]] = {}
+    for rank, dump in result.dumps.items():
+        by_version.setdefault(dump.version or "?", []).append(rank)
+    if len(by_version) > 1:
+        parts = "; ".join(f"{v}: {compress_ranks(r)}" for v, r in sorted(by_version.items()))
+        result.problems.append(f"mixed dump versions ({parts}): read each by its own version")
+
+

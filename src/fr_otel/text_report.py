@@ -1,0 +1,87 @@
+"""The human-readable verdict: the answer first, short enough to read at 1000 ranks."""
+
+from __future__ import annotations
+
+from .analysis import Culprit, Verdict
+from .ranks import compress_ranks
+
+__all__ = ["render_verdict"]
+
+MAX_CULPRITS = 12
+MAX_GROUP_LINES = 10
+MAX_PROBLEMS = 15
+
+_HEADLINES = {
+    "hang": "HANG",
+    "desync": "DESYNC (ranks disagree on a collective)",
+    "straggler": "STRAGGLER (no hang; a rank is consistently late)",
+    "healthy": "HEALTHY (no collective stuck, no mismatch, no straggler)",
+    "inconclusive": "INCONCLUSIVE",
+}
+
+
+def render_verdict(v: Verdict) -> str:
+    """Verdict, culprits with evidence, what is in flight, notes, problems (each bounded)."""
+    lines: list[str] = []
+    loaded = f"{v.ranks_loaded} of {v.world_size}" if v.world_size else str(v.ranks_loaded)
+    backend = "/".join(v.backends) or "unknown backend"
+    head = f"fr-otel: {_HEADLINES[v.verdict]}"
+    if v.culprits:
+        head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
+    lines.append(head)
+    lines.append(f"  {loaded} ranks loaded ({backend})")
+    for c in v.culprits[:MAX_CULPRITS]:
+        lines.extend(_culprit_lines(c))
+    if len(v.culprits) > MAX_CULPRITS:
+        rest = v.culprits[MAX_CULPRITS:]
+        kinds = sorted({c.kind for c in rest})
+        lines.append(f"  … and {len(rest)} more culprit(s): ranks {compress_ranks(c.rank for c in rest)} ({', '.join(kinds)})")
+    stuck = [g for g in v.groups if g.in_flight is not None]
+    if stuck:
+        lines.append("")
+        lines.append(f"In flight ({len(stuck)} of {len(v.groups)} groups; oldest collective each):")
+        # Groups where someone has not even entered come first: that is where peers wait.
+        stuck.sort(key=lambda g: (not g.in_flight.not_entered, g.in_flight.since_ns or 0) if g.in_flight else (True, 0))
+        for g in stuck[:MAX_GROUP_LINES]:
+            f = g.in_flight
+            assert f is not None
+            age = ""
+            if f.since_ns and v.reference_ns:
+                when = "when dumped" if v.reference_source == "dump_files" else "before the last recorded activity"
+                age = f", in flight {(v.reference_ns - f.since_ns) / 1e9:.1f} s {when}"
+            missing = f"; not entered: {compress_ranks(f.not_entered)}" if f.not_entered else ""
+            lines.append(
+                f"  {g.group.label}: {f.op or 'collective'} #{f.seq}, entered by {compress_ranks(f.entered)}"
+                f"{missing}{age}"
+            )
+        if len(stuck) > MAX_GROUP_LINES:
+            lines.append(f"  … {len(stuck) - MAX_GROUP_LINES} more group(s)")
+    if v.notes:
+        lines.append("")
+        lines.append("Notes:")
+        lines.extend(f"  - {n}" for n in v.notes)
+    if v.problems:
+        lines.append("")
+        lines.append(f"Problems reading the dumps ({len(v.problems)}):")
+        lines.extend(f"  - {p}" for p in v.problems[:MAX_PROBLEMS])
+        if len(v.problems) > MAX_PROBLEMS:
+            lines.append(f"  … {len(v.problems) - MAX_PROBLEMS} more (see --json)")
+    return "\n".join(lines) + "\n"
+
+
+def _culprit_lines(c: Culprit) -> list[str]:
+    where = f"{c.group_desc} ({c.group_name})" if c.group_desc and c.group_desc != c.group_name else c.group_name
+    seq = f" #{c.collective_seq_id}" if c.collective_seq_id is not None else ""
+    op = f" {c.op}" if c.op else ""
+    out = [f"", f"  rank {c.rank}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
+    if c.related:
+        shown = c.related[:3]
+        for e in shown:
+            out.append(f"    also {e.kind} on group {e.group}" + (f" #{e.seq}" if e.seq is not None else "")
+                       + (f", waited on by {compress_ranks(e.waiting)}" if e.waiting else ""))
+        if len(c.related) > len(shown):
+            out.append(f"    … and {len(c.related) - len(shown)} more group(s)")
+    if c.last_frame is not None:
+        f = c.last_frame
+        out.append(f"    its last collective was called from {f.filename}:{f.line} in {f.name}")
+    return out
