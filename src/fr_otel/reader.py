@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -175,7 +176,7 @@ def read_dump_file(path: str, rank: int, problems: list[str]) -> RankDump | None
     except ForbiddenPickle as exc:
         problems.append(f"{path}: unsafe pickle: {exc}; nothing was run")
         return None
-    except (EOFError, ValueError) as exc:
+    except (EOFError, ValueError, pickle.UnpicklingError) as exc:
         # json.JSONDecodeError and pickle's "truncated" errors are ValueErrors / EOF.
         kind = "invalid JSON" if isinstance(exc, json.JSONDecodeError) else "truncated or corrupt pickle"
         problems.append(f"{path}: {kind}: {_one_line(exc)}")
