@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     analyze_p = sub.add_parser("analyze", help="name the culprit ranks of a hang, with evidence")
     _add_input_args(analyze_p)
     analyze_p.add_argument("--json", action="store_true", help="print one JSON object (the public schema)")
+    demo_p = sub.add_parser("demo", help="run a real 4-rank gloo job on CPU in which one rank hangs, and analyse it")
+    demo_p.add_argument("--out", default="fr-otel-out/demo", help="where the dumps go (default: %(default)s)")
+    demo_p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     return parser
 
 
@@ -70,6 +73,28 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import TorchMissing, run_demo
+
+    print("fr-otel demo: running a real 4-rank gloo job in which rank 2 skips an all_reduce...", file=sys.stderr)
+    try:
+        result = run_demo(args.out)
+    except TorchMissing as exc:
+        print(f"fr-otel: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except RuntimeError as exc:
+        print(f"fr-otel: the demo job failed: {str(exc).splitlines()[0] if str(exc) else exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(result.verdict.to_dict(), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_verdict(result.verdict))
+        print(f"\nDumps (one per rank): {result.dumps_dir}")
+        print(f"Analyse them again: fr-otel analyze {result.dumps_dir}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     parser = _parser()
@@ -77,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "analyze":
             return _cmd_analyze(args)
+        if args.command == "demo":
+            return _cmd_demo(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for fr-otel: a virtual environment in .venv with the
+# package, the torch extra (torch 2.13.0 CPU) and the test tools. Idempotent and
+# quick when nothing changed (a stamp of pyproject.toml).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+PYTHON="${PYTHON:-python3}"
+venv="$root/.venv"
+stamp="$venv/.fr-otel-setup"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "fr-otel setup: creating $venv (one-off; torch is a large download if not cached)" >&2
+[ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+# Pin torch first: an unpinned range would pull a multi-GB CUDA build.
+"$venv/bin/python" -m pip install -q "torch==${FR_OTEL_TORCH_VERSION:-2.13.0}"
+"$venv/bin/python" -m pip install -q -e ".[torch,test]"
+echo "$want" > "$stamp"
