@@ -8,12 +8,17 @@ job model, and names the culprit ranks with evidence::
     print(verdict.verdict, [c.rank for c in verdict.culprits])
 """
 
+import logging as _logging
+
 from .analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .job import Job, ProcessGroup, build_job
 from .reader import ReadResult, read_dumps
 
 __version__ = "0.1.0"
+
+# A library logs, the application decides where it goes (stdlib convention).
+_logging.getLogger("fr_otel").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AnalysisOptions",

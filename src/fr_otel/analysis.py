@@ -23,17 +23,20 @@ from .dump import Entry, Frame, Progress
 from .job import Job, ProcessGroup
 from .ranks import compress_ranks
 
-__all__ = ["Culprit", "GroupState", "Verdict", "AnalysisOptions", "analyze", "KIND_ORDER"]
+__all__ = ["DEFAULT_STRAGGLER_THRESHOLD_S", "Culprit", "GroupState", "Verdict", "AnalysisOptions", "analyze", "KIND_ORDER"]
 
 # Strongest evidence first: one record per rank keeps its strongest kind.
 KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "straggler")
+
+
+DEFAULT_STRAGGLER_THRESHOLD_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
 class AnalysisOptions:
     """Knobs of the analysis (defaults suit real jobs)."""
 
-    straggler_threshold_s: float = 0.05  # median enqueue lateness that makes a straggler
+    straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # median enqueue lateness that makes a straggler
     straggler_min_collectives: int = 5
     straggler_window: int = 256  # most recent collectives per group to judge skew on
 

@@ -1,0 +1,76 @@
+"""The span attribute contract: every name fr-otel emits, in one place.
+
+Dashboards, TraceQL queries and users build on these names (README has the
+table). Generic OpenTelemetry names are reused where they fit (``thread.*``,
+``code.*``, ``error.type``); the rest live under ``pytorch.distributed.*`` (what
+the recorder says) and ``fr_otel.*`` (what the analysis concluded).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RANK", "WORLD_SIZE", "BACKEND", "PG_NAME", "PG_DESC", "PG_SIZE", "SEQ_ID", "P2P_SEQ_ID", "OP_ID", "OP",
+    "RECORD_ID", "STATE", "RETIRED", "COMPLETED", "IS_P2P", "TIMEOUT_MS", "INPUT_SIZES", "OUTPUT_SIZES",
+    "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
+    "ENTERED_RANKS", "MISSING_RANKS", "COMPLETED_RANKS", "MISMATCH", "VERDICT", "CULPRIT_RANKS", "CULPRIT_KINDS",
+    "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
+    "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
+    "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE",
+]
+
+# What the recorder says (span and resource attributes)
+RANK = "pytorch.distributed.rank"
+WORLD_SIZE = "pytorch.distributed.world_size"
+BACKEND = "pytorch.distributed.backend"
+PG_NAME = "pytorch.distributed.pg.name"
+PG_DESC = "pytorch.distributed.pg.desc"
+PG_SIZE = "pytorch.distributed.pg.size"
+SEQ_ID = "pytorch.distributed.collective.seq_id"
+P2P_SEQ_ID = "pytorch.distributed.p2p.seq_id"
+OP_ID = "pytorch.distributed.op_id"
+OP = "pytorch.distributed.op"
+RECORD_ID = "pytorch.distributed.record_id"
+STATE = "pytorch.distributed.state"
+RETIRED = "pytorch.distributed.retired"
+COMPLETED = "pytorch.distributed.completed"
+IS_P2P = "pytorch.distributed.is_p2p"
+TIMEOUT_MS = "pytorch.distributed.timeout_ms"
+INPUT_SIZES = "pytorch.distributed.input_sizes"
+OUTPUT_SIZES = "pytorch.distributed.output_sizes"
+INPUT_DTYPES = "pytorch.distributed.input_dtypes"
+OUTPUT_DTYPES = "pytorch.distributed.output_dtypes"
+DURATION_MS = "pytorch.distributed.duration_ms"
+
+# What fr-otel concluded
+SPAN_ROLE = "fr_otel.span"  # incident | rank | entry | collective
+END_ESTIMATED = "fr_otel.end_estimated"  # no completion time recorded (gloo): end = next enqueue
+IN_FLIGHT = "fr_otel.in_flight"  # never completed before the dump
+PAST_TIMEOUT = "fr_otel.past_timeout"
+ENTERED_RANKS = "fr_otel.collective.entered_ranks"
+MISSING_RANKS = "fr_otel.collective.missing_ranks"
+COMPLETED_RANKS = "fr_otel.collective.completed_ranks"
+MISMATCH = "fr_otel.collective.mismatch"
+VERDICT = "fr_otel.verdict"
+CULPRIT_RANKS = "fr_otel.culprit_ranks"
+CULPRIT_KINDS = "fr_otel.culprit_kinds"
+CULPRIT_EVIDENCE = "fr_otel.culprit_evidence"
+IS_CULPRIT = "fr_otel.culprit"
+CULPRIT_KIND = "fr_otel.culprit_kind"
+NOTES = "fr_otel.notes"
+PROBLEMS = "fr_otel.problems"
+JOB_ID = "fr_otel.job_id"
+RANKS_LOADED = "fr_otel.ranks_loaded"
+HISTORY_GROUPS = "fr_otel.history.groups"
+HISTORY_TOTAL = "fr_otel.history.entries"
+HISTORY_EXPORTED = "fr_otel.history.exported"
+HISTORY_FIRST_SEQ = "fr_otel.history.first_seq"
+HISTORY_LAST_SEQ = "fr_otel.history.last_seq"
+STACK = "fr_otel.stack"
+
+# Generic OpenTelemetry names
+THREAD_ID = "thread.id"
+THREAD_NAME = "thread.name"
+CODE_FUNCTION = "code.function.name"
+CODE_FILE = "code.file.path"
+CODE_LINE = "code.line.number"
+ERROR_TYPE = "error.type"

@@ -1,0 +1,52 @@
+"""Deterministic trace and span ids: every rank computes the same ids alone.
+
+Ids are blake2b hashes of stable keys (job identity, incident, rank, record), so
+ranks or nodes exporting independently land in one trace, and re-exporting the
+same dumps yields identical ids. An all-zero id (which backends drop) is never
+returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Mapping
+
+__all__ = ["trace_id_for", "span_id_for", "job_identity", "JOB_ID_ENV"]
+
+JOB_ID_ENV = "FR_OTEL_JOB_ID"
+
+
+def _hash_int(key: str, size: int) -> int:
+    value = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=size).digest(), "big")
+    return value or 1
+
+
+def trace_id_for(job_id: str, incident: str = "") -> int:
+    """The 128-bit trace id of one incident of one job (run + restart)."""
+    return _hash_int(f"fr-otel/trace\0{job_id}\0{incident}", 16)
+
+
+def span_id_for(trace_id: int, *key: object) -> int:
+    """A 64-bit span id, unique within the trace for a distinct ``key``."""
+    return _hash_int(f"{trace_id:032x}\0" + "\0".join(map(str, key)), 8)
+
+
+def job_identity(explicit: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The job's identity and where it came from: argument > FR_OTEL_JOB_ID > torchelastic > Slurm.
+
+    Returns (None, "none") when nothing identifies the run; callers then derive one
+    from the dumps' content (fine for one export of all ranks, not for independent ones).
+    """
+    env = os.environ if env is None else env
+    if explicit:
+        return explicit, "argument"
+    if env.get(JOB_ID_ENV):
+        return env[JOB_ID_ENV], JOB_ID_ENV
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchelastic:{run_id}/restart-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", "TORCHELASTIC_RUN_ID"
+    slurm = env.get("SLURM_JOB_ID")
+    if slurm:
+        return f"slurm:{slurm}/restart-{env.get('SLURM_RESTART_COUNT', '0')}", "SLURM_JOB_ID"
+    return None, "none"
