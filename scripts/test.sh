@@ -3,6 +3,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
+"$root/scripts/setup-system.sh"
 cd "$root"
 set +e
 "$root/.venv/bin/python" -m pytest -q "$@"

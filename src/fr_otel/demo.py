@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis import Verdict, analyze
-from .job import build_job
+from .job import Job, build_job
 from .reader import read_dumps
 
 __all__ = ["DemoResult", "TorchMissing", "run_demo"]
@@ -26,6 +26,7 @@ class TorchMissing(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class DemoResult:
+    job: Job
     verdict: Verdict
     dumps_dir: Path
 
@@ -38,4 +39,5 @@ def run_demo(out_dir: str | Path, *, scenario: str = DEMO_SCENARIO, world_size: 
 
     out = make_dumps(scenario, Path(out_dir), world_size=world_size)
     dumps_dir = out / "pickle"
-    return DemoResult(verdict=analyze(build_job(read_dumps(dumps_dir))), dumps_dir=dumps_dir)
+    job = build_job(read_dumps(dumps_dir))
+    return DemoResult(job=job, verdict=analyze(job), dumps_dir=dumps_dir)

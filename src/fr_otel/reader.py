@@ -10,6 +10,7 @@ read on all cores.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -23,7 +24,7 @@ from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .ranks import compress_ranks
 from .safe_pickle import ForbiddenPickle, load_restricted
 
-__all__ = ["ReadResult", "read_dumps", "read_dump_file", "rank_from_name"]
+__all__ = ["ReadResult", "read_dumps", "read_dump_file", "parse_dump_bytes", "rank_from_name"]
 
 SUPPORTED_MAJOR = 2
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
@@ -161,18 +162,33 @@ def read_dump_file(path: str, rank: int, problems: list[str]) -> RankDump | None
     """
     try:
         with open(path, "rb") as fh:
-            head = fh.peek(1)[:1]
-            if not head:
-                problems.append(f"{path}: empty file")
-                return None
-            if head == b"\x80":
-                raw = load_restricted(fh)
-            elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
-                raw = json.load(fh)
-            else:
-                problems.append(f"{path}: not a Flight Recorder dump (neither a pickle nor JSON)")
-                return None
             mtime = os.fstat(fh.fileno()).st_mtime_ns
+            return _parse_stream(fh, rank, path, mtime, problems)
+    except OSError as exc:
+        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        return None
+
+
+def parse_dump_bytes(data: bytes, rank: int, source: str = "<memory>", *, dumped_at_ns: int | None = None,
+                     problems: list[str] | None = None) -> RankDump | None:
+    """Parse a dump held in memory (e.g. ``torch._C._distributed_c10d._dump_fr_trace()``'s bytes)."""
+    return _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns,
+                         problems if problems is not None else [])
+
+
+def _parse_stream(fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None, problems: list[str]) -> RankDump | None:
+    try:
+        head = fh.peek(1)[:1]  # type: ignore[attr-defined]
+        if not head:
+            problems.append(f"{path}: empty file")
+            return None
+        if head == b"\x80":
+            raw = load_restricted(fh)
+        elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
+            raw = json.load(fh)
+        else:
+            problems.append(f"{path}: not a Flight Recorder dump (neither a pickle nor JSON)")
+            return None
     except ForbiddenPickle as exc:
         problems.append(f"{path}: unsafe pickle: {exc}; nothing was run")
         return None
@@ -199,7 +215,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
-def _normalise(raw: Any, rank: int, path: str, mtime: int, problems: list[str]) -> RankDump | None:
+def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str]) -> RankDump | None:
     if not isinstance(raw, dict) or not ({"version", "entries", "pg_status"} & raw.keys()):
         what = f"top-level keys {sorted(map(str, raw))[:5]}" if isinstance(raw, dict) else type(raw).__name__
         problems.append(f"{path}: not a Flight Recorder dump ({what})")

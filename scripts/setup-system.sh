@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# System packages the test suite drives for real: Prometheus + promtool (Debian's
+# prometheus) and headless Chromium. Installed only when missing; needs root (CI is).
+set -euo pipefail
+need=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "fr-otel setup: installing ${need[*]} (Debian packages)" >&2
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Debian starts a prometheus service on install; tests start their own on free ports.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi

@@ -1,0 +1,49 @@
+"""The ``fr-otel`` command line: one module per subcommand, registered here.
+
+Each subcommand module has ``register(subparsers)``, which adds its parser and
+sets ``func`` (``args -> exit code``). Subcommands turn flags into plain
+arguments for the library and print what it returns; no analysis happens here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .. import __version__
+from . import analyze, demo, export
+from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
+
+__all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
+
+# Order is the order of `fr-otel --help`.
+COMMANDS = (analyze, export, demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fr-otel",
+        description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
+        "verdict, OpenTelemetry traces and Prometheus metrics.",
+    )
+    parser.add_argument("--version", action="version", version=f"fr-otel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fr-otel`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

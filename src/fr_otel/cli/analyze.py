@@ -1,0 +1,29 @@
+"""``fr-otel analyze PATH``: the verdict, culprits and evidence."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..analysis import analyze
+from ..text_report import render_verdict
+from ._common import EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("analyze", help="name the culprit ranks of a hang, with evidence")
+    add_input_args(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object (the public schema)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.paths, args.prefix, args.workers)
+    if job is None:
+        return EXIT_UNUSABLE
+    verdict = analyze(job, analysis_options(args))
+    if args.json:
+        print_json(verdict.to_dict())
+    else:
+        sys.stdout.write(render_verdict(verdict))
+    return EXIT_OK

@@ -1,0 +1,39 @@
+"""``fr-otel demo``: the main job — a real gloo hang on CPU, analysed and exported."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..demo import TorchMissing, run_demo
+from ._common import EXIT_FAILED, EXIT_UNUSABLE, add_export_args, error, export_config
+from .export import add_trace_args, export_and_report
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "demo", help="run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"
+    )
+    parser.add_argument("--dumps", default="fr-otel-out/demo", help="where the dumps go (default: %(default)s)")
+    add_export_args(parser)
+    add_trace_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = export_config(args)
+    if config is None:
+        return EXIT_UNUSABLE
+    print("fr-otel demo: a real 4-rank gloo job on CPU; rank 2 skips an all_reduce, the others hang in it...",
+          file=sys.stderr)
+    try:
+        result = run_demo(args.dumps)
+    except TorchMissing as exc:
+        error(str(exc))
+        return EXIT_UNUSABLE
+    except RuntimeError as exc:
+        error(f"the demo job failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return EXIT_FAILED
+    code = export_and_report(result.job, result.verdict, config, args)
+    print(f"Dumps (one per rank): {result.dumps_dir}\n  analyse them again: fr-otel analyze {result.dumps_dir}")
+    return code

@@ -1,0 +1,118 @@
+"""``fr-otel export PATH`` (analyse, then one trace over OTLP or to a file) and ``fr-otel replay FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..analysis import Verdict, analyze
+from ..incident_export import ExportOutcome, deliver_trace
+from ..job import Job
+from ..otlp_config import ExportConfig
+from ..otlp_export import replay
+from ..spans import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, IncidentTrace, TraceOptions, build_trace
+from ..text_report import render_verdict
+from ._common import (
+    EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, analysis_options, error,
+    export_config, load_job, print_json,
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "export", help="analyse and export the incident as one OpenTelemetry trace (OTLP, or a local file)"
+    )
+    add_input_args(parser)
+    add_export_args(parser)
+    add_trace_args(parser)
+    parser.add_argument("--json", action="store_true", help="print verdict, trace id and export outcome as JSON")
+    parser.set_defaults(func=run)
+    replay_p = sub.add_parser("replay", help="send OTLP JSON Lines files (embedded output or spool) to an endpoint")
+    replay_p.add_argument("files", nargs="+", metavar="FILE")
+    add_export_args(replay_p)
+    replay_p.add_argument("--keep", action="store_true", help="keep delivered files (default: delete them)")
+    replay_p.set_defaults(func=run_replay)
+
+
+def add_trace_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--job-id", help="job identity for trace ids (default: $FR_OTEL_JOB_ID, the torchelastic "
+                        "or Slurm run id, else derived from the dumps)")
+    parser.add_argument("--incident", default="", help="incident key, when one job has several (default: none)")
+    parser.add_argument("--full", action="store_true", help="export every entry, not just the focus")
+    parser.add_argument("--last-n", type=int, default=DEFAULT_LAST_N, metavar="N",
+                        help="recent collectives per group per rank kept besides the focus (default: %(default)s)")
+    parser.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS,
+                        help="soft cap on spans in a focused trace (default: %(default)s)")
+    parser.add_argument("--service-name", help="service.name (default: $OTEL_SERVICE_NAME, else "
+                        f"{DEFAULT_SERVICE_NAME})")
+
+
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    return TraceOptions(
+        job_id=args.job_id, incident=args.incident, full=args.full, last_n=args.last_n,
+        max_spans=args.max_spans, service_name=args.service_name,
+    )
+
+
+def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace) -> int:
+    """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
+    trace = build_trace(job, verdict, trace_options(args))
+    outcome = deliver_trace(trace, config, directory=args.out)
+    if getattr(args, "json", False):
+        doc = verdict.to_dict(include_groups=False)
+        doc["trace_id"] = trace.trace_id_hex
+        doc["export"] = {"status": outcome.status, "destination": outcome.destination,
+                         "path": str(outcome.path) if outcome.path else None, "spans": len(trace.spans)}
+        print_json(doc)
+    else:
+        sys.stdout.write(render_verdict(verdict) + "\n")
+    line = describe_outcome(outcome, trace)
+    if outcome.ok:
+        print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+        return EXIT_OK
+    error(line)
+    return EXIT_NOT_DELIVERED
+
+
+def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace) -> str:
+    spans = f"{len(trace.spans)} spans"
+    if outcome.status == "file":
+        return (f"Trace {trace.trace_id_hex} ({spans}) written to {outcome.destination}\n"
+                f"  open it in Jaeger (Search > Upload JSON), or send it on: fr-otel replay {outcome.destination} "
+                "--endpoint HOST:4317")
+    if outcome.status == "sent":
+        return (f"Trace {trace.trace_id_hex} ({spans}) sent to {outcome.destination}\n"
+                f"  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}")
+    if outcome.status == "disabled":
+        return f"Trace {trace.trace_id_hex} not exported: OTEL_SDK_DISABLED=true"
+    why = outcome.result.error if outcome.result and outcome.result.error else outcome.destination
+    if outcome.path:
+        return (f"export to {outcome.destination} incomplete ({why}); trace {trace.trace_id_hex} spooled to "
+                f"{outcome.path}: send it later with fr-otel replay {outcome.path}")
+    return f"export of trace {trace.trace_id_hex} failed: {why}"
+
+
+def run(args: argparse.Namespace) -> int:
+    config = export_config(args)
+    if config is None:
+        return EXIT_UNUSABLE
+    job = load_job(args.paths, args.prefix, args.workers)
+    if job is None:
+        return EXIT_UNUSABLE
+    return export_and_report(job, analyze(job, analysis_options(args)), config, args)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    config = export_config(args)
+    if config is None:
+        return EXIT_UNUSABLE
+    if config.endpoint is None:
+        error("replay needs an endpoint: --endpoint or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
+        return EXIT_UNUSABLE
+    result = replay(args.files, config, deadline_s=config.timeout_s, remove_on_success=not args.keep)
+    if result.ok:
+        print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
+        return EXIT_OK
+    error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent, {result.spans_spooled} still "
+          f"in their files ({result.error})")
+    return EXIT_NOT_DELIVERED
