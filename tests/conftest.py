@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -30,3 +32,21 @@ def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
 def run_cli():
     """Run ``fr-otel`` as a user would (a fresh interpreter), capturing its output."""
     return _run_cli
+
+
+_scenario_cache: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def scenario_dumps(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Run a real gloo hang scenario once per session; returns its dump folder (pickle/, json/)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("real gloo jobs need the torch extra")
+    from fr_otel.testing.gloo_jobs import make_dumps
+
+    def get(name: str) -> Path:
+        if name not in _scenario_cache:
+            _scenario_cache[name] = make_dumps(name, tmp_path_factory.mktemp(name), timeout_s=120)
+        return _scenario_cache[name]
+
+    return get

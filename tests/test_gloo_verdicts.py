@@ -19,20 +19,6 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra"),
 ]
 
-_cache: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="session")
-def scenario_dumps(tmp_path_factory: pytest.TempPathFactory):
-    """Run a scenario's real gloo job once per session; returns its dump folder."""
-    from fr_otel.testing.gloo_jobs import make_dumps
-
-    def get(name: str) -> Path:
-        if name not in _cache:
-            _cache[name] = make_dumps(name, tmp_path_factory.mktemp(name), timeout_s=120)
-        return _cache[name]
-
-    return get
 
 
 def verdicts(folder: Path) -> list[Verdict]:
