@@ -66,6 +66,23 @@ class Job:
     def group_entries(self, rank: int, group: str) -> list[Entry]:
         return self.entries.get((rank, group), [])
 
+    def entries_at(self, rank: int, group: str, seq: int) -> list[Entry]:
+        """The rank's collective entries with ``collective_seq_id == seq`` in ``group``."""
+        out = []
+        # Entries are in seq order within a group: scan from the end, where in-flight ones are.
+        for e in reversed(self.group_entries(rank, group)):
+            if e.is_p2p:
+                continue
+            if e.collective_seq_id == seq:
+                out.append(e)
+            elif e.collective_seq_id < seq:
+                break
+        return out
+
+    def ordered_groups(self) -> list[ProcessGroup]:
+        """Groups in creation order (numeric names), then by name."""
+        return sorted(self.groups.values(), key=lambda pg: (int(pg.name) if pg.name.isdigit() else 1 << 60, pg.name))
+
     def progress(self, rank: int, group: str) -> Progress | None:
         """How far ``rank`` enqueued and completed collectives of ``group``; None if unknown.
 

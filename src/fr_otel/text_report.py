@@ -73,7 +73,7 @@ def _culprit_lines(c: Culprit) -> list[str]:
     where = f"{c.group_desc} ({c.group_name})" if c.group_desc and c.group_desc != c.group_name else c.group_name
     seq = f" #{c.collective_seq_id}" if c.collective_seq_id is not None else ""
     op = f" {c.op}" if c.op else ""
-    out = [f"", f"  rank {c.rank}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
+    out = ["", f"  rank {c.rank}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
     if c.related:
         shown = c.related[:3]
         for e in shown:

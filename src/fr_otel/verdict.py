@@ -1,0 +1,161 @@
+"""What the analysis returns: the verdict, culprits with evidence, per-group state.
+
+Plain data with ``to_dict()`` for the public JSON schema; no logic beyond formatting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dump import Frame, Progress
+from .job import ProcessGroup
+
+__all__ = [
+    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
+    "GroupState", "Verdict",
+]
+
+# Strongest evidence first: one record per rank keeps its strongest kind.
+KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "straggler")
+
+DEFAULT_STRAGGLER_THRESHOLD_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    """Knobs of the analysis (defaults suit real jobs)."""
+
+    straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # median enqueue lateness that makes a straggler
+    straggler_min_collectives: int = 5
+    straggler_window: int = 256  # most recent collectives per group to judge skew on
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One reason to suspect a rank: what it did (not) do, where."""
+
+    kind: str
+    group: str  # group name
+    seq: int | None
+    text: str
+    waiting: tuple[int, ...] = ()  # ranks directly waiting on this one here
+    sole: bool = False  # the only rank the waiting ranks wait for here
+    direct: bool = False  # seen in the rank's own state, not inferred from who waits on it
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """A rank the others wait for, with its strongest evidence first."""
+
+    rank: int
+    kind: str
+    group_name: str
+    group_desc: str
+    collective_seq_id: int | None
+    evidence: str
+    op: str | None
+    waiting_ranks: tuple[int, ...]
+    last_frame: Frame | None
+    related: tuple[Evidence, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "kind": self.kind,
+            "process_group": {"name": self.group_name, "desc": self.group_desc},
+            "collective_seq_id": self.collective_seq_id,
+            "evidence": self.evidence,
+            "op": self.op,
+            "waiting_ranks": list(self.waiting_ranks),
+            "last_frame": self.last_frame._asdict() if self.last_frame else None,
+            "related": [
+                {"kind": e.kind, "process_group": e.group, "collective_seq_id": e.seq, "evidence": e.text,
+                 "waiting_ranks": list(e.waiting)}
+                for e in self.related
+            ],
+        }
+
+
+@dataclass(slots=True)
+class InFlight:
+    """The oldest collective of a group that some member has not completed."""
+
+    seq: int
+    op: str | None
+    since_ns: int | None  # earliest enqueue among the ranks that entered it
+    entered: tuple[int, ...]
+    not_entered: tuple[int, ...]
+    timeout_ms: int | None
+
+
+@dataclass(slots=True)
+class GroupState:
+    """Per group: how far each member enqueued and completed, and what is in flight."""
+
+    group: ProcessGroup
+    progress: dict[int, Progress | None]
+    in_flight: InFlight | None = None
+    note: str | None = None
+
+    def to_dict(self, latest_ns: int | None) -> dict[str, Any]:
+        known = {r: p for r, p in self.progress.items() if p is not None}
+        out: dict[str, Any] = {
+            "name": self.group.name,
+            "desc": self.group.desc,
+            "size": len(self.group.ranks),
+            "membership": self.group.membership,
+            "max_enqueued": max((p.enqueued for p in known.values()), default=None),
+            "min_enqueued": min((p.enqueued for p in known.values()), default=None),
+            "max_completed": max((p.completed for p in known.values()), default=None),
+            "min_completed": min((p.completed for p in known.values()), default=None),
+            "unknown_ranks": sorted(r for r, p in self.progress.items() if p is None),
+            "note": self.note,
+            "in_flight": None,
+        }
+        if self.in_flight is not None:
+            f = self.in_flight
+            out["in_flight"] = {
+                "collective_seq_id": f.seq,
+                "op": f.op,
+                "since_ns": f.since_ns,
+                "age_s": (latest_ns - f.since_ns) / 1e9 if latest_ns and f.since_ns else None,
+                "entered": list(f.entered),
+                "not_entered": list(f.not_entered),
+                "timeout_ms": f.timeout_ms,
+            }
+        return out
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The answer: one word, the culprits with evidence, and what limited it."""
+
+    verdict: str  # hang | desync | straggler | healthy | inconclusive
+    culprits: list[Culprit]
+    ranks_loaded: int
+    world_size: int | None
+    problems: list[str]
+    notes: list[str] = field(default_factory=list)
+    groups: list[GroupState] = field(default_factory=list)
+    missing_ranks: tuple[int, ...] = ()
+    reference_ns: int | None = None  # "now" for ages: when the dumps were written, if known
+    reference_source: str = "none"  # "dump_files" | "latest_activity" | "none"
+    backends: tuple[str, ...] = ()
+
+    def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "culprits": [c.to_dict() for c in self.culprits],
+            "ranks_loaded": self.ranks_loaded,
+            "world_size": self.world_size,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+            "missing_ranks": list(self.missing_ranks),
+            "backends": list(self.backends),
+            "reference_ns": self.reference_ns,
+            "reference_source": self.reference_source,
+        }
+        if include_groups:
+            out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]
+        return out

@@ -1,0 +1,186 @@
+"""Who waits for whom: the cross-group wait graph and its culprits.
+
+Within a group, a rank with a collective in flight waits for every member that
+has not enqueued it. Edges go through (group, seq, why) hubs, so N waiters on M
+laggards cost N + M edges, not N × M. Culprits are the ranks in *sink*
+components that someone waits on: waited for, and waiting for no one (a cycle of
+ranks waiting on each other is a sink too: collectives issued in different
+orders). A rank that enqueued a collective its peers completed, but did not
+complete it itself, is evidence on its own (its device or network stalled).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .job import Job
+from .ranks import compress_ranks
+from .verdict import Evidence, GroupState
+
+__all__ = ["WaitGraph", "add_waits"]
+
+
+class WaitGraph:
+    """Ranks and (group, seq, why) hubs: rank -> hub -> ranks it waits on (O(n) edges)."""
+
+    def __init__(self) -> None:
+        self.edges: dict[Any, set[Any]] = {}
+        # hub -> (kind, describe(culprit, waiting ranks text))
+        self.hubs: dict[tuple[str, int, str], tuple[str, Callable[[int, str], str]]] = {}
+        self.mutual_hubs: set[Any] = set()
+        self.unexplained: list[str] = []
+
+    def add(
+        self, waiter: int, hub: tuple[str, int, str], targets: list[int], kind: str, describe: Callable[[int, str], str]
+    ) -> None:
+        self.edges.setdefault(waiter, set()).add(hub)
+        self.edges.setdefault(hub, set()).update(targets)
+        for t in targets:
+            self.edges.setdefault(t, set())
+        self.hubs.setdefault(hub, (kind, describe))
+
+    def evidence_for(self, rank: int) -> list[Evidence]:
+        out = []
+        for hub, (kind, describe) in self.hubs.items():
+            targets = self.edges[hub]
+            if rank in targets and hub not in self.mutual_hubs:
+                waiters = tuple(sorted(w for w, hubs in self.edges.items() if isinstance(w, int) and hub in hubs))
+                text = describe(rank, compress_ranks(waiters))
+                out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1))
+        return out
+
+    def culprits(self) -> tuple[list[int], list[str]]:
+        """Ranks in sink components that someone waits on; notes about cycles."""
+        notes: list[str] = []
+        blamed: list[int] = []
+        waited_on_anywhere = {t for hub, targets in self.edges.items() if isinstance(hub, tuple) for t in targets}
+        for comp in _sink_components(self.edges):
+            ranks = sorted(n for n in comp if isinstance(n, int))
+            hubs = [n for n in comp if isinstance(n, tuple)]
+            waited_on = [r for r in ranks if r in waited_on_anywhere]
+            if not waited_on:
+                continue
+            if hubs and all(h in self.mutual_hubs for h in hubs):
+                continue  # everyone inside one collective: a note, not a culprit
+            if len(ranks) > 1 and hubs:
+                notes.append(
+                    f"ranks {compress_ranks(ranks)} wait for each other in a cycle "
+                    "(collectives issued in different orders on different groups)"
+                )
+            blamed.extend(waited_on)
+        return blamed, notes
+
+
+def _sink_components(edges: dict[Any, set[Any]]) -> list[list[Any]]:
+    """Strongly connected components with no edge leaving them (iterative Tarjan)."""
+    index: dict[Any, int] = {}
+    low: dict[Any, int] = {}
+    on_stack: set[Any] = set()
+    stack: list[Any] = []
+    comps: list[list[Any]] = []
+    comp_of: dict[Any, int] = {}
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(edges.get(nxt, ()))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    n = stack.pop()
+                    on_stack.discard(n)
+                    comp_of[n] = len(comps)
+                    comp.append(n)
+                    if n == node:
+                        break
+                comps.append(comp)
+    sinks = []
+    for i, comp in enumerate(comps):
+        if all(comp_of[t] == i for n in comp for t in edges.get(n, ())):
+            sinks.append(comp)
+    return sinks
+
+
+def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> None:
+    pg = state.group
+    if pg.has_p2p or len(pg.ranks) < 2:
+        return
+    known = {r: p for r, p in state.progress.items() if p is not None}
+    unknown = [r for r, p in state.progress.items() if p is None]
+    label = pg.label
+    for r, p in sorted(known.items()):
+        if p.completed >= p.enqueued:
+            continue
+        seq = p.completed + 1
+        op = _op_at(job, r, pg.name, seq)
+        inside = f"{op} #{seq} on {label}"
+
+        laggards = [q for q, pq in known.items() if pq.enqueued < seq]
+        if laggards:
+            graph.add(r, (pg.name, seq, "enq"), laggards, "not_enqueued",
+                      lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} never "
+                      f"enqueued it (its last on this group is #{known[q].enqueued})")
+            continue
+        if unknown:
+            missing = [q for q in unknown if q not in job.dumps]
+            silent = [q for q in unknown if q in job.dumps]
+            if missing:
+                graph.add(r, (pg.name, seq, "missing"), missing, "missing_dump",
+                          lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; there is no dump "
+                          f"from rank {q}, a member of the group")
+            if silent:
+                graph.add(r, (pg.name, seq, "silent"), silent, "not_enqueued",
+                          lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q}'s dump "
+                          "holds no record of this group")
+            continue
+        completers = [q for q, pq in known.items() if pq.completed >= seq]
+        if completers:
+            evidence.setdefault(r, []).append(Evidence(
+                "not_completed", pg.name, seq,
+                f"rank {r} enqueued {inside} but completed only #{p.completed}, while rank(s) "
+                f"{compress_ranks(completers)} completed it: its device or network stalled",
+                (), True, True))
+            continue
+        behind = [q for q, pq in known.items() if pq.completed < seq - 1]
+        if behind:
+            graph.add(r, (pg.name, seq, "behind"), behind, "not_completed",
+                      lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} has not "
+                      f"completed #{known[q].completed + 1}")
+            continue
+        # Every member entered and none completed: the fault is inside this collective.
+        hub = (pg.name, seq, "all")
+        graph.add(r, hub, [q for q in known if q != r], "not_completed", lambda q, w: "")
+        graph.mutual_hubs.add(hub)
+        graph.unexplained.append(
+            f"group {label}: all {len(known)} ranks entered {op} #{seq} and none completed it; "
+            "the fault is inside the collective (device or network) and the recorder cannot single out a rank"
+        )
+
+
+def _op_at(job: Job, rank: int, group: str, seq: int) -> str:
+    found = job.entries_at(rank, group, seq)
+    return found[0].op if found else "collective"
