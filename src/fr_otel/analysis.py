@@ -118,10 +118,7 @@ def _reference_time(job: Job) -> tuple[int | None, str]:
     """The moment ages are measured to. Dumps carry no timestamp of their own: a file
     written within a day after the last recorded activity dates it (fresh dumps);
     otherwise (copied files) fall back to the newest recorded activity."""
-    latest = 0
-    for dump in job.dumps.values():
-        for e in dump.entries[-64:]:  # entries are in record order; the tail holds the newest
-            latest = max(latest, e.time_created_ns, e.time_completed_ns or 0)
+    latest = max((d.latest_ns for d in job.dumps.values()), default=0)
     if not latest:
         return None, "none"
     written = [d.file_mtime_ns for d in job.dumps.values() if d.file_mtime_ns]
@@ -209,7 +206,7 @@ def _last_user_frame(job: Job, rank: int) -> Frame | None:
     dump = job.dumps.get(rank)
     if dump is None or not dump.has_frames:
         return None
-    for e in reversed(dump.entries):
+    for e in reversed(dump.tail):  # the tail holds the newest entries
         if e.frames:
             for f in e.frames:
                 if "/torch/" not in f.filename and "\\torch\\" not in f.filename:

@@ -8,10 +8,11 @@ immutable records, so nothing downstream needs to know about format quirks
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-__all__ = ["Frame", "Entry", "Progress", "PgConfig", "RankDump"]
+__all__ = ["Frame", "Entry", "Progress", "PgConfig", "GroupHistory", "RankDump"]
 
 
 class Frame(NamedTuple):
@@ -78,8 +79,40 @@ class PgConfig(NamedTuple):
 
 
 @dataclass(slots=True)
+class GroupHistory:
+    """One rank's collectives (not p2p) of one group, as columns in record order.
+
+    This compact view is all the cross-rank analysis reads: a few bytes per entry,
+    cheap to build (C-level column extraction) and cheap to ship between processes,
+    where 2000 full :class:`Entry` objects per rank are not.
+    """
+
+    name: str
+    desc: str
+    local_id: int
+    seq: array  # 'q': collective_seq_id
+    completed: bytes  # 1 where completed (backend-aware)
+    created_ns: array  # 'q': time_created_ns
+    fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
+    p2p_count: int = 0  # send/recv entries of this group (not in the columns)
+
+    @property
+    def first_seq(self) -> int | None:
+        return min(self.seq) if self.seq else None
+
+    @property
+    def last_seq(self) -> int | None:
+        return max(self.seq) if self.seq else None
+
+
+@dataclass(slots=True)
 class RankDump:
-    """Everything one rank's dump says, with the rank taken from its file name."""
+    """Everything one rank's dump says, with the rank taken from its file name.
+
+    ``histories`` (per group, columns) and ``tail`` (the newest and the in-flight
+    entries as :class:`Entry`) are always there. The full ``entries`` list is
+    built on first use: from the file again for large jobs read in parallel.
+    """
 
     rank: int
     path: str
@@ -88,6 +121,34 @@ class RankDump:
     comm_lib_version: str
     pg_config: dict[str, PgConfig]
     pg_status: dict[int, Progress]  # keyed by this rank's *local* pg_id
-    entries: list[Entry] = field(default_factory=list)
+    histories: dict[str, GroupHistory] = field(default_factory=dict)
+    tail: list[Entry] = field(default_factory=list)
+    entry_count: int = 0
+    fingerprints: dict[int, tuple] = field(default_factory=dict)  # id -> (op, sizes..., dtypes...)
+    next_created_ns: dict[int, int] = field(default_factory=dict)  # tail record_id -> next enqueue
+    latest_ns: int = 0  # newest enqueue or completion time in the dump
     has_frames: bool = False
     file_mtime_ns: int | None = None
+    _entries: list[Entry] | None = None
+    _loader: Callable[[], list[Entry]] | None = None
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every entry, oldest first (loaded on first use when the reader kept only columns)."""
+        if self._entries is None:
+            loaded = None
+            if self._loader is not None:
+                try:
+                    loaded = self._loader()
+                except Exception:  # noqa: BLE001 - the file changed or vanished since: keep the tail
+                    loaded = None
+            self._entries = loaded if loaded is not None else list(self.tail)
+        return self._entries
+
+    def __getstate__(self) -> dict:
+        # Ship columns and tail between processes, never a loader closure or the full list.
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_entries", "_loader")}
+
+    def __setstate__(self, state: dict) -> None:
+        for f in self.__dataclass_fields__:
+            setattr(self, f, state.get(f))

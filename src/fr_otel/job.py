@@ -11,6 +11,8 @@ in only-active dumps), by creation order, checked against every known pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Iterable
 
 from .dump import Entry, Progress, RankDump
@@ -56,28 +58,34 @@ class Job:
     world_size_source: str  # "pg_config", "inferred" or "unknown"
     missing_ranks: tuple[int, ...]
     problems: list[str]
-    entries: dict[tuple[int, str], list[Entry]]  # (rank, group name) -> entries, oldest first
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
+    _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
 
     @property
     def backends(self) -> set[str]:
         return {d.backend for d in self.dumps.values()}
 
     def group_entries(self, rank: int, group: str) -> list[Entry]:
-        return self.entries.get((rank, group), [])
+        """Every entry of ``rank`` in ``group`` (may load the rank's full dump)."""
+        dump = self.dumps.get(rank)
+        return [e for e in dump.entries if e.pg_name == group] if dump is not None else []
 
     def entries_at(self, rank: int, group: str, seq: int) -> list[Entry]:
-        """The rank's collective entries with ``collective_seq_id == seq`` in ``group``."""
-        out = []
-        # Entries are in seq order within a group: scan from the end, where in-flight ones are.
-        for e in reversed(self.group_entries(rank, group)):
-            if e.is_p2p:
-                continue
-            if e.collective_seq_id == seq:
-                out.append(e)
-            elif e.collective_seq_id < seq:
-                break
-        return out
+        """The rank's collective entries with ``collective_seq_id == seq`` in ``group``.
+
+        The newest and in-flight entries are at hand (the dump's tail); older ones
+        load the rank's full dump.
+        """
+        dump = self.dumps.get(rank)
+        if dump is None:
+            return []
+        found = [e for e in dump.tail if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p]
+        if found:
+            return found
+        h = dump.histories.get(group)
+        if h is None or seq not in h.seq:
+            return []
+        return [e for e in dump.entries if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p]
 
     def ordered_groups(self) -> list[ProcessGroup]:
         """Groups in creation order (numeric names), then by name."""
@@ -89,22 +97,30 @@ class Job:
         ``pg_status`` is authoritative except in groups that carry send/recv, whose
         counters mix p2p and collective sequence numbers; entries fill the gaps.
         """
+        key = (rank, group)
+        if key not in self._progress:
+            self._progress[key] = self._compute_progress(rank, group)
+        return self._progress[key]
+
+    def _compute_progress(self, rank: int, group: str) -> Progress | None:
         pg = self.groups[group]
         dump = self.dumps.get(rank)
         if dump is None:
             return None
-        collectives = [e for e in self.group_entries(rank, group) if not e.is_p2p]
+        h = dump.histories.get(group)
+        seqs = h.seq if h is not None else ()
         local_id = pg.local_ids.get(rank)
         status = dump.pg_status.get(local_id) if local_id is not None else None
         if status is not None and not pg.has_p2p:
-            if collectives and collectives[-1].collective_seq_id > status.enqueued:
-                return status._replace(enqueued=max(e.collective_seq_id for e in collectives))
+            if seqs and max(seqs) > status.enqueued:
+                return status._replace(enqueued=max(seqs))
             return status
-        if not collectives:
+        if not seqs:
             return None
-        enqueued = max(e.collective_seq_id for e in collectives)
-        done = [e.collective_seq_id for e in collectives if e.completed]
-        pending = [e.collective_seq_id for e in collectives if not e.completed]
+        assert h is not None
+        enqueued = max(seqs)
+        done = list(compress(seqs, h.completed))
+        pending = list(compress(seqs, map(not_, h.completed)))
         completed = max(done) if done else min(pending) - 1
         if pending and done and min(pending) <= max(done):
             completed = min(pending) - 1  # an older op still pending bounds real progress
@@ -144,15 +160,7 @@ def build_job(read: ReadResult) -> Job:
         name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config")
         for name, (desc, ranks) in configs.items()
     }
-    entries: dict[tuple[int, str], list[Entry]] = {}
-    for rank, dump in dumps.items():
-        for e in dump.entries:
-            key = (rank, e.pg_name)
-            bucket = entries.get(key)
-            if bucket is None:
-                entries[key] = bucket = []
-            bucket.append(e)
-    _add_inferred_groups(groups, dumps, entries, problems)
+    _add_inferred_groups(groups, dumps, problems)
     world_size, source = _world_size(groups, dumps, world_hint)
     _complete_default_group(groups, world_size)
     unnamed = _pair_local_ids(groups, dumps, problems)
@@ -168,31 +176,21 @@ def build_job(read: ReadResult) -> Job:
         world_size_source=source,
         missing_ranks=missing,
         problems=problems,
-        entries=entries,
         unnamed_local_ids=unnamed,
     )
 
 
-def _add_inferred_groups(
-    groups: dict[str, ProcessGroup],
-    dumps: dict[int, RankDump],
-    entries: dict[tuple[int, str], list[Entry]],
-    problems: list[str],
-) -> None:
+def _add_inferred_groups(groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], problems: list[str]) -> None:
     members: dict[str, set[int]] = {}
-    for (rank, name), bucket in entries.items():
-        members.setdefault(name, set()).add(rank)
-        pg = groups.get(name)
-        if pg is None:
-            first = bucket[0]
-            pg = groups[name] = ProcessGroup(name=name, desc=first.pg_desc, ranks=(), membership="entries")
-        if not pg.has_p2p and any(e.is_p2p for e in bucket):
-            pg.has_p2p = True
-        local = bucket[0].pg_id
-        clash = next((e.pg_id for e in bucket if e.pg_id != local), None)
-        if clash is not None:
-            problems.append(f"{dumps[rank].path}: group {name} appears under local ids {local} and {clash}")
-        pg.local_ids[rank] = local
+    for rank, dump in dumps.items():
+        for name, h in dump.histories.items():
+            members.setdefault(name, set()).add(rank)
+            pg = groups.get(name)
+            if pg is None:
+                pg = groups[name] = ProcessGroup(name=name, desc=h.desc, ranks=(), membership="entries")
+            if h.p2p_count:
+                pg.has_p2p = True
+            pg.local_ids[rank] = h.local_id
     for name, pg in groups.items():
         seen = members.get(name, set())
         if pg.membership == "entries":

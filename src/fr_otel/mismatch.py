@@ -9,10 +9,11 @@ by one. The minority is the culprit; a tie says so.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from typing import Any
 
-from .dump import Entry
+from .dump import GroupHistory
 from .job import Job, ProcessGroup
 from .ranks import compress_ranks
 from .verdict import Evidence
@@ -20,61 +21,61 @@ from .verdict import Evidence
 __all__ = ["find_mismatches"]
 
 
-def _fingerprint(e: Entry) -> tuple[Any, ...]:
-    """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
-    op = e.op
-    if "all_to_all" in op or "alltoall" in op:
-        return (op, e.input_dtypes, e.output_dtypes)  # split sizes may differ legitimately
-    if op == "gather":
-        return (op, e.input_sizes, e.input_dtypes)  # only the root has outputs
-    if op == "scatter":
-        return (op, e.output_sizes, e.output_dtypes)  # only the root has inputs
-    return (op, e.input_sizes, e.input_dtypes, e.output_sizes, e.output_dtypes)
-
-
-def _describe(fp: tuple[Any, ...]) -> str:
-    op, *rest = fp[0] if isinstance(fp[0], tuple) else fp
-    sizes = next((x for x in rest if x and isinstance(x[0], tuple)), ())
-    dtypes = next((x for x in rest if x and isinstance(x[0], str)), ())
+def _describe(fp: Any) -> str:
+    """``all_reduce [4,4] Float`` for a comparable fingerprint (or the first of a coalesced group)."""
+    if fp and isinstance(fp[0], tuple):
+        fp = fp[0]
+    op, in_sizes, in_dtypes, out_sizes, out_dtypes = fp
+    sizes = in_sizes or out_sizes
+    dtypes = in_dtypes or out_dtypes
     size_text = ",".join("[" + ",".join(map(str, s)) + "]" for s in sizes) or "[]"
     return f"{op} {size_text} {'/'.join(dtypes)}".strip()
 
 
-def _rank_fingerprints(entries: list[Entry], intern: dict[Any, int]) -> tuple[int, list[int]] | dict[int, int]:
-    """Per seq, one interned fingerprint id. Contiguous seqs -> (first seq, ids) for fast slicing."""
+_Span = tuple[int, array]  # first seq, fingerprint ids of seq first, first+1, ...
+
+
+def _rank_fingerprints(
+    h: GroupHistory | None, lookup: dict[int, Any], fingerprints: dict[int, tuple]
+) -> _Span | dict[int, int] | None:
+    """One fingerprint id per seq: contiguous -> (first seq, ids) for wholesale comparison,
+    else (gaps, or coalesced ops sharing a seq) a dict seq -> id."""
+    if h is None or not h.seq:
+        return None
+    seqs, ids = h.seq, h.fingerprint
+    for fid in set(ids):
+        lookup.setdefault(fid, fingerprints.get(fid))
+    first, last = seqs[0], seqs[-1]
+    if last - first + 1 == len(seqs) and (len(seqs) < 2 or all(map(int.__lt__, seqs, seqs[1:]))):
+        return first, ids
     by_seq: dict[int, Any] = {}
-    for e in entries:
-        if e.is_p2p:
-            continue
-        fp = _fingerprint(e)
-        seq = e.collective_seq_id
+    for seq, fid in zip(seqs, ids):
         prev = by_seq.get(seq)
-        by_seq[seq] = fp if prev is None else (prev if isinstance(prev[0], tuple) else (prev,)) + (fp,)
-    ids = {}
-    for seq, fp in by_seq.items():
-        fid = intern.get(fp)
-        if fid is None:
-            fid = intern[fp] = len(intern)
-        ids[seq] = fid
-    if not ids:
-        return ids
-    seqs = list(ids)
-    first, last = min(seqs), max(seqs)
-    if last - first + 1 == len(seqs):
-        return first, [ids[s] for s in range(first, last + 1)]
-    return ids
+        by_seq[seq] = fid if prev is None else (prev if isinstance(prev, tuple) else (prev,)) + (fid,)
+    out: dict[int, int] = {}
+    for seq, value in by_seq.items():
+        if isinstance(value, tuple):  # coalesced: several ops under one seq
+            combined = hash(value)
+            lookup.setdefault(combined, tuple(lookup.get(v) for v in value))
+            value = combined
+        out[seq] = value
+    return out
 
 
 def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
+    """The first sequence number per group where ranks disagree, blaming the minority."""
     found: list[tuple[int, Evidence]] = []
-    intern: dict[Any, int] = {}
+    lookup: dict[int, Any] = {}
     for pg in job.ordered_groups():
         if len(pg.ranks) < 2:
             continue
         per_rank: dict[int, dict[int, int]] = {}
-        spans: dict[int, tuple[int, list[int]]] = {}
+        spans: dict[int, _Span] = {}
         for r in pg.ranks:
-            fps = _rank_fingerprints(job.group_entries(r, pg.name), intern)
+            dump = job.dumps.get(r)
+            if dump is None:
+                continue
+            fps = _rank_fingerprints(dump.histories.get(pg.name), lookup, dump.fingerprints)
             if isinstance(fps, tuple):
                 spans[r] = fps
             elif fps:
@@ -82,9 +83,9 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
         suspect_seqs = _suspect_seqs(spans, per_rank)
         if not suspect_seqs:
             continue
-        lookup = {v: k for k, v in intern.items()}
         first_bad: int | None = None
         bad_count = 0
+        group_found: list[tuple[int, Evidence]] = []
         for seq in sorted(suspect_seqs):
             at = {}
             for r, (first, ids) in spans.items():
@@ -98,20 +99,18 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
             bad_count += 1
             if first_bad is None:
                 first_bad = seq
-                found.extend(_blame_mismatch(pg, seq, at, lookup))
-        if first_bad is not None and bad_count > 1:
-            found = [
-                (r, ev if ev.group != pg.name else _with_suffix(ev, f" ({bad_count} sequence numbers differ in all)"))
-                for r, ev in found
-            ]
+                group_found = _blame_mismatch(pg, seq, at, lookup)
+        if bad_count > 1:
+            group_found = [(r, _with_suffix(ev, f" ({bad_count} sequence numbers differ in all)")) for r, ev in group_found]
+        found.extend(group_found)
     return found
 
 
 def _with_suffix(ev: Evidence, suffix: str) -> Evidence:
-    return Evidence(ev.kind, ev.group, ev.seq, ev.text + suffix, ev.waiting, ev.sole)
+    return Evidence(ev.kind, ev.group, ev.seq, ev.text + suffix, ev.waiting, ev.sole, ev.direct)
 
 
-def _suspect_seqs(spans: dict[int, tuple[int, list[int]]], per_rank: dict[int, dict[int, int]]) -> set[int]:
+def _suspect_seqs(spans: dict[int, _Span], per_rank: dict[int, dict[int, int]]) -> set[int]:
     """Sequence numbers where ranks may disagree; the common contiguous range is checked wholesale."""
     suspects: set[int] = set()
     for ids in per_rank.values():
@@ -122,13 +121,16 @@ def _suspect_seqs(spans: dict[int, tuple[int, list[int]]], per_rank: dict[int, d
     hi = min(first + len(ids) - 1 for first, ids in spans.values())
     for first, ids in spans.values():
         # Outside the range every rank holds, compare seq by seq (few: ring starts and tails).
-        suspects.update(s for s in range(first, first + len(ids)) if s < lo or s > hi)
+        end = first + len(ids)
+        suspects.update(range(first, min(lo, end)))
+        suspects.update(range(max(hi + 1, first), end))
     if lo <= hi:
-        classes: dict[tuple[int, ...], int] = {}
+        classes: dict[bytes, array] = {}
         for first, ids in spans.values():
-            classes.setdefault(tuple(ids[lo - first : hi - first + 1]), first)
+            window = ids[lo - first : hi - first + 1]
+            classes.setdefault(window.tobytes(), window)  # bytes: hashed and compared in C
         if len(classes) > 1:
-            variants = list(classes)
+            variants = list(classes.values())
             base = variants[0]
             for other in variants[1:]:
                 suspects.update(lo + i for i, (a, b) in enumerate(zip(base, other)) if a != b)

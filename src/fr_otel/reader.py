@@ -17,9 +17,11 @@ import pickle
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from ._columns import summarise
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .ranks import compress_ranks
 from .safe_pickle import ForbiddenPickle, load_restricted
@@ -138,45 +140,61 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
         except OSError:
             pass
     if n_workers <= 1 or len(chosen) < 2 or total < _PARALLEL_MIN_BYTES:
-        return _parse_batch(chosen)
+        # Small jobs: build every Entry now, in this process.
+        return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES)
     n_workers = min(n_workers, len(chosen))
-    # Interleave files across workers so each gets a similar share of bytes.
+    # Interleave files across workers so each gets a similar share of bytes. Workers
+    # send back columns and tails only; full entries are re-read on demand.
     batches = [chosen[i::n_workers] for i in range(n_workers)]
     with ProcessPoolExecutor(max_workers=n_workers) as pool:
         parsed = [item for batch in pool.map(_parse_batch, batches) for item in batch]
+    for dump, _ in parsed:
+        if dump is not None:
+            dump._loader = partial(_load_entries, dump.path, dump.rank)
     return parsed
 
 
-def _parse_batch(batch: list[tuple[int, str]]) -> list[_Parsed]:
+def _parse_batch(batch: list[tuple[int, str]], full: bool = False) -> list[_Parsed]:
     out: list[_Parsed] = []
     for rank, path in batch:
         problems: list[str] = []
-        out.append((read_dump_file(path, rank, problems), problems))
+        out.append((read_dump_file(path, rank, problems, full=full), problems))
     return out
 
 
-def read_dump_file(path: str, rank: int, problems: list[str]) -> RankDump | None:
+def _load_entries(path: str, rank: int) -> list[Entry] | None:
+    dump = read_dump_file(path, rank, [], full=True)
+    return dump.entries if dump is not None else None
+
+
+def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = True) -> RankDump | None:
     """Parse one dump file into a :class:`RankDump`; append one line per problem.
 
     Returns None when the file is unusable (the reason is in ``problems``).
+    ``full=False`` keeps columns and the tail only; ``entries`` then re-reads the file.
     """
     try:
         with open(path, "rb") as fh:
             mtime = os.fstat(fh.fileno()).st_mtime_ns
-            return _parse_stream(fh, rank, path, mtime, problems)
+            dump = _parse_stream(fh, rank, path, mtime, problems, full)
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
+    if dump is not None and not full:
+        dump._loader = partial(_load_entries, path, rank)
+    return dump
 
 
 def parse_dump_bytes(data: bytes, rank: int, source: str = "<memory>", *, dumped_at_ns: int | None = None,
                      problems: list[str] | None = None) -> RankDump | None:
     """Parse a dump held in memory (e.g. ``torch._C._distributed_c10d._dump_fr_trace()``'s bytes)."""
     return _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns,
-                         problems if problems is not None else [])
+                         problems if problems is not None else [], True)
 
 
-def _parse_stream(fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None, problems: list[str]) -> RankDump | None:
+def _parse_stream(
+    fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None, problems: list[str], full: bool
+) -> RankDump | None:
     try:
         head = fh.peek(1)[:1]  # type: ignore[attr-defined]
         if not head:
@@ -204,7 +222,7 @@ def _parse_stream(fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None
         problems.append(f"{path}: corrupt dump: {type(exc).__name__}: {_one_line(exc)}")
         return None
     try:
-        return _normalise(raw, rank, path, mtime, problems)
+        return _normalise(raw, rank, path, mtime, problems, full)
     except Exception as exc:  # noqa: BLE001 - a shape we did not foresee is still one line
         problems.append(f"{path}: not a Flight Recorder dump: {type(exc).__name__}: {_one_line(exc)}")
         return None
@@ -215,7 +233,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
-def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str]) -> RankDump | None:
+def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str], full: bool) -> RankDump | None:
     if not isinstance(raw, dict) or not ({"version", "entries", "pg_status"} & raw.keys()):
         what = f"top-level keys {sorted(map(str, raw))[:5]}" if isinstance(raw, dict) else type(raw).__name__
         problems.append(f"{path}: not a Flight Recorder dump ({what})")
@@ -231,7 +249,28 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         problems.append(f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; ignored")
         raw_entries = []
     backend = _backend(raw_entries, str(comm_lib))
-    entries, has_frames = _entries(raw_entries, backend == "gloo", path, problems)
+    gloo = backend == "gloo"
+    stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
+    summary = summarise(raw_entries, gloo)
+    entries: list[Entry] | None = None
+    if summary is None or full:
+        entries = _entries(raw_entries, gloo, path, problems, stacks)
+        if summary is None or len(entries) != len(raw_entries):
+            # Some entry is malformed: columns come from the good ones, re-expressed as plain dicts.
+            raw_entries = [_as_raw(e) for e in entries]
+            summary = summarise(raw_entries, gloo)
+            if summary is None:  # pragma: no cover - _as_raw output is always well formed
+                problems.append(f"{path}: entries could not be indexed; ignored")
+                return None
+    if entries is not None:
+        tail = [entries[i] for i in summary.tail_index]
+    else:
+        tail = _entries([raw_entries[i] for i in summary.tail_index], gloo, path, problems, stacks)
+    created_next = {
+        raw_entries[i].get("record_id", -1): raw_entries[i + 1]["time_created_ns"]
+        for i in summary.tail_index
+        if i + 1 < len(raw_entries)
+    }
     return RankDump(
         rank=rank,
         path=path,
@@ -240,9 +279,15 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         comm_lib_version=str(comm_lib),
         pg_config=_pg_config(raw.get("pg_config"), path, problems),
         pg_status=_pg_status(raw.get("pg_status"), path, problems),
-        entries=entries,
-        has_frames=has_frames,
+        histories=summary.histories,
+        tail=tail,
+        entry_count=len(raw_entries),
+        fingerprints=summary.fingerprints,
+        next_created_ns=created_next,
+        latest_ns=summary.latest_ns,
+        has_frames=any(e.frames for e in tail),
         file_mtime_ns=mtime,
+        _entries=entries,
     )
 
 
@@ -328,65 +373,83 @@ def _time(value: Any) -> int | None:
     return value or None  # JSON writes 0 where pickle writes None
 
 
-def _entries(raw_entries: list[Any], gloo: bool, path: str, problems: list[str]) -> tuple[list[Entry], bool]:
+def _entries(
+    raw_entries: list[Any], gloo: bool, path: str, problems: list[str],
+    stacks: dict[tuple[int, ...], tuple[Frame, ...]],
+) -> list[Entry]:
+    """Full :class:`Entry` objects; malformed entries are skipped with one problem line."""
     entries: list[Entry] = []
-    stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
-    # Frame dicts are shared objects inside one pickle: key stacks by identity
-    # while ``raw_entries`` keeps them alive, and build each distinct stack once.
-    has_frames = False
     bad = 0
     first_error = ""
     append = entries.append
     for e in raw_entries:
         try:
-            frames = e.get("frames")
-            if frames:
-                key = tuple(map(id, frames))
-                stack = stacks.get(key)
-                if stack is None:
-                    stack = tuple(Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames)
-                    stacks[key] = stack
-                has_frames = True
-            else:
-                stack = ()
-            pg_name, pg_desc = e["process_group"]
-            state = e.get("state", "scheduled")
-            retired = bool(e.get("retired", False))
-            append(
-                Entry(
-                    e.get("record_id", -1),
-                    int(e["pg_id"]),
-                    str(pg_name),
-                    str(pg_desc),
-                    int(e["collective_seq_id"]),
-                    int(e.get("p2p_seq_id", 0)),
-                    int(e.get("op_id", 0)),
-                    e["profiling_name"],
-                    bool(e.get("is_p2p", False)),
-                    state,
-                    retired,
-                    state == "completed" or (gloo and retired),
-                    int(e["time_created_ns"]),
-                    _time(e.get("time_discovered_started_ns")),
-                    _time(e.get("time_discovered_completed_ns")),
-                    e.get("duration_ms"),
-                    e.get("timeout_ms"),
-                    _sizes(e.get("input_sizes")),
-                    tuple(e.get("input_dtypes") or ()),
-                    _sizes(e.get("output_sizes")),
-                    tuple(e.get("output_dtypes") or ()),
-                    str(e.get("thread_name", "")),
-                    str(e.get("thread_id", "")),
-                    stack,
-                )
-            )
+            append(_to_entry(e, gloo, stacks))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             bad += 1
             if not first_error:
                 first_error = f"{type(exc).__name__}: {_one_line(exc)}"
     if bad:
         problems.append(f"{path}: {bad} malformed entr{'y' if bad == 1 else 'ies'} skipped (first: {first_error})")
-    return entries, has_frames
+    return entries
+
+
+def _to_entry(e: dict[str, Any], gloo: bool, stacks: dict[tuple[int, ...], tuple[Frame, ...]]) -> Entry:
+    # Frame dicts are shared objects inside one pickle: key stacks by identity while
+    # the raw dump keeps them alive, and build each distinct stack once.
+    frames = e.get("frames")
+    if frames:
+        key = tuple(map(id, frames))
+        stack = stacks.get(key)
+        if stack is None:
+            stack = tuple(Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames)
+            stacks[key] = stack
+    else:
+        stack = ()
+    pg_name, pg_desc = e["process_group"]
+    state = e.get("state", "scheduled")
+    retired = bool(e.get("retired", False))
+    return Entry(
+        e.get("record_id", -1),
+        int(e["pg_id"]),
+        str(pg_name),
+        str(pg_desc),
+        int(e["collective_seq_id"]),
+        int(e.get("p2p_seq_id", 0)),
+        int(e.get("op_id", 0)),
+        str(e["profiling_name"]),
+        bool(e.get("is_p2p", False)),
+        state,
+        retired,
+        state == "completed" or (gloo and retired),
+        int(e["time_created_ns"]),
+        _time(e.get("time_discovered_started_ns")),
+        _time(e.get("time_discovered_completed_ns")),
+        e.get("duration_ms"),
+        e.get("timeout_ms"),
+        _sizes(e.get("input_sizes")),
+        tuple(e.get("input_dtypes") or ()),
+        _sizes(e.get("output_sizes")),
+        tuple(e.get("output_dtypes") or ()),
+        str(e.get("thread_name", "")),
+        str(e.get("thread_id", "")),
+        stack,
+    )
+
+
+def _as_raw(e: Entry) -> dict[str, Any]:
+    """An Entry back in the dump's own shape (for the column builder after a slow-path read)."""
+    return {
+        "record_id": e.record_id, "pg_id": e.pg_id, "process_group": (e.pg_name, e.pg_desc),
+        "collective_seq_id": e.collective_seq_id, "p2p_seq_id": e.p2p_seq_id, "op_id": e.op_id,
+        "profiling_name": e.profiling_name, "is_p2p": e.is_p2p, "state": e.state, "retired": e.retired,
+        "time_created_ns": e.time_created_ns, "time_discovered_started_ns": e.time_started_ns,
+        "time_discovered_completed_ns": e.time_completed_ns, "duration_ms": e.duration_ms,
+        "timeout_ms": e.timeout_ms, "input_sizes": [list(x) for x in e.input_sizes],
+        "input_dtypes": list(e.input_dtypes), "output_sizes": [list(x) for x in e.output_sizes],
+        "output_dtypes": list(e.output_dtypes), "thread_name": e.thread_name, "thread_id": e.thread_id,
+        "frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in e.frames],
+    }
 
 
 def _check_versions(result: ReadResult) -> None:

@@ -29,6 +29,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from . import __version__
 from . import attributes as A
+from ._columns import TAIL_PER_GROUP
 from .analysis import Verdict
 from .dump import Entry
 from .ids import job_identity, span_id_for, trace_id_for
@@ -57,6 +58,9 @@ class TraceOptions:
     max_spans: int = DEFAULT_MAX_SPANS
     max_stack_frames: int = 16
     service_name: str | None = None  # argument > OTEL_SERVICE_NAME > default
+    #: Extra attributes for the root span (e.g. how a live agent detected the incident);
+    #: they never replace the verdict's own.
+    root_attributes: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -95,8 +99,7 @@ def _derived_job_id(job: Job) -> str:
     h = hashlib.blake2b(digest_size=8)
     for rank in sorted(job.dumps):
         d = job.dumps[rank]
-        first = d.entries[0] if d.entries else None
-        h.update(f"{rank}:{d.version}:{first.record_id if first else ''}:{first.time_created_ns if first else ''};".encode())
+        h.update(f"{rank}:{d.version}:{d.entry_count}:{d.latest_ns};".encode())
     return f"dumps:{h.hexdigest()}"
 
 
@@ -128,9 +131,7 @@ class _Builder:
         self.options = options
         self.trace_id = trace_id
         self.job_id = job_id
-        self.now = verdict.reference_ns or max(
-            (e.time_created_ns for d in job.dumps.values() for e in d.entries[-1:]), default=0
-        )
+        self.now = verdict.reference_ns or max((d.latest_ns for d in job.dumps.values()), default=0)
         self.progress = {g.group.name: g.progress for g in verdict.groups}
         self.culprits = {c.rank: c for c in verdict.culprits}
         self.root_id = span_id_for(trace_id, "incident")
@@ -160,7 +161,7 @@ class _Builder:
 
     def _select(self) -> dict[int, list[Entry]]:
         focus = self._focus_seqs()
-        self.entries_total = sum(len(d.entries) for d in self.job.dumps.values())
+        self.entries_total = sum(d.entry_count for d in self.job.dumps.values())
         if self.options.full:
             self.last_n = -1
             return {r: list(d.entries) for r, d in self.job.dumps.items()}
@@ -182,7 +183,10 @@ class _Builder:
 
     def _select_rank(self, rank: int, focus: dict[str, set[int]], last_n: int) -> list[Entry]:
         keep_n = self.options.last_n if rank in self.culprits else last_n
-        entries = self.job.dumps[rank].entries
+        dump = self.job.dumps[rank]
+        # The tail (newest entries per group + everything in flight) usually covers the
+        # focus; only older focus seqs (a mismatch deep in history) need the full dump.
+        entries = dump.tail if keep_n <= TAIL_PER_GROUP else dump.entries
         recent: dict[str, int] = {}
         keep = [False] * len(entries)
         for i in range(len(entries) - 1, -1, -1):
@@ -191,7 +195,19 @@ class _Builder:
             if seen < keep_n or not e.completed or e.collective_seq_id in focus.get(e.pg_name, ()):
                 keep[i] = True
             recent[e.pg_name] = seen + 1
-        return [e for e, k in zip(entries, keep) if k]
+        chosen = [e for e, k in zip(entries, keep) if k]
+        if entries is dump.tail:
+            have = {(e.pg_name, e.collective_seq_id) for e in chosen if not e.is_p2p}
+            older = [
+                e
+                for group, seqs in focus.items()
+                for seq in sorted(seqs)
+                if (group, seq) not in have
+                for e in self.job.entries_at(rank, group, seq)
+            ]
+            if older:
+                chosen = sorted(chosen + older, key=lambda e: e.record_id)
+        return chosen
 
     # -- spans --------------------------------------------------------------------
 
@@ -234,6 +250,8 @@ class _Builder:
                 attrs[A.SEQ_ID] = c.collective_seq_id
             if c.op:
                 attrs[A.OP] = c.op
+        for key, value in self.options.root_attributes:
+            attrs.setdefault(key, value)
         notes = [*v.notes, *self.notes]
         if notes:
             attrs[A.NOTES] = [_clip(n, 500) for n in notes[:16]]
@@ -282,7 +300,9 @@ class _Builder:
         resource = self._rank_resource(rank)
         rank_span_id = span_id_for(self.trace_id, "rank", rank)
         out: list[ReadableSpan] = []
-        next_created = _next_created(dump.entries)
+        next_created = dump.next_created_ns
+        if any(e.record_id not in next_created for e in chosen[:-1]):
+            next_created = _next_created(dump.entries)
         start = min((e.time_created_ns for e in chosen), default=self.now)
         for e in chosen:
             end, estimated = self._end_of(e, next_created.get(e.record_id))
@@ -386,22 +406,19 @@ class _Builder:
 
     def _rank_span(self, rank: int, span_id: int, resource: Resource, chosen: list[Entry], start: int) -> ReadableSpan:
         dump = self.job.dumps[rank]
-        per_group: dict[str, list[int]] = {}
-        for e in dump.entries:
-            if not e.is_p2p:
-                per_group.setdefault(e.pg_name, []).append(e.collective_seq_id)
-        kept = {}
+        histories = {n: h for n, h in dump.histories.items() if h.seq}
+        kept: dict[str, int] = {}
         for e in chosen:
             kept[e.pg_name] = kept.get(e.pg_name, 0) + 1
-        names = sorted(per_group)
+        names = sorted(histories)
         attrs: dict[str, Any] = {
             A.SPAN_ROLE: "rank",
             A.RANK: rank,
-            A.HISTORY_TOTAL: len(dump.entries),
+            A.HISTORY_TOTAL: dump.entry_count,
             A.HISTORY_EXPORTED: len(chosen),
             A.HISTORY_GROUPS: names,
-            A.HISTORY_FIRST_SEQ: [min(per_group[n]) for n in names],
-            A.HISTORY_LAST_SEQ: [max(per_group[n]) for n in names],
+            A.HISTORY_FIRST_SEQ: [min(histories[n].seq) for n in names],
+            A.HISTORY_LAST_SEQ: [max(histories[n].seq) for n in names],
             "fr_otel.history.exported_per_group": [kept.get(n, 0) for n in names],
         }
         status = Status(StatusCode.UNSET)

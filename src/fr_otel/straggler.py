@@ -27,8 +27,12 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
             continue
         times: dict[int, dict[int, int]] = {}
         for r in pg.ranks:
-            bucket = [e for e in job.group_entries(r, pg.name)[-options.straggler_window * 2 :] if not e.is_p2p]
-            times[r] = {e.collective_seq_id: e.time_created_ns for e in bucket}
+            h = job.dumps[r].histories.get(pg.name)
+            if h is None:
+                times = {}
+                break
+            window = options.straggler_window * 2
+            times[r] = dict(zip(h.seq[-window:], h.created_ns[-window:]))
         common = set.intersection(*(set(t) for t in times.values())) if times else set()
         for seq in sorted(common)[-options.straggler_window :]:
             stamps = {r: times[r][seq] for r in pg.ranks}

@@ -1,0 +1,136 @@
+"""Turn a dump's raw entry dicts into per-group columns, at C speed.
+
+Building a Python object per entry costs more than unpickling it. The analysis
+needs only a few numbers per entry (group, seq, completed, enqueue time, a
+fingerprint of op/sizes/dtypes), so those are pulled out column by column with
+``operator.itemgetter`` + ``map`` and split by group with ``itertools.compress``,
+all loops in C. Fingerprints are hashed from a version-2 ``marshal`` encoding
+(no back-references, so equal values give equal bytes whatever their object
+identity, pickle or JSON) into ids every process computes alike. Only the newest
+and the in-flight entries become :class:`Entry` objects (the ``tail``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+from array import array
+from dataclasses import dataclass
+from itertools import compress, count
+from operator import and_, itemgetter, methodcaller, not_
+from typing import Any, Callable
+
+from .dump import GroupHistory
+
+__all__ = ["Summary", "summarise", "comparable_fingerprint", "TAIL_PER_GROUP"]
+
+TAIL_PER_GROUP = 16  # newest entries per group kept whole (focus, evidence, stacks)
+_MAX_TAIL_IN_FLIGHT = 512
+
+_GROUP = itemgetter("process_group")
+_NAME = itemgetter(0)
+_DESC = itemgetter(1)
+_SEQ = itemgetter("collective_seq_id")
+_CREATED = itemgetter("time_created_ns")
+_PG_ID = itemgetter("pg_id")
+_IS_P2P = methodcaller("get", "is_p2p", False)
+_RETIRED = methodcaller("get", "retired", False)
+_STATE = methodcaller("get", "state", "scheduled")
+_DONE_AT = methodcaller("get", "time_discovered_completed_ns")
+_FP = itemgetter("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+
+
+@dataclass(slots=True)
+class Summary:
+    histories: dict[str, GroupHistory]
+    tail_index: list[int]  # positions (record order) of entries to keep whole
+    fingerprints: dict[int, tuple]
+    latest_ns: int
+
+
+def _all_of(values: list[Any], kind: type) -> bool:
+    return set(map(type, values)) <= {kind}
+
+
+def comparable_fingerprint(raw: tuple) -> tuple:
+    """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
+    name, in_sizes, in_dtypes, out_sizes, out_dtypes = raw
+    op = name.partition(":")[2] or name
+    as_t = lambda sizes: tuple(map(tuple, sizes or ()))  # noqa: E731
+    if "all_to_all" in op or "alltoall" in op:
+        return (op, (), tuple(in_dtypes or ()), (), tuple(out_dtypes or ()))  # split sizes may differ
+    if op == "gather":
+        return (op, as_t(in_sizes), tuple(in_dtypes or ()), (), ())  # only the root has outputs
+    if op == "scatter":
+        return (op, (), (), as_t(out_sizes), tuple(out_dtypes or ()))  # only the root has inputs
+    return (op, as_t(in_sizes), tuple(in_dtypes or ()), as_t(out_sizes), tuple(out_dtypes or ()))
+
+
+def _fingerprint_id(comparable: tuple) -> int:
+    digest = hashlib.blake2b(marshal.dumps(comparable, 2), digest_size=7).digest()
+    return int.from_bytes(digest, "big")
+
+
+def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
+    """Columns per group from well-formed raw entries; None if any is malformed (use the slow path)."""
+    try:
+        groups = list(map(_GROUP, raw))
+        names = list(map(_NAME, groups))
+        seq = list(map(_SEQ, raw))
+        created = list(map(_CREATED, raw))
+        is_p2p = list(map(bool, map(_IS_P2P, raw)))
+        done = list(map(bool, map(_RETIRED, raw))) if gloo else list(map("completed".__eq__, map(_STATE, raw)))
+        fp_raw = list(map(_FP, raw))
+        fp_bytes = list(map(marshal.dumps, fp_raw, [2] * len(fp_raw)))
+        done_at = [t for t in map(_DONE_AT, raw) if t]
+    except (KeyError, TypeError, IndexError, ValueError):
+        return None
+    if not (_all_of(names, str) and _all_of(seq, int) and _all_of(created, int)):
+        return None
+    local: dict[bytes, int] = {}
+    local_ids = list(map(local.setdefault, fp_bytes, count()))
+    fingerprints: dict[int, tuple] = {}
+    to_global: dict[int, int] = {}
+    for encoded, lid in local.items():
+        comparable = comparable_fingerprint(marshal.loads(encoded))
+        gid = _fingerprint_id(comparable)
+        fingerprints[gid] = comparable
+        to_global[lid] = gid
+    global_ids = list(map(to_global.__getitem__, local_ids))
+
+    try:
+        return _split(raw, names, seq, created, is_p2p, done, global_ids, fingerprints, done_at)
+    except (KeyError, TypeError, IndexError, ValueError):
+        return None
+
+
+def _split(
+    raw: list[dict[str, Any]], names: list[str], seq: list[int], created: list[int], is_p2p: list[bool],
+    done: list[bool], global_ids: list[int], fingerprints: dict[int, tuple], done_at: list[int],
+) -> Summary:
+    histories: dict[str, GroupHistory] = {}
+    tail: set[int] = set()
+    positions = range(len(raw))
+    collective = [not p for p in is_p2p]
+    for name in dict.fromkeys(names):
+        in_group = list(map(name.__eq__, names))
+        mine = list(compress(positions, in_group))
+        tail.update(mine[-TAIL_PER_GROUP:])
+        first = raw[mine[0]]
+        keep = list(map(and_, in_group, collective))
+        pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col, keep))  # noqa: E731
+        histories[name] = GroupHistory(
+            name=name,
+            desc=str(_DESC(first["process_group"])),
+            local_id=int(_PG_ID(first)),
+            seq=array("q", pick(seq)),
+            completed=bytes(pick(done)),
+            created_ns=array("q", pick(created)),
+            fingerprint=array("q", pick(global_ids)),
+            p2p_count=len(mine) - sum(keep),
+        )
+    pending = list(compress(positions, map(not_, done)))
+    tail.update(pending[-_MAX_TAIL_IN_FLIGHT:])
+    latest = max(max(created, default=0), max(done_at, default=0))
+    return Summary(histories=histories, tail_index=sorted(tail), fingerprints=fingerprints, latest_ns=latest)
+
