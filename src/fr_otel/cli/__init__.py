@@ -12,13 +12,13 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import analyze, demo, export
+from . import analyze, demo, export, watch
 from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
 
 # Order is the order of `fr-otel --help`.
-COMMANDS = (analyze, export, demo)
+COMMANDS = (analyze, export, demo, watch)
 
 
 def _parser() -> argparse.ArgumentParser:
