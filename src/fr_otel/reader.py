@@ -10,6 +10,7 @@ read on all cores.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -156,9 +157,17 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
 
 def _parse_batch(batch: list[tuple[int, str]], full: bool = False) -> list[_Parsed]:
     out: list[_Parsed] = []
-    for rank, path in batch:
-        problems: list[str] = []
-        out.append((read_dump_file(path, rank, problems, full=full), problems))
+    # Unpickling allocates millions of short-lived containers and no cycles; the cyclic
+    # GC would re-scan the growing heap over and over for nothing.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for rank, path in batch:
+            problems: list[str] = []
+            out.append((read_dump_file(path, rank, problems, full=full), problems))
+    finally:
+        if was_enabled:
+            gc.enable()
     return out
 
 
