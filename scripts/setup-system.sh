@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # System packages the test suite drives for real: Prometheus + promtool (Debian's
-# prometheus) and headless Chromium. Installed only when missing; needs root (CI is).
+# prometheus), amtool (prometheus-alertmanager) and headless Chromium. Installed only when missing; needs root (CI is).
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "fr-otel setup: installing ${need[*]} (Debian packages)" >&2
@@ -11,5 +12,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
-# Debian starts a prometheus service on install; tests start their own on free ports.
-if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
+# Debian starts services on install; tests start their own on free ports.
+for svc in prometheus prometheus-alertmanager; do
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
+  if command -v service >/dev/null 2>&1; then service "$svc" stop >/dev/null 2>&1 || true; fi
+done
