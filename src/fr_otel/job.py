@@ -15,7 +15,7 @@ from itertools import compress
 from operator import not_
 from typing import Iterable
 
-from .dump import Entry, Progress, RankDump
+from .dump import Entry, GroupHistory, Progress, RankDump
 from .ranks import compress_ranks
 from .reader import ReadResult
 
@@ -111,20 +111,25 @@ class Job:
         seqs = h.seq if h is not None else ()
         local_id = pg.local_ids.get(rank)
         status = dump.pg_status.get(local_id) if local_id is not None else None
+        from_entries = _progress_from_entries(h) if h is not None and seqs else None
         if status is not None and not pg.has_p2p:
-            if seqs and max(seqs) > status.enqueued:
-                return status._replace(enqueued=max(seqs))
-            return status
-        if not seqs:
-            return None
-        assert h is not None
-        enqueued = max(seqs)
-        done = list(compress(seqs, h.completed))
-        pending = list(compress(seqs, map(not_, h.completed)))
-        completed = max(done) if done else min(pending) - 1
-        if pending and done and min(pending) <= max(done):
-            completed = min(pending) - 1  # an older op still pending bounds real progress
-        return Progress(enqueued=enqueued, started=-1, completed=completed)
+            if from_entries is None:
+                return status
+            # Gloo sets last_completed from a worker thread after wait() returned, so it can
+            # lag (even go backwards); the retired entries are the better witness then.
+            return status._replace(
+                enqueued=max(status.enqueued, from_entries.enqueued),
+                completed=max(status.completed, from_entries.completed),
+            )
+        return from_entries
+
+
+def _progress_from_entries(h: GroupHistory) -> Progress:
+    """Progress as the entries show it: completed up to just before the oldest pending one."""
+    seqs = h.seq
+    pending = list(compress(seqs, map(not_, h.completed)))
+    completed = min(pending) - 1 if pending else max(seqs)
+    return Progress(enqueued=max(seqs), started=-1, completed=completed)
 
 
 def _creation_key(name: str) -> int | None:

@@ -12,13 +12,13 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import analyze, demo, export, watch
+from . import analyze, demo, export, report, watch
 from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
 
 # Order is the order of `fr-otel --help`.
-COMMANDS = (analyze, export, demo, watch)
+COMMANDS = (analyze, export, report, demo, watch)
 
 
 def _parser() -> argparse.ArgumentParser:
