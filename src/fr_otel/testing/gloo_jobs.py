@@ -17,13 +17,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCENARIOS", "make_dumps", "main"]
+__all__ = ["SCENARIOS", "main", "make_dumps"]
 
 SCENARIOS: tuple[str, ...] = (
     "skip_allreduce",
@@ -138,40 +140,41 @@ def _plan(scenario: str, world_size: int) -> dict[str, Any]:
     ws = world_size
     if scenario == "skip_allreduce":
         c = min(2, ws - 1)
-        return dict(misbehaving_rank=c, group="world", step=6,
-                    description=f"5 world all_reduces; rank {c} skips the 6th (sleeps), "
-                                "the others block in it")
+        return {"misbehaving_rank": c, "group": "world", "step": 6,
+                "description": f"5 world all_reduces; rank {c} skips the 6th (sleeps), "
+                               "the others block in it"}
     if scenario == "subgroup_stall":
         a, b = list(range(ws // 2)), list(range(ws // 2, ws))
-        return dict(misbehaving_rank=b[-1], group="B", step=4, subgroups={"A": a, "B": b},
-                    description=f"3 world + 3 own-subgroup all_reduces; rank {b[-1]} stalls "
-                                f"before its 4th all_reduce on B={b}; B's other ranks block in "
-                                f"it; A={a} completes its 4th all_reduce, then blocks in the "
-                                "4th world all_reduce")
+        return {"misbehaving_rank": b[-1], "group": "B", "step": 4,
+                "subgroups": {"A": a, "B": b},
+                "description": f"3 world + 3 own-subgroup all_reduces; rank {b[-1]} stalls "
+                               f"before its 4th all_reduce on B={b}; B's other ranks block in "
+                               f"it; A={a} completes its 4th all_reduce, then blocks in the "
+                               "4th world all_reduce"}
     if scenario == "op_mismatch":
         c = min(1, ws - 1)
-        return dict(misbehaving_rank=c, group="world", step=4,
-                    description=f"3 world all_reduces; at the 4th, rank {c} calls broadcast "
-                                "(src 0) where the others call all_reduce")
+        return {"misbehaving_rank": c, "group": "world", "step": 4,
+                "description": f"3 world all_reduces; at the 4th, rank {c} calls broadcast "
+                               "(src 0) where the others call all_reduce"}
     if scenario == "shape_mismatch":
         c = min(3, ws - 1)
-        return dict(misbehaving_rank=c, group="world", step=4,
-                    description=f"3 world all_reduces of (4, 4); at the 4th rank {c} passes "
-                                "(2, 8) (same numel) where the others pass (4, 4)")
+        return {"misbehaving_rank": c, "group": "world", "step": 4,
+                "description": f"3 world all_reduces of (4, 4); at the 4th rank {c} passes "
+                               "(2, 8) (same numel) where the others pass (4, 4)"}
     if scenario == "straggler":
         c = min(1, ws - 1)
-        return dict(misbehaving_rank=c, group="world", step=None,
-                    description=f"12 world all_reduces; rank {c} sleeps "
-                                f"{_STRAGGLER_DELAY_S} s before each; no hang")
-    return dict(misbehaving_rank=None, group="world", step=None,
-                description="12 world all_reduces, all completed")
+        return {"misbehaving_rank": c, "group": "world", "step": None,
+                "description": f"12 world all_reduces; rank {c} sleeps "
+                               f"{_STRAGGLER_DELAY_S} s before each; no hang"}
+    return {"misbehaving_rank": None, "group": "world", "step": None,
+            "description": "12 world all_reduces, all completed"}
 
 
 # --------------------------------------------------------------------------- coordinator
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: run one scenario's ranks as spawned processes and collect their dumps."""
+    """CLI: run one scenario's ranks as child processes and collect their dumps."""
     ap = argparse.ArgumentParser(prog="python -m fr_otel.testing.gloo_jobs", description=__doc__)
     ap.add_argument("--scenario", required=True, choices=SCENARIOS)
     ap.add_argument("--out", required=True, type=Path)
@@ -187,20 +190,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _coordinate(scenario: str, out: Path, ws: int, buffer_size: int, timeout_s: float) -> int:
-    # Stdlib spawn keeps torch out of the coordinator: only the ranks import it.
+    """Run the ranks; the coordinator itself never imports torch (stdlib multiprocessing)."""
+    t0 = time.monotonic()
+    out = out.resolve()
+    for sub in ("pickle", "json"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    for stale in [out / "scenario.json", *(out / "pickle").glob("rank_*"),
+                  *(out / "json").glob("rank_*.json")]:
+        stale.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fr-otel-gloo-") as status_dir:
+        return _run_ranks(scenario, out, Path(status_dir), ws, buffer_size, t0 + timeout_s, t0)
+
+
+def _run_ranks(scenario: str, out: Path, status_dir: Path, ws: int, buffer_size: int,
+               deadline: float, t0: float) -> int:
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
-    from fr_otel.testing import gloo_jobs as named  # picklable by name even under `-m`
+    # Re-imported by its real name so the rank target pickles by name even under `-m`.
+    from fr_otel.testing import gloo_jobs as named  # noqa: PLW0406
 
-    t0 = time.monotonic()
-    out = out.resolve()
-    status_dir = out / ".ranks"
-    for sub in ("pickle", "json", ".ranks"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    for stale in [out / "scenario.json", *status_dir.glob("*"),
-                  *(out / "pickle").glob("rank_*"), *(out / "json").glob("rank_*.json")]:
-        stale.unlink(missing_ok=True)
     # The recorder reads its size when torch initialises: set it before any rank starts.
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(buffer_size)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -210,40 +219,50 @@ def _coordinate(scenario: str, out: Path, ws: int, buffer_size: int, timeout_s: 
     if lo and "GLOO_SOCKET_IFNAME" not in os.environ:
         os.environ["GLOO_SOCKET_IFNAME"] = lo  # loopback only, whatever the hostname resolves to
 
-    ctx = mp.get_context(os.environ.get("_GJ_CTX", "spawn"))
-    if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(["torch.distributed"])
+    # A forkserver imports torch once and forks every rank from that clean, single-threaded
+    # process: as safe as spawn, but not one torch import per rank (~3 s on 2 busy cores).
+    # torch._inductor too: the first dump with stack traces imports it (~800 modules, 1.5 s).
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch.distributed", "torch._inductor"])
+    else:
+        ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(ws)
     procs = [
-        ctx.Process(target=named._rank_main, args=(r, ws, scenario, str(out), barrier),
+        ctx.Process(target=named._rank_main,
+                    args=(r, ws, scenario, str(out), str(status_dir), barrier),
                     name=f"gloo-rank-{r}", daemon=True)
         for r in range(ws)
     ]
-    for p in procs:
-        p.start()
-    failed = _join_all(procs, wait, deadline=t0 + timeout_s)
+    try:
+        for p in procs:
+            p.start()
+        failed = _join_all(procs, wait, deadline=deadline)
+    finally:
+        _stop_forkserver(ctx)
     if failed:
         print(f"gloo_jobs: {scenario}: {failed}", file=sys.stderr)
         return 1
 
-    ranks = {}
-    for r in range(ws):
-        f = status_dir / f"rank_{r}.json"
-        ranks[str(r)] = json.loads(f.read_text()) if f.is_file() else None
-        f.unlink(missing_ok=True)
-    status_dir.rmdir()
+    reports = [status_dir / f"rank_{r}.json" for r in range(ws)]
+    infos = [json.loads(f.read_text()) if f.is_file() else {} for f in reports]
     groups: dict[str, Any] = {}
-    for info in ranks.values():
-        groups.update((info or {}).get("groups", {}))
+    for info in infos:
+        groups.update(info.get("groups", {}))
+    ranks = {str(r): {"outcome": info.get("outcome"), "groups": sorted(info.get("groups", {}))}
+             for r, info in enumerate(infos)}
+    plan = _plan(scenario, ws)
     meta = {
         "scenario": scenario,
         "world_size": ws,
         "backend": "gloo",
         "buffer_size": buffer_size,
-        **_plan(scenario, ws),
+        **plan,
+        # gloo's pg_config is empty in torch 2.13: the real names and members, as the ranks saw them
+        "group_name": next((n for n, g in groups.items() if g["label"] == plan["group"]), None),
         "groups": groups,
         "ranks": ranks,
-        "torch_version": next((i["torch_version"] for i in ranks.values() if i), None),
+        "torch_version": next((i["torch_version"] for i in infos if i), None),
         "wall_s": round(time.monotonic() - t0, 2),
     }
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -277,6 +296,24 @@ def _terminate(procs: list[Any]) -> None:
         p.join(5)
 
 
+def _stop_forkserver(ctx: Any) -> None:
+    """Kill the forkserver now: its normal shutdown with torch loaded takes seconds under load,
+    and the caller's pipes stay open until it is gone."""
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    try:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        if server is not None and hasattr(server, "_stop"):
+            server._stop()  # reaps it and removes its socket
+    except (OSError, ChildProcessError):
+        pass
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -297,8 +334,8 @@ def _loopback_ifname() -> str | None:
 class _Rank:
     """One rank's dump machinery: dump exactly once (timer or main thread), then exit."""
 
-    def __init__(self, rank: int, ws: int, out: Path, barrier: Any) -> None:
-        self.rank, self.ws, self.out, self.barrier = rank, ws, out, barrier
+    def __init__(self, rank: int, out: Path, status_dir: Path, barrier: Any) -> None:
+        self.rank, self.out, self.status_dir, self.barrier = rank, out, status_dir, barrier
         self.outcome = "not reached"
         self.groups: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -322,23 +359,28 @@ class _Rank:
         change what their dumps show.
         """
         self._lock.acquire()  # a second caller blocks here until os._exit ends the process
-        if settle:
-            _settle(entries=True)
-        pkl, js = _pull_recorder()
-        (self.out / "pickle" / f"rank_{self.rank}").write_bytes(pkl)
-        (self.out / "json" / f"rank_{self.rank}.json").write_bytes(js)
-        import torch
-
-        status = {"outcome": self.outcome, "groups": self.groups,
-                  "torch_version": torch.__version__, "pid": os.getpid()}
-        (self.out / ".ranks" / f"rank_{self.rank}.json").write_text(json.dumps(status))
-        sys.stdout.flush()
-        sys.stderr.flush()
+        code = 1
         try:
+            if settle:
+                _settle(entries=True)
+            pkl, js = _pull_recorder()
+            (self.out / "pickle" / f"rank_{self.rank}").write_bytes(pkl)
+            (self.out / "json" / f"rank_{self.rank}.json").write_bytes(js)
+            import torch
+
+            status = {"outcome": self.outcome, "groups": self.groups,
+                      "torch_version": torch.__version__}
+            (self.status_dir / f"rank_{self.rank}.json").write_text(json.dumps(status))
+            code = 0
             self.barrier.wait(_BARRIER_TIMEOUT_S)
-        except Exception:  # a peer died: our dump is written, the coordinator reports it
-            pass
-        os._exit(0)
+        except threading.BrokenBarrierError:
+            pass  # a peer died: our dump is written, the coordinator reports the peer
+        except BaseException:  # noqa: BLE001 - any failure: report it and exit, never hang
+            traceback.print_exc()  # fail fast: the stuck main thread would never exit
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
 
 
 def _settle(*, entries: bool = False, timeout_s: float = _SETTLE_TIMEOUT_S) -> bool:
@@ -350,9 +392,7 @@ def _settle(*, entries: bool = False, timeout_s: float = _SETTLE_TIMEOUT_S) -> b
     ``last_completed`` behind for good (seen under CPU load). Settling after each collective
     keeps the dumps showing exactly the situation the scenario describes.
     """
-    import torch._C._distributed_c10d as c10d
-
-    dump_json = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json")
+    dump_json = _c10d("_dump_fr_trace_json", "_dump_nccl_trace_json")
     deadline = time.monotonic() + timeout_s
     while True:
         status = json.loads(dump_json(includeCollectives=entries, onlyActive=False))
@@ -366,19 +406,29 @@ def _settle(*, entries: bool = False, timeout_s: float = _SETTLE_TIMEOUT_S) -> b
         time.sleep(0.002)
 
 
-def _pull_recorder() -> tuple[bytes, bytes]:
-    """Both dump flavours; detect the entry points, since their names move between releases."""
+def _c10d(*names: str) -> Callable[..., Any]:
+    """The first of ``names`` this torch has: the dump entry points move between releases."""
     import torch._C._distributed_c10d as c10d
 
-    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace")
-    dump_json = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json")
+    for name in names:
+        fn = getattr(c10d, name, None)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
+    raise RuntimeError(f"this torch has none of {names}")
+
+
+def _pull_recorder() -> tuple[bytes, bytes]:
+    """Both dump flavours, exactly as torch returns them."""
+    dump = _c10d("_dump_fr_trace", "_dump_nccl_trace")
+    dump_json = _c10d("_dump_fr_trace_json", "_dump_nccl_trace_json")
     pkl = dump(includeCollectives=True, includeStackTraces=True, onlyActive=False)
     js = dump_json(includeCollectives=True, onlyActive=False)
     return bytes(pkl), bytes(js)
 
 
-def _rank_main(rank: int, ws: int, scenario: str, out: str, barrier: Any) -> None:
-    """Entry point of a spawned rank (module level so spawn can pickle it by name)."""
+def _rank_main(rank: int, ws: int, scenario: str, out: str, status_dir: str,
+               barrier: Any) -> None:
+    """Entry point of one rank (module level so multiprocessing can pickle it by name)."""
     from datetime import timedelta
 
     import torch
@@ -387,7 +437,7 @@ def _rank_main(rank: int, ws: int, scenario: str, out: str, barrier: Any) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=ws,
                             timeout=timedelta(seconds=_GLOO_TIMEOUT_S))
-    me = _Rank(rank, ws, Path(out), barrier)
+    me = _Rank(rank, Path(out), Path(status_dir), barrier)
     world = dist.group.WORLD
     me.groups[_group_name(world)] = {"desc": _group_desc(world), "ranks": list(range(ws)),
                                      "label": "world"}
@@ -416,7 +466,7 @@ def _rank_main(rank: int, ws: int, scenario: str, out: str, barrier: Any) -> Non
         try:
             call()
             me.outcome += "; it completed before the dump"
-        except Exception as e:  # gloo may fail a mismatched collective instead of hanging
+        except Exception as e:  # noqa: BLE001 - gloo may fail a mismatched op, not hang
             me.outcome += f"; it raised {type(e).__name__}: {_first_line(e)}"
         time.sleep(_STALL_S)
 
@@ -450,7 +500,8 @@ def _rank_main(rank: int, ws: int, scenario: str, out: str, barrier: Any) -> Non
         if rank == culprit:
             stall(f"stalled before its 4th all_reduce on {my_label} (sleeping)")
         if my_label == "B":
-            blocked_in("blocked in the 4th all_reduce on B", lambda: dist.all_reduce(x(), group=mine))
+            blocked_in("blocked in the 4th all_reduce on B",
+                       lambda: dist.all_reduce(x(), group=mine))
         done(lambda: dist.all_reduce(x(), group=mine))
         blocked_in("completed the 4th all_reduce on A; blocked in the 4th world all_reduce",
                    lambda: dist.all_reduce(x()))
@@ -472,7 +523,7 @@ def _rank_main(rank: int, ws: int, scenario: str, out: str, barrier: Any) -> Non
         try:
             dist.all_reduce(torch.ones(shape))
             me.outcome += "; completed"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - recorded; the fallback timer dumps
             me.outcome += f"; raised {type(e).__name__}: {_first_line(e)}"
             time.sleep(_STALL_S)
         me.dump_and_exit(settle=True)

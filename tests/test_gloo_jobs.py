@@ -1,0 +1,50 @@
+"""The real-hang dump factory: one quick gloo job, checked against what the recorder holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fr_otel.testing.gloo_jobs import SCENARIOS, make_dumps
+
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="needs the torch extra"
+)
+
+
+def test_import_does_not_load_torch() -> None:
+    """Callers (and the torch-free analyser) may import the factory without paying for torch."""
+    code = "import sys, fr_otel.testing.gloo_jobs; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=60).returncode == 0
+
+
+@pytest.mark.gloo
+@needs_torch
+def test_skip_allreduce_dumps_every_rank(tmp_path: Path) -> None:
+    """Rank 2 skips world all_reduce #6: it enqueued 5, the others enqueued 6 and completed 5."""
+    out = make_dumps("skip_allreduce", tmp_path, timeout_s=120)
+    assert out == tmp_path and "skip_allreduce" in SCENARIOS
+    for r in range(4):
+        assert (out / "pickle" / f"rank_{r}").is_file()
+        assert (out / "json" / f"rank_{r}.json").is_file()
+
+    dumps = {r: pickle.loads((out / "pickle" / f"rank_{r}").read_bytes()) for r in range(4)}
+    status = {r: d["pg_status"]["0"] for r, d in dumps.items()}
+    for r in range(4):
+        enqueued = 5 if r == 2 else 6
+        assert status[r]["last_enqueued_collective"] == enqueued
+        assert status[r]["last_completed_collective"] == 5  # nobody finished #6
+        last = dumps[r]["entries"][-1]
+        assert (last["collective_seq_id"], last["retired"]) == (enqueued, r == 2)
+        assert last["profiling_name"] == "gloo:all_reduce"
+
+    as_json = json.loads((out / "json" / "rank_0.json").read_text())
+    assert as_json["pg_status"]["0"]["last_enqueued_collective"] == "6"  # JSON: strings
+    meta = json.loads((out / "scenario.json").read_text())
+    assert (meta["misbehaving_rank"], meta["group_name"], meta["step"]) == (2, "0", 6)
