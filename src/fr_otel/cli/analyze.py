@@ -7,13 +7,15 @@ import sys
 
 from ..analysis import analyze
 from ..text_report import render_verdict
-from ._common import EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json
+from .report import add_html_arg, write_html
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("analyze", help="name the culprit ranks of a hang, with evidence")
     add_input_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object (the public schema)")
+    add_html_arg(parser)
     parser.set_defaults(func=run)
 
 
@@ -26,4 +28,6 @@ def run(args: argparse.Namespace) -> int:
         print_json(verdict.to_dict())
     else:
         sys.stdout.write(render_verdict(verdict))
+    if args.html and not write_html(args.html, job, verdict):
+        return EXIT_FAILED
     return EXIT_OK

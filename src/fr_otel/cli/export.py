@@ -13,9 +13,10 @@ from ..otlp_export import replay
 from ..spans import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, IncidentTrace, TraceOptions, build_trace
 from ..text_report import render_verdict
 from ._common import (
-    EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, analysis_options, error,
+    EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, analysis_options, error,
     export_config, load_job, print_json,
 )
+from .report import add_html_arg, write_html
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_export_args(parser)
     add_trace_args(parser)
     parser.add_argument("--json", action="store_true", help="print verdict, trace id and export outcome as JSON")
+    add_html_arg(parser)
     parser.set_defaults(func=run)
     replay_p = sub.add_parser("replay", help="send OTLP JSON Lines files (embedded output or spool) to an endpoint")
     replay_p.add_argument("files", nargs="+", metavar="FILE")
@@ -67,6 +69,12 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
     else:
         sys.stdout.write(render_verdict(verdict) + "\n")
     line = describe_outcome(outcome, trace)
+    if getattr(args, "html", None):
+        where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
+        if not write_html(args.html, job, verdict, trace_id=trace.trace_id_hex, destination=where,
+                          export_status=outcome.status) and outcome.ok:
+            print(line, file=sys.stderr)
+            return EXIT_FAILED
     if outcome.ok:
         print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
         return EXIT_OK

@@ -1,0 +1,72 @@
+"""``fr-otel report PATH -o incident.html``: the incident as one self-contained HTML page.
+
+Also home of ``--html FILE`` for ``analyze`` and ``export`` (:func:`add_html_arg`,
+:func:`write_html`): the same page, written beside their usual output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..analysis import Verdict, analyze
+from ..html_report import render, write_report
+from ..job import Job
+from ..ranks import compress_ranks
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNUSABLE,
+    add_input_args,
+    analysis_options,
+    error,
+    load_job,
+)
+
+DEFAULT_OUTPUT = "incident.html"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "report", help="write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"
+    )
+    add_input_args(parser)
+    parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
+                        help="where the page goes; '-' for stdout (default: %(default)s)")
+    parser.set_defaults(func=run)
+
+
+def add_html_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write the incident as a self-contained HTML page to FILE (see fr-otel report)")
+
+
+def write_html(
+    path: str, job: Job, verdict: Verdict, *, trace_id: str | None = None, destination: str | None = None,
+    export_status: str | None = None,
+) -> bool:
+    """Render and write the page; one line on stderr says where (or why not)."""
+    document = render(job, verdict, trace_id=trace_id, destination=destination, export_status=export_status)
+    try:
+        size = write_report(path, document)
+    except OSError as exc:
+        error(f"cannot write the HTML report {path}: {exc.strerror or exc}")
+        return False
+    print(f"fr-otel: HTML report written to {os.path.abspath(path)} ({size / 1024:.0f} KiB)", file=sys.stderr)
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.paths, args.prefix, args.workers)
+    if job is None:
+        return EXIT_UNUSABLE
+    verdict = analyze(job, analysis_options(args))
+    if args.output == "-":
+        sys.stdout.write(render(job, verdict))
+        return EXIT_OK
+    if not write_html(args.output, job, verdict):
+        return EXIT_FAILED
+    who = f" — culprit rank(s) {compress_ranks(c.rank for c in verdict.culprits)}" if verdict.culprits else ""
+    print(f"{verdict.verdict.upper()}{who}\nopen it: {os.path.abspath(args.output)}")
+    return EXIT_OK

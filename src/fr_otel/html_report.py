@@ -1,0 +1,852 @@
+"""The incident as one self-contained HTML page: verdict, timeline, groups, stacks, problems.
+
+``render(job, verdict)`` returns a complete document: CSS, SVG and a little JavaScript are
+inline, nothing is fetched (a Content-Security-Policy forbids it), no font is loaded, and
+every piece of information is in the HTML itself (JavaScript only adds highlighting and
+click details; print CSS lays it out on paper). Everything taken from dumps (file names,
+group descs, stack frames, ops) is HTML-escaped. Pure: same input, same bytes; no clock,
+no file system, no torch.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import hashlib
+import os
+from collections.abc import Iterable
+
+from . import __version__
+from ._timeline import (
+    Facts,
+    esc,
+    fmt_duration,
+    fmt_rel,
+    history_at,
+    render_timeline,
+    tail_entry,
+)
+from .analysis import Culprit, GroupState, Verdict
+from .dump import Entry, Frame, Progress
+from .job import Job
+from .ranks import compress_ranks
+
+__all__ = ["render", "write_report"]
+
+MAX_CULPRIT_CARDS = 12
+MAX_GROUP_BLOCKS = 8
+PER_RANK_ROWS_UP_TO = 32  # bigger groups get one row per state (ranks folded)
+MAX_STATE_ROWS = 40
+MAX_STACKS = 8
+MAX_FRAMES = 40
+MAX_PROBLEMS = 300
+MAX_COMPACT_GROUPS = 400
+
+_HEADLINES = {
+    "hang": "Hang",
+    "desync": "Desync",
+    "straggler": "Straggler",
+    "healthy": "Healthy",
+    "inconclusive": "Inconclusive",
+}
+_VERDICT_MEANING = {
+    "hang": "ranks are blocked in a collective that some rank never finishes",
+    "desync": "ranks disagree on a collective (different op, sizes or dtypes at the same sequence number)",
+    "straggler": "no collective is stuck, but a rank is consistently late",
+    "healthy": "no collective stuck, no mismatch, no straggler in the recorded window",
+    "inconclusive": "the dumps do not single out a rank",
+}
+_KIND_TEXT = {
+    "not_enqueued": "never enqueued",
+    "not_completed": "did not complete",
+    "mismatch": "mismatch",
+    "missing_dump": "no dump",
+    "straggler": "straggler",
+}
+
+
+def render(
+    job: Job,
+    verdict: Verdict,
+    *,
+    trace_id: str | None = None,
+    destination: str | None = None,
+    export_status: str | None = None,
+) -> str:
+    """The report as one HTML document (a ``str``; write it as UTF-8).
+
+    ``trace_id`` (32 hex digits) and ``destination`` (the OTLP endpoint or the JSON Lines
+    file the trace went to) come from ``fr-otel export``; ``export_status`` is its outcome
+    (``sent``, ``file``, ``spooled``, ``failed``, ``disabled``), inferred when omitted.
+    """
+    f = Facts.of(job, verdict)
+    culprit_text = _culprit_ranks_text(verdict)
+    title = f"fr-otel: {_HEADLINES.get(verdict.verdict, verdict.verdict).upper()}" + (
+        f" — {culprit_text}" if culprit_text else "")
+    body = [
+        _header(f, culprit_text),
+        '<main>',
+        _verdict_section(f),
+        _timeline_section(f),
+        _groups_section(f),
+        _stacks_section(f),
+        _notes_section(f),
+        _trace_section(trace_id, destination, export_status),
+        '</main>',
+        _footer(f),
+    ]
+    script = _SCRIPT
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = (f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; "
+           "base-uri 'none'; form-action 'none'")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="color-scheme" content="light">'
+        f'<meta name="generator" content="fr-otel {esc(__version__)}">'
+        f"<title>{esc(title, 200)}</title><style>{_CSS}</style></head>\n"
+        f'<body class="v-{esc(verdict.verdict)}">\n' + "\n".join(p for p in body if p) +
+        f"\n<script>{script}</script>\n</body></html>\n"
+    )
+
+
+def write_report(path: str | os.PathLike[str], document: str) -> int:
+    """Write ``document`` atomically (temp file + rename) as UTF-8; returns its size in bytes."""
+    data = document.encode("utf-8", "replace")
+    target = os.fspath(path)
+    tmp = f"{target}.part{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return len(data)
+
+
+# --------------------------------------------------------------------------- header and verdict
+
+
+def _culprit_ranks_text(v: Verdict) -> str:
+    if not v.culprits:
+        return ""
+    ranks = [c.rank for c in v.culprits]
+    return f"culprit rank{'s' if len(ranks) > 1 else ''} {compress_ranks(ranks, limit=16)}"
+
+
+def _when(ns: int | None) -> str:
+    if not ns:
+        return "unknown"
+    t = _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d} UTC"
+
+
+def _header(f: Facts, culprit_text: str) -> str:
+    v = f.verdict
+    loaded = f"{v.ranks_loaded} of {v.world_size}" if v.world_size else str(v.ranks_loaded)
+    backend = "/".join(v.backends) or "unknown backend"
+    source = {"dump_files": "dump file times", "latest_activity": "newest recorded activity"}.get(v.reference_source, "")
+    stuck = [g for g in v.groups if g.in_flight is not None]
+    facts = [
+        ("Ranks loaded", f"{loaded} ({backend})"),
+        ("Process groups", f"{len(v.groups)}" + (f", {len(stuck)} with a collective in flight" if stuck else "")),
+        ("Reference time", f"{_when(v.reference_ns)}" + (f" ({source})" if source else "")),
+    ]
+    if v.missing_ranks:
+        facts.append(("No dump from", compress_ranks(v.missing_ranks)))
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("verdict", "Verdict"), ("timeline", "Timeline"), ("groups", "Groups"), ("stacks", "Stacks"),
+        ("notes", "Notes &amp; problems"), ("trace", "Trace")))
+    headline = esc(_HEADLINES.get(v.verdict, v.verdict).upper())
+    who = f'<span class="sep"> — </span><span class="who">{esc(culprit_text)}</span>' if culprit_text else ""
+    return (
+        '<header class="top"><div class="wrap">'
+        '<div class="brand">fr-otel · incident report</div>'
+        f'<h1><span class="verdict-word">{headline}</span>{who}</h1>'
+        f'<p class="meaning">{esc(_VERDICT_MEANING.get(v.verdict, ""))}</p>'
+        '<dl class="facts">' + "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(val)}</dd></div>" for k, val in facts) +
+        f'</dl><nav aria-label="sections">{nav}</nav></div></header>'
+    )
+
+
+def _verdict_section(f: Facts) -> str:
+    v = f.verdict
+    out = ['<section id="verdict"><h2>Verdict</h2>']
+    if not v.culprits:
+        out.append(f'<div class="card noculprit"><p>No culprit rank: {esc(_VERDICT_MEANING.get(v.verdict, ""))}.</p>')
+        out.append(f'<p class="next"><b>Next step</b> {_general_next_step(f)}</p></div>')
+    for c in v.culprits[:MAX_CULPRIT_CARDS]:
+        out.append(_culprit_card(f, c))
+    rest = v.culprits[MAX_CULPRIT_CARDS:]
+    if rest:
+        out.append(f'<h3>{len(rest)} more culprits</h3><table class="grid"><thead><tr><th>Rank</th><th>Kind</th>'
+                   '<th>Group</th><th>Seq</th><th>Waited on by</th><th>Evidence</th></tr></thead><tbody>')
+        for c in rest:
+            out.append(
+                f'<tr class="culprit"><td>rank {c.rank}</td><td>{_badge(c.kind)}</td>'
+                f'<td>{esc(f.group_label(c.group_name), 120)}</td><td>{_seq(c.collective_seq_id)}</td>'
+                f'<td>{esc(compress_ranks(c.waiting_ranks)) or "—"}</td><td class="ev">{esc(c.evidence, 400)}</td></tr>')
+        out.append("</tbody></table>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _badge(kind: str) -> str:
+    return f'<span class="badge k-{esc(kind)}">{esc(_KIND_TEXT.get(kind, kind))}</span>'
+
+
+def _seq(seq: int | None) -> str:
+    return f"#{seq}" if seq is not None else "—"
+
+
+def _culprit_card(f: Facts, c: Culprit) -> str:
+    label = f.group_label(c.group_name)
+    facts = [
+        ("Group", f"{esc(label, 160)} <span class=\"dim\">({len(f.job.groups[c.group_name].ranks)} ranks)</span>"
+         if c.group_name in f.job.groups else esc(label, 160)),
+        ("Collective", f"<code>{esc(c.op or '—', 120)}</code>"),
+        ("Sequence number", _seq(c.collective_seq_id)),
+    ]
+    if c.waiting_ranks:
+        who = "Its peers (called differently)" if c.kind == "mismatch" else "Waited on by"
+        facts.append((who, esc(compress_ranks(c.waiting_ranks, limit=16))))
+    if c.last_frame is not None:
+        facts.append(("Last call site", _frame_html(c.last_frame)))
+    parts = [
+        (f'<article class="card culprit k-{esc(c.kind)}"><header><span class="rank">rank {c.rank}</span>'
+         f'{_badge(c.kind)}</header>'),
+        '<dl class="kv">' + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>",
+        f'<p class="evidence">{esc(c.evidence, 2000)}</p>',
+        f'<p class="next"><b>Next step</b> {_next_step(f, c)}</p>',
+    ]
+    if c.related:
+        items = "".join(
+            f"<li>{_badge(e.kind)} {esc(f.group_label(e.group), 120)} {_seq(e.seq)}"
+            + (f" — waited on by {esc(compress_ranks(e.waiting))}" if e.waiting else "")
+            + f'<div class="dim">{esc(e.text, 600)}</div></li>'
+            for e in c.related[:24]
+        )
+        more = f"<li>… and {len(c.related) - 24} more</li>" if len(c.related) > 24 else ""
+        parts.append(f'<details class="related"><summary>Also seen in {len(c.related)} other group'
+                     f'{"s" if len(c.related) != 1 else ""}</summary><ul>{items}{more}</ul></details>')
+    parts.append("</article>")
+    return "".join(parts)
+
+
+def _next_step(f: Facts, c: Culprit) -> str:
+    r = c.rank
+    op = esc((c.op or "the collective").partition(":")[2] or c.op or "the collective", 80)
+    seq = _seq(c.collective_seq_id)
+    nccl = "nccl" in f.verdict.backends
+    if c.kind == "not_enqueued":
+        return (f"Rank {r} never reached {op} {seq}: its Python was somewhere else. Find out where: "
+                f"<code>py-spy dump --pid PID</code> (add <code>--native</code> for C++ frames) on rank {r}'s "
+                "process while it is still alive, its last call site below, and its log (a stuck data loader, "
+                "checkpoint or file I/O, an exception in a different code path, a held GIL, a "
+                "rank-dependent branch that skips the collective).")
+    if c.kind == "not_completed":
+        if nccl:
+            return (f"Rank {r} entered {op} {seq} but its GPU or network never finished it while its peers did. "
+                    "Check that host's GPU and NIC: <code>dmesg | grep -i xid</code> and DCGM health "
+                    "(<code>dcgmi health -c</code>) for XID / ECC errors, <code>nvidia-smi -q</code>, the NIC's link "
+                    "state and error counters (<code>ibstat</code>, <code>ethtool -S</code>), and the NCCL log "
+                    "(<code>NCCL_DEBUG=INFO</code>) around the reference time.")
+        return (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
+                "(TCP connectivity to its peers, <code>ss -tnp</code>, interface errors) and whether the process "
+                f"is starved of CPU; <code>py-spy dump --pid PID</code> shows where rank {r} is blocked.")
+    if c.kind == "mismatch":
+        return (f"Rank {r} called a different collective than its peers at {seq}. Compare the two call sites "
+                "(below, under Stacks): typically a rank-dependent branch, a conditional collective, or tensors "
+                "whose shapes or dtypes differ across ranks. Fix the code so every rank issues the same sequence "
+                "of collectives on this group.")
+    if c.kind == "missing_dump":
+        return (f"There is no dump from rank {r}. Find out whether its process was alive at dump time "
+                "(OOM killer, crash, lost node: the scheduler's and the node's logs, <code>dmesg</code>), and make "
+                "sure every rank can dump (<code>TORCH_NCCL_DUMP_ON_TIMEOUT=1</code>, a writable "
+                "<code>TORCH_FR_DUMP_TEMP_FILE</code> location).")
+    if c.kind == "straggler":
+        return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it "
+                "(<code>py-spy top --pid PID</code>, the torch profiler): data loading, CPU contention, thermal "
+                "throttling or a slower host. A constant offset can also be clock skew between hosts: compare "
+                "their clocks before blaming the rank.")
+    return "Look at this rank's process and host around the reference time."
+
+
+def _general_next_step(f: Facts) -> str:
+    v = f.verdict
+    if v.verdict == "inconclusive":
+        return ("Read the notes below. When every member entered a collective and none completed it, the fault "
+                "is inside the collective (device or network): check every host of that group "
+                "(<code>dmesg | grep -i xid</code>, DCGM health, NIC link errors, <code>NCCL_DEBUG=INFO</code> logs). "
+                "Otherwise, dump every rank again (with stack traces) while the job is stuck.")
+    if v.verdict == "healthy":
+        return ("Nothing is stuck in the recorded collectives. If the job still hangs, it hangs outside them "
+                "(point-to-point ops under gloo, a data loader, I/O): <code>py-spy dump</code> every rank.")
+    return "See the notes below."
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _timeline_section(f: Facts) -> str:
+    svg = render_timeline(f)
+    if not svg:
+        return ('<section id="timeline"><h2>Timeline</h2><p class="dim">The dumps record no times: '
+                "nothing to draw.</p></section>")
+    n = len(f.ranks)
+    intro = ("One lane per rank" if n <= 32 else
+             f"The culprits and a sample of the ranks waiting on them have their own lane; the other of the {n} "
+             "ranks are folded, by what they are doing, into summary lanes (their median rank, with counts)")
+    return (
+        '<section id="timeline"><h2>Timeline</h2>'
+        f'<p class="lead">{intro}. Each bar is a collective from enqueue to completion; an arrow means it was still '
+        "in flight at the reference time.</p>"
+        f'<div class="tl-box">{svg}</div><p id="tl-info" class="tl-info" hidden></p></section>'
+    )
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def _group_order(f: Facts) -> list[GroupState]:
+    culprit_groups = {c.group_name for c in f.verdict.culprits}
+    focus = f.focus[0] if f.focus else None
+
+    def key(g: GroupState) -> tuple[int, int, str]:
+        fl = g.in_flight
+        rank = (0 if g.group.name == focus else 1 if g.group.name in culprit_groups else
+                2 if fl is not None and fl.not_entered else 3 if fl is not None else 4)
+        return rank, (fl.since_ns or 0) if fl else 0, g.group.name
+
+    return sorted(f.verdict.groups, key=key)
+
+
+def _group_in_flight_text(f: Facts, g: GroupState) -> str:
+    fl = g.in_flight
+    if fl is None:
+        return ""
+    age = f", in flight {fmt_duration(f.ref - fl.since_ns)}" if f.ref and fl.since_ns else ""
+    missing = f"; not entered: {compress_ranks(fl.not_entered)}" if fl.not_entered else ""
+    return f"{fl.op or 'collective'} #{fl.seq} entered by {compress_ranks(fl.entered) or 'none'}{missing}{age}"
+
+
+def _rank_in_group(f: Facts, g: GroupState, r: int, p: Progress | None, max_enq: int, with_age: bool) -> str:
+    """What rank ``r`` does in group ``g``, as escaped HTML."""
+    if r not in f.job.dumps:
+        return "no dump"
+    if p is None:
+        return "no record of this group in its dump"
+    name = g.group.name
+    if p.completed < p.enqueued:
+        seq = p.completed + 1
+        d = f.job.dumps.get(r)
+        e = tail_entry(d, name, seq)
+        h = None if e is not None else history_at(d, name, seq)
+        op = esc(e.op if e is not None else h[0] if h else "collective", 80)
+        created = e.time_created_ns if e is not None else h[1] if h else None
+        age = f" for {fmt_duration(f.ref - created)}" if with_age and created and f.ref else ""
+        others_done = g.in_flight is not None and g.in_flight.seq != seq
+        verb = "stuck in" if others_done else "in"
+        return f"{verb} {op} #{seq}{age} (not completed)"
+    if p.enqueued < max_enq:
+        text = f"never enqueued #{p.enqueued + 1}"
+        elsewhere = [x for x in f.pending.get(r, []) if x.group.name != name]
+        if elsewhere:
+            x = elsewhere[0]
+            text += f"; busy in {esc(x.op, 80)} #{x.seq} on {esc(x.group.label, 120)}"
+        else:
+            text += "; nothing in flight anywhere"
+        return text
+    return "up to date, nothing in flight"
+
+
+def _group_block(f: Facts, g: GroupState) -> str:
+    known = {r: p for r, p in g.progress.items() if p is not None}
+    max_enq = max((p.enqueued for p in known.values()), default=-1)
+    max_comp = max((p.completed for p in known.values()), default=-1)
+    pg = g.group
+    culprit_here = {c.rank: c for c in f.verdict.culprits
+                    if c.group_name == pg.name or any(e.group == pg.name for e in c.related)}
+    head = (f'<h3>{esc(pg.label, 160)} <span class="dim">· {len(pg.ranks)} rank{"s" if len(pg.ranks) != 1 else ""}'
+            f' · members from {esc(pg.membership)}</span></h3>')
+    fl = _group_in_flight_text(f, g)
+    lines = [f'<div class="group-block" id="group-{esc(pg.name, 80)}">', head]
+    if fl:
+        lines.append(f'<p class="inflight"><b>In flight:</b> {esc(fl, 800)}</p>')
+    if g.note:
+        lines.append(f'<p class="dim">{esc(g.note, 600)}</p>')
+    lines.append('<table class="grid ranks"><colgroup><col class="c-rank"><col class="c-n"><col class="c-n">'
+                 '<col class="c-n"><col></colgroup><thead><tr><th>Rank</th><th class="num">Enqueued</th><th class="num">Completed'
+                 '</th><th class="num">Behind</th><th>Doing</th></tr></thead><tbody>')
+
+    def cell(val: int | None) -> str:
+        return "—" if val is None or val < 0 else f"#{val}"
+
+    def behind(p: Progress | None) -> str:
+        if p is None:
+            return "—"
+        lag = max_enq - p.enqueued
+        lag_c = max_comp - p.completed
+        text = f"{lag}" if lag else "0"
+        if lag == 0 and lag_c > 0:
+            text += f' <span class="dim">({lag_c} not completed)</span>'
+        return text
+
+    if len(pg.ranks) <= PER_RANK_ROWS_UP_TO:
+        for r in pg.ranks:
+            p = g.progress.get(r)
+            c = culprit_here.get(r)
+            cls = ' class="culprit"' if c else ""
+            badge = f" {_badge(c.kind)}" if c else ""
+            lines.append(
+                f'<tr{cls}><td>rank {r}{badge}</td><td class="num">{cell(p.enqueued if p else None)}</td>'
+                f'<td class="num">{cell(p.completed if p else None)}</td><td class="num">{behind(p)}</td>'
+                f'<td>{_rank_in_group(f, g, r, p, max_enq, True)}</td></tr>')
+    else:
+        classes: dict[tuple[int | None, int | None, str], list[int]] = {}
+        for r in pg.ranks:
+            p = g.progress.get(r)
+            if r in culprit_here:
+                c = culprit_here[r]
+                lines.append(
+                    f'<tr class="culprit"><td>rank {r} {_badge(c.kind)}</td><td class="num">'
+                    f'{cell(p.enqueued if p else None)}</td><td class="num">{cell(p.completed if p else None)}</td>'
+                    f'<td class="num">{behind(p)}</td><td>{_rank_in_group(f, g, r, p, max_enq, True)}</td></tr>')
+                continue
+            doing = _rank_in_group(f, g, r, p, max_enq, False)
+            classes.setdefault((p.enqueued if p else None, p.completed if p else None, doing), []).append(r)
+        ordered = sorted(classes.items(), key=lambda kv: -len(kv[1]))
+        for (enq, comp, doing), ranks in ordered[:MAX_STATE_ROWS]:
+            p = g.progress.get(ranks[0])
+            lines.append(
+                f'<tr><td>{len(ranks)} rank{"s" if len(ranks) != 1 else ""} <span class="dim">'
+                f'{esc(compress_ranks(ranks, limit=8))}</span></td><td class="num">{cell(enq)}</td>'
+                f'<td class="num">{cell(comp)}</td><td class="num">{behind(p)}</td><td>{doing}</td></tr>')
+        if len(ordered) > MAX_STATE_ROWS:
+            left = [r for _, rs in ordered[MAX_STATE_ROWS:] for r in rs]
+            lines.append(f'<tr><td colspan="5" class="dim">… {len(left)} more ranks in {len(ordered) - MAX_STATE_ROWS}'
+                         f' other states: {esc(compress_ranks(left))}</td></tr>')
+    lines.append("</tbody></table></div>")
+    return "".join(lines)
+
+
+def _groups_section(f: Facts) -> str:
+    groups = _group_order(f)
+    if not groups:
+        return '<section id="groups"><h2>Process groups</h2><p class="dim">No process group found.</p></section>'
+    interesting = [g for g in groups if g.in_flight is not None or any(
+        c.group_name == g.group.name for c in f.verdict.culprits)]
+    full = (interesting or groups)[:MAX_GROUP_BLOCKS]
+    shown = {g.group.name for g in full}
+    out = ['<section id="groups"><h2>Process groups</h2>',
+           ('<p class="lead">How far each member enqueued and completed; "behind" counts the collectives a rank has '
+            'not enqueued yet that a peer has. Groups where something is stuck come first.</p>')]
+    out.extend(_group_block(f, g) for g in full)
+    rest = [g for g in groups if g.group.name not in shown]
+    if rest:
+        stuck = sum(1 for g in rest if g.in_flight is not None)
+        what = f"{len(rest)} more group{'s' if len(rest) != 1 else ''}" + (f" ({stuck} with a collective in flight)"
+                                                                            if stuck else ", nothing in flight")
+        out.append(f'<details class="more-groups"{" open" if stuck else ""}><summary>{what}</summary>'
+                   '<table class="grid compact"><thead><tr><th>Group</th><th class="num">Size</th><th class="num">'
+                   'Enqueued</th><th class="num">Completed</th><th>In flight</th></tr></thead><tbody>')
+        for g in rest[:MAX_COMPACT_GROUPS]:
+            known = [p for p in g.progress.values() if p is not None]
+            enq = _range(p.enqueued for p in known)
+            comp = _range(p.completed for p in known)
+            out.append(f'<tr><td>{esc(g.group.label, 160)}</td><td class="num">{len(g.group.ranks)}</td>'
+                       f'<td class="num">{enq}</td><td class="num">{comp}</td>'
+                       f'<td>{esc(_group_in_flight_text(f, g), 600) or "—"}</td></tr>')
+        if len(rest) > MAX_COMPACT_GROUPS:
+            out.append(f'<tr><td colspan="5" class="dim">… {len(rest) - MAX_COMPACT_GROUPS} more (see '
+                       '<code>fr-otel analyze --json</code>)</td></tr>')
+        out.append("</tbody></table></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _range(values: Iterable[int]) -> str:
+    vals = list(values)
+    if not vals:
+        return "—"
+    lo, hi = min(vals), max(vals)
+    return f"#{lo}" if lo == hi else f"#{lo}–#{hi}"
+
+
+# --------------------------------------------------------------------------- stacks
+
+
+def _frame_class(fr: Frame) -> str:
+    """``torch`` (inside torch), ``lib`` (stdlib, other installed packages, generated code), ``user``."""
+    path = fr.filename.replace("\\", "/")
+    if "/torch/" in path:
+        return "torch"
+    if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path or (
+            "/lib/python3" in path):
+        return "lib"
+    return "user"
+
+
+def _short_path(path: str) -> str:
+    """Installed and standard-library files without their install prefix (the full path is
+    the frame's tooltip)."""
+    for marker in ("/site-packages/", "/dist-packages/", "/lib/python3"):
+        i = path.find(marker)
+        if i > 0:
+            return "…" + path[i:]
+    return path
+
+
+def _frame_html(fr: Frame) -> str:
+    return (f'<code class="frame" title="{esc(fr.filename, 1000)}">{esc(_short_path(fr.filename), 300)}:{fr.line}'
+            f'</code> in <code>{esc(fr.name, 160)}</code>')
+
+
+def _frames_list(frames: tuple[Frame, ...], other: tuple[Frame, ...] | None = None) -> str:
+    """Frames innermost first; the innermost user frame is the call site; with ``other``
+    (a peer's stack), frames the peer does not share are marked."""
+    shown = frames[:MAX_FRAMES]
+    theirs = {(fr.filename, fr.line) for fr in other} if other is not None else None
+    call_site = next((i for i, fr in enumerate(shown) if _frame_class(fr) == "user"), None)
+    items = []
+    for i, fr in enumerate(shown):
+        cls = [_frame_class(fr)]
+        tags = ""
+        if theirs is not None and (fr.filename, fr.line) not in theirs:
+            cls.append("differs")
+            tags += ' <span class="tag differs">differs</span>'
+        if i == call_site:
+            tags += ' <span class="tag site">call site</span>'
+        items.append(f'<li class="{" ".join(cls)}">{_frame_html(fr)}{tags}</li>')
+    more = f'<li class="dim">… {len(frames) - MAX_FRAMES} more frames</li>' if len(frames) > MAX_FRAMES else ""
+    return f'<ol class="stack">{"".join(items)}{more}</ol>'
+
+
+def _entry(f: Facts, rank: int, group: str, seq: int) -> Entry | None:
+    """The whole entry (stack included): from the tail, else from the rank's full dump."""
+    e = tail_entry(f.job.dumps.get(rank), group, seq)
+    if e is not None:
+        return e
+    found = f.job.entries_at(rank, group, seq)
+    return found[0] if found else None
+
+
+def _stack_entry(f: Facts, c: Culprit) -> tuple[Entry | None, str]:
+    """The entry whose stack explains ``c``, and what it is."""
+    if c.kind in ("mismatch", "not_completed") and c.collective_seq_id is not None:
+        e = _entry(f, c.rank, c.group_name, c.collective_seq_id)
+        if e is not None:
+            return e, f"the call of {e.profiling_name} #{e.collective_seq_id} on {f.group_label(e.pg_name)}"
+    d = f.job.dumps.get(c.rank)
+    if d is None or not d.tail:
+        return None, ""
+    e = d.tail[-1]  # the tail ends with the newest entry
+    return e, (f"its last enqueued collective, {e.profiling_name} #{e.collective_seq_id} on "
+               f"{f.group_label(e.pg_name)} ({fmt_rel(e.time_created_ns - f.ref) if f.ref else ''})")
+
+
+def _stacks_section(f: Facts) -> str:
+    v = f.verdict
+    out = ['<section id="stacks"><h2>Stacks</h2>']
+    if not v.culprits:
+        out.append('<p class="dim">No culprit, no stack to show.</p></section>')
+        return "".join(out)
+    any_frames = any(d.has_frames for d in f.job.dumps.values())
+    if not any_frames:
+        out.append('<p class="dim">These dumps hold no Python stacks (JSON dumps never do; pickled dumps do when '
+                   "the recorder captured stack traces). The evidence above still names the ranks; "
+                   "<code>py-spy dump</code> on a live culprit shows where it is.</p></section>")
+        return "".join(out)
+    out.append('<p class="lead">Innermost frame first. Your code in bold, torch and the standard library dimmed; '
+               "the call site is the innermost frame of your code.</p>")
+    for c in v.culprits[:MAX_STACKS]:
+        e, what = _stack_entry(f, c)
+        head = f'<h3>rank {c.rank} {_badge(c.kind)} <span class="dim">· {esc(what, 300)}</span></h3>'
+        if e is None or not e.frames:
+            out.append(head + '<p class="dim">No stack recorded for this rank.</p>')
+            continue
+        block = _frames_list(e.frames)
+        if c.kind == "mismatch" and c.collective_seq_id is not None:
+            peer_html = '<p class="dim">No peer stack at this sequence number.</p>'
+            peers = [w for w in c.waiting_ranks[:16]]
+            found = [tail_entry(f.job.dumps.get(w), c.group_name, c.collective_seq_id) for w in peers]
+            if not any(found):  # older than the tails: load (at most) two peers' full dumps
+                found = [_entry(f, w, c.group_name, c.collective_seq_id) for w in peers[:2]]
+            for w, pe in zip(peers, found):
+                if pe is not None and pe.frames:
+                    block = _frames_list(e.frames, pe.frames)
+                    peer_html = (f'<h4>rank {w} (a peer): {esc(pe.profiling_name, 80)} #{pe.collective_seq_id}</h4>'
+                                 + _frames_list(pe.frames, e.frames))
+                    break
+            block = (f'<div class="compare"><div><h4>rank {c.rank}: {esc(e.profiling_name, 80)} '
+                     f'#{e.collective_seq_id}</h4>{block}</div><div>{peer_html}</div></div>')
+        out.append(head + block)
+    if len(v.culprits) > MAX_STACKS:
+        out.append(f'<p class="dim">… stacks of {len(v.culprits) - MAX_STACKS} more culprits left out.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- notes, problems, trace, footer
+
+
+def _notes_section(f: Facts) -> str:
+    v = f.verdict
+    out = ['<section id="notes"><h2>Notes &amp; problems</h2>']
+    if v.notes:
+        out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{esc(n, 1000)}</li>" for n in v.notes) + "</ul>")
+    if v.problems:
+        out.append(f"<h3>Problems reading the dumps ({len(v.problems)})</h3><ul class=\"problems\">"
+                   + "".join(f"<li>{esc(p, 1000)}</li>" for p in v.problems[:MAX_PROBLEMS]) + "</ul>")
+        if len(v.problems) > MAX_PROBLEMS:
+            out.append(f'<p class="dim">… {len(v.problems) - MAX_PROBLEMS} more (<code>fr-otel analyze --json'
+                       "</code> lists them all).</p>")
+    else:
+        out.append('<p class="ok">Every dump was read without a problem.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _trace_section(trace_id: str | None, destination: str | None, status: str | None) -> str:
+    out = ['<section id="trace"><h2>Trace</h2>']
+    if not trace_id:
+        out.append("<p>Not exported. <code>fr-otel export PATH --html FILE</code> sends the same incident as one "
+                   "OpenTelemetry trace (a span per collective per rank, linked across ranks) and names it here.</p>")
+        out.append("</section>")
+        return "".join(out)
+    tid = esc(trace_id, 64)
+    dest = esc(destination or "", 500)
+    if status is None:
+        status = "file" if destination and destination.endswith(".jsonl") else "sent" if destination else ""
+    out.append(f'<p>Trace id <code class="tid">{tid}</code></p>')
+    if status == "file":
+        out.append(
+            f"<p>Written to <code>{dest}</code> (OTLP JSON Lines).</p><ul>"
+            "<li><b>Jaeger</b>: Search → Upload → choose that file.</li>"
+            f"<li><b>Tempo / any OTLP backend</b>: <code>fr-otel replay {dest} --endpoint HOST:4317</code>, then open "
+            "the trace by its id.</li></ul>")
+    elif status == "sent":
+        out.append(
+            f"<p>Sent to <code>{dest}</code>.</p><ul>"
+            f"<li><b>Grafana Tempo</b>: Explore → Tempo → TraceQL, paste <code>{tid}</code> (or query "
+            "<code>{ span.fr_otel.verdict != nil }</code>).</li>"
+            f"<li><b>Jaeger</b>: paste <code>{tid}</code> in the search box, or open "
+            f"<code>JAEGER_URL/trace/{tid}</code>.</li></ul>")
+    elif status == "spooled":
+        out.append(f'<p class="warn">Not delivered to its endpoint; spooled to <code>{dest}</code>. Send it later with '
+                   f"<code>fr-otel replay {dest}</code>, then open it by its id.</p>")
+    elif status == "disabled":
+        out.append("<p>Not exported: <code>OTEL_SDK_DISABLED=true</code>.</p>")
+    else:
+        out.append(f'<p class="warn">Export failed{": " + dest if dest else ""}.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _footer(f: Facts) -> str:
+    paths = [d.path for d in f.job.dumps.values()]
+    where = ""
+    if paths:
+        try:
+            common = os.path.commonpath(paths) if len(paths) > 1 else paths[0]
+        except ValueError:
+            common = ""
+        where = f" from {len(paths)} dump file{'s' if len(paths) != 1 else ''}" + (
+            f" under <code>{esc(common, 300)}</code>" if common else "")
+    return (f'<footer><div class="wrap">Generated by fr-otel {esc(__version__)}{where}. Self-contained: this page '
+            "loads nothing from the network.</div></footer>")
+
+
+# --------------------------------------------------------------------------- assets
+
+_CSS = """
+:root{--ink:#1d2433;--dim:#5c6577;--line:#dde2ea;--bg:#f6f7f9;--card:#fff;--red:#c62828;--red-bg:#fdecea;
+--amber:#e0a100;--purple:#7b3fb0;--green:#2e7d32;--blue:#1f5fa8;
+--mono:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono","Liberation Mono",monospace}
+*{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+color:var(--ink);background:var(--bg)}
+.wrap,main{max-width:1240px;margin:0 auto;padding:0 24px}
+code{font-family:var(--mono);font-size:12.5px;background:#eef1f5;border-radius:3px;padding:0 3px;
+overflow-wrap:anywhere}
+header.top{background:#fff;border-bottom:1px solid var(--line);border-top:6px solid var(--dim);padding:18px 0 0}
+.v-hang header.top{border-top-color:var(--red)}.v-desync header.top{border-top-color:var(--purple)}
+.v-straggler header.top{border-top-color:var(--amber)}.v-healthy header.top{border-top-color:var(--green)}
+.brand{font-size:12px;letter-spacing:.08em;text-transform:uppercase;color:var(--dim)}
+h1{margin:4px 0 2px;font-size:30px;line-height:1.2;font-weight:700}
+.verdict-word{color:var(--dim)}
+.v-hang .verdict-word{color:var(--red)}.v-desync .verdict-word{color:var(--purple)}
+.v-straggler .verdict-word{color:#a87400}.v-healthy .verdict-word{color:var(--green)}
+h1 .sep{color:#b0b8c4;font-weight:400}h1 .who{font-weight:600}
+.meaning{margin:0 0 12px;color:var(--dim)}
+dl.facts{display:flex;flex-wrap:wrap;gap:8px 32px;margin:0 0 14px}
+dl.facts dt{font-size:11px;text-transform:uppercase;letter-spacing:.06em;color:var(--dim)}
+dl.facts dd{margin:0;font-weight:600}
+nav{display:flex;gap:2px;flex-wrap:wrap}
+nav a{color:var(--blue);text-decoration:none;padding:8px 12px;border-bottom:2px solid transparent}
+nav a:hover{border-bottom-color:var(--blue)}
+section{margin:28px 0}
+h2{font-size:19px;margin:0 0 10px;padding-bottom:6px;border-bottom:1px solid var(--line)}
+h3{font-size:15px;margin:18px 0 8px}
+h4{font-size:13px;margin:6px 0}
+.lead{color:var(--dim);margin:0 0 12px}
+.dim{color:var(--dim);font-weight:400}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 14px;
+box-shadow:0 1px 2px rgba(20,30,50,.04)}
+.card.culprit{border-left:5px solid var(--red)}
+.card.k-mismatch{border-left-color:var(--purple)}.card.k-straggler{border-left-color:var(--amber)}
+.card header{display:flex;align-items:center;gap:12px;margin-bottom:8px}
+.card .rank{font-size:20px;font-weight:700}
+dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:3px 18px;margin:0 0 10px}
+dl.kv dt{color:var(--dim)}dl.kv dd{margin:0}
+.evidence{margin:8px 0;padding:8px 12px;background:#f8f9fb;border-radius:6px;border:1px solid #eceff3}
+.next{margin:10px 0 2px}
+.next code{white-space:nowrap}
+.next b{display:inline-block;margin-right:8px;padding:1px 8px;border-radius:10px;background:#e8f0fb;color:var(--blue);
+font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
+background:var(--red-bg);color:var(--red);vertical-align:1px}
+.badge.k-mismatch{background:#f3eafa;color:var(--purple)}.badge.k-straggler{background:#fff4d6;color:#8a6100}
+.badge.k-missing_dump{background:#eceff3;color:#37474f}
+details summary{cursor:pointer;color:var(--blue)}
+details.related ul{margin:6px 0 0;padding-left:18px}
+.tl-box{background:#fff;border:1px solid var(--line);border-radius:8px;padding:6px 4px;overflow-x:auto}
+svg.timeline{display:block;min-width:900px}
+svg .lane{fill:#fff}svg .lane-alt{fill:#f7f8fa}svg .lane-culprit{fill:#fdf0ef}svg .lane-summary{fill:#f1f4f8}
+svg .ll{font-weight:600;fill:#1d2433}svg .ll.culprit{fill:var(--red)}svg .ll.summary{fill:#37474f}
+svg .ls{font-size:10px;fill:#5c6577;font-weight:400}
+svg .tick{fill:#5c6577;font-size:10.5px}
+svg .grid{stroke:#e6e9ef;stroke-width:1}svg .axis{stroke:#9aa3b2}
+svg .ref-line{stroke:#1d2433;stroke-width:1.2;stroke-dasharray:4 3}
+svg .focus-line{stroke:var(--red);stroke-width:1.2;stroke-dasharray:2 3;opacity:.75}
+svg .break{fill:#eef0f4;opacity:.9}svg .break-mark{stroke:#5c6577;stroke-width:1.5;fill:none}
+svg .break-label{fill:#5c6577;font-size:10px;font-style:italic}
+svg .bar rect{stroke:none}
+svg .bar.est rect{fill-opacity:.55;stroke:#3d4f66;stroke-width:.6;stroke-dasharray:2 2}
+svg .bar.open rect{fill:#f2b533;stroke:#b7860b;stroke-width:.8}
+svg .bar.open .arrow{fill:#b7860b}
+svg .bar.ghost rect{fill:#fff;fill-opacity:.4;stroke:var(--red);stroke-width:1.4;stroke-dasharray:4 3}
+svg .bar.ghost .bl{fill:var(--red);font-weight:600}
+svg .bar.focus rect{stroke:var(--red);stroke-width:2;stroke-dasharray:none}
+svg .bar.ghost.focus rect{stroke-dasharray:4 3}
+svg .bar.mm-odd rect{fill:var(--purple);stroke:#4a1d73;stroke-width:1.5}
+svg .bar.mm-odd .bl{fill:#fff;font-weight:700}
+svg .bar.mm-peer rect{stroke:var(--purple);stroke-width:1.5}
+svg .bar.agg rect{fill-opacity:.75}
+svg .bl{font-size:9.5px;fill:#fff;pointer-events:none}
+svg .bar.open .bl{fill:#3b2a00}
+svg .bar.open.mm-odd .bl{fill:#fff}
+svg .bar .bl.outside{fill:var(--red);font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}
+svg .clip-mark{stroke:#fff;stroke-width:1.3;fill:none}
+svg .nodump{fill:#eceff3;stroke:#b0b8c4;stroke-dasharray:3 3}svg .nodump-label{fill:#5c6577;font-size:10px}
+svg .bar{cursor:pointer;outline:none}
+svg .bar.hl rect{stroke:#0b57d0;stroke-width:2.5;stroke-dasharray:none}
+svg .bar:focus rect{stroke:#0b57d0;stroke-width:2.5}
+.legend{display:flex;flex-wrap:wrap;gap:6px 18px;margin:10px 4px 0;font-size:12.5px;color:var(--dim)}
+.lg{display:inline-flex;align-items:center;gap:6px}
+.lg svg{flex:none}
+.lg .bar.open rect{fill:#f2b533;stroke:#b7860b}.lg .bar.est rect{fill-opacity:.55;stroke:#3d4f66;stroke-dasharray:2 2}
+.lg .bar.focus rect{stroke:var(--red);stroke-width:2}.lg .bar.ghost rect{fill:#fff;stroke:var(--red);stroke-dasharray:3 2}
+.lg .bar.mm-odd rect{fill:var(--purple)}
+.legend-note{font-size:12px;color:var(--dim);margin:6px 4px 0}
+.tl-info{white-space:pre-wrap;font-family:var(--mono);font-size:12px;background:#fff;border:1px solid var(--line);
+border-left:4px solid #0b57d0;border-radius:6px;padding:8px 12px;margin:8px 0 0}
+.group-block{background:#fff;border:1px solid var(--line);border-radius:8px;padding:4px 16px 12px;margin:0 0 14px}
+.inflight{margin:0 0 8px}
+table.grid{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+table.grid th{text-align:left;font-weight:600;color:var(--dim);font-size:12px;border-bottom:1px solid var(--line);
+padding:5px 8px}
+table.grid td{border-bottom:1px solid #eef0f4;padding:4px 8px;vertical-align:top}
+table.grid .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.grid tr.culprit td{background:#fdf3f2}
+table.grid td.ev{font-size:12px}
+table.ranks{table-layout:fixed}table.ranks col.c-rank{width:240px}table.ranks col.c-n{width:96px}
+.more-groups{margin-top:8px}
+.more-groups table{margin-top:8px}
+ol.stack{font-size:12.5px;margin:4px 0 12px;padding-left:28px;background:#fff;border:1px solid var(--line);
+border-radius:6px;padding-top:6px;padding-bottom:6px}
+ol.stack code{overflow-wrap:break-word}
+ol.stack li{padding:1px 0}ol.stack li.lib,ol.stack li.torch{color:var(--dim)}
+ol.stack li.lib code,ol.stack li.torch code{background:none}
+ol.stack li.user code.frame{font-weight:700}
+ol.stack li.differs{background:#f6eefc}
+.tag{display:inline-block;font-size:10.5px;font-weight:600;padding:0 6px;border-radius:8px;margin-left:6px}
+.tag.site{background:#e8f0fb;color:var(--blue)}.tag.differs{background:#ecdcf8;color:var(--purple)}
+.compare{display:grid;grid-template-columns:1fr 1fr;gap:16px}.compare>div{min-width:0}
+.problems li{font-family:var(--mono);font-size:12px;overflow-wrap:anywhere}
+.ok{color:var(--green)}.warn{color:#8a4b00}
+code.tid{font-size:14px;padding:2px 6px}
+footer{border-top:1px solid var(--line);color:var(--dim);font-size:12px;padding:14px 0 30px;margin-top:30px}
+@media (max-width:800px){.compare{grid-template-columns:1fr}h1{font-size:24px}}
+@media print{
+ @page{margin:14mm}
+ body{background:#fff;font-size:11px}
+ .wrap,main{max-width:none;padding:0}
+ nav,.tl-info{display:none!important}
+ header.top{border-top-width:4px;padding-top:8px}
+ .card,.group-block,.tl-box,ol.stack{box-shadow:none;break-inside:avoid}
+ .tl-box{overflow:visible;border:none;padding:0}
+ svg.timeline{min-width:0}
+ section{margin:16px 0}
+ h2{break-after:avoid}
+ details>summary{color:var(--ink)}
+ *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+}
+"""
+
+_SCRIPT = """
+(function () {
+  "use strict";
+  var svg = document.getElementById("timeline");
+  var info = document.getElementById("tl-info");
+  if (svg) {
+    var lit = [];
+    var clear = function () {
+      for (var i = 0; i < lit.length; i++) { lit[i].classList.remove("hl"); }
+      lit = [];
+    };
+    var light = function (key) {
+      clear();
+      var all = svg.querySelectorAll("g.bar");
+      for (var i = 0; i < all.length; i++) {
+        if (all[i].getAttribute("data-k") === key) { all[i].classList.add("hl"); lit.push(all[i]); }
+      }
+    };
+    var barOf = function (node) { return node && node.closest ? node.closest("g.bar") : null; };
+    var show = function (bar) {
+      var t = bar.querySelector("title");
+      if (info && t) { info.textContent = t.textContent; info.hidden = false; }
+    };
+    svg.addEventListener("mouseover", function (ev) {
+      var bar = barOf(ev.target);
+      if (bar) { light(bar.getAttribute("data-k")); }
+    });
+    svg.addEventListener("mouseleave", clear);
+    svg.addEventListener("click", function (ev) {
+      var bar = barOf(ev.target);
+      if (bar) { show(bar); light(bar.getAttribute("data-k")); }
+    });
+    svg.addEventListener("focusin", function (ev) {
+      var bar = barOf(ev.target);
+      if (bar) { show(bar); light(bar.getAttribute("data-k")); }
+    });
+  }
+  var opened = [];
+  window.addEventListener("beforeprint", function () {
+    var ds = document.querySelectorAll("details:not([open])");
+    for (var i = 0; i < ds.length; i++) { ds[i].open = true; opened.push(ds[i]); }
+  });
+  window.addEventListener("afterprint", function () {
+    for (var i = 0; i < opened.length; i++) { opened[i].open = false; }
+    opened = [];
+  });
+  document.documentElement.setAttribute("data-js", "1");
+})();
+"""
