@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import marshal
 from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import compress, count
-from operator import and_, itemgetter, methodcaller, not_
+from itertools import compress, count, repeat
+from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable
 
 from .dump import GroupHistory
@@ -52,6 +53,11 @@ def _all_of(values: list[Any], kind: type) -> bool:
     return set(map(type, values)) <= {kind}
 
 
+def _bools(values: list[Any]) -> list[Any]:
+    """Real dumps hold bools already; coerce only when they do not."""
+    return values if _all_of(values, bool) else list(map(bool, values))
+
+
 def comparable_fingerprint(raw: tuple) -> tuple:
     """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
     name, in_sizes, in_dtypes, out_sizes, out_dtypes = raw
@@ -78,11 +84,10 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
         names = list(map(_NAME, groups))
         seq = list(map(_SEQ, raw))
         created = list(map(_CREATED, raw))
-        is_p2p = list(map(bool, map(_IS_P2P, raw)))
-        done = list(map(bool, map(_RETIRED, raw))) if gloo else list(map("completed".__eq__, map(_STATE, raw)))
+        is_p2p = _bools(list(map(_IS_P2P, raw)))
+        done = _bools(list(map(_RETIRED, raw))) if gloo else list(map("completed".__eq__, map(_STATE, raw)))
         fp_raw = list(map(_FP, raw))
-        fp_bytes = list(map(marshal.dumps, fp_raw, [2] * len(fp_raw)))
-        done_at = [t for t in map(_DONE_AT, raw) if t]
+        fp_bytes = list(map(marshal.dumps, fp_raw, repeat(2, len(fp_raw))))
     except (KeyError, TypeError, IndexError, ValueError):
         return None
     if not (_all_of(names, str) and _all_of(seq, int) and _all_of(created, int)):
@@ -99,38 +104,51 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
     global_ids = list(map(to_global.__getitem__, local_ids))
 
     try:
-        return _split(raw, names, seq, created, is_p2p, done, global_ids, fingerprints, done_at)
+        return _split(raw, names, seq, created, is_p2p, done, global_ids, fingerprints)
     except (KeyError, TypeError, IndexError, ValueError):
         return None
 
 
 def _split(
     raw: list[dict[str, Any]], names: list[str], seq: list[int], created: list[int], is_p2p: list[bool],
-    done: list[bool], global_ids: list[int], fingerprints: dict[int, tuple], done_at: list[int],
+    done: list[bool], global_ids: list[int], fingerprints: dict[int, tuple],
 ) -> Summary:
     histories: dict[str, GroupHistory] = {}
     tail: set[int] = set()
     positions = range(len(raw))
-    collective = [not p for p in is_p2p]
+    # One stable sort by group puts each group's entries in a contiguous run (record
+    # order kept within it); every column is then gathered once, whatever the group count.
+    order = sorted(positions, key=names.__getitem__)
+    by_group = list(map(names.__getitem__, order))
+    gather = lambda col: list(map(col.__getitem__, order))  # noqa: E731
+    g_seq, g_done, g_created, g_fp, g_p2p = map(gather, (seq, done, created, global_ids, is_p2p))
     for name in dict.fromkeys(names):
-        in_group = list(map(name.__eq__, names))
-        mine = list(compress(positions, in_group))
+        lo, hi = bisect_left(by_group, name), bisect_right(by_group, name)
+        mine = order[lo:hi]
         tail.update(mine[-TAIL_PER_GROUP:])
         first = raw[mine[0]]
-        keep = list(map(and_, in_group, collective))
-        pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col, keep))  # noqa: E731
+        p2p = g_p2p[lo:hi]
+        n_p2p = sum(p2p)
+        if n_p2p:
+            keep = list(map(not_, p2p))
+            pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col[lo:hi], keep))  # noqa: E731
+        else:
+            pick = lambda col: col[lo:hi]  # noqa: E731
         histories[name] = GroupHistory(
             name=name,
             desc=str(_DESC(first["process_group"])),
             local_id=int(_PG_ID(first)),
-            seq=array("q", pick(seq)),
-            completed=bytes(pick(done)),
-            created_ns=array("q", pick(created)),
-            fingerprint=array("q", pick(global_ids)),
-            p2p_count=len(mine) - sum(keep),
+            seq=array("q", pick(g_seq)),
+            completed=bytes(pick(g_done)),
+            created_ns=array("q", pick(g_created)),
+            fingerprint=array("q", pick(g_fp)),
+            p2p_count=n_p2p,
         )
     pending = list(compress(positions, map(not_, done)))
     tail.update(pending[-_MAX_TAIL_IN_FLIGHT:])
+    tail_index = sorted(tail)
+    # Completion times only matter near the end: the newest ones are in the tail.
+    done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if isinstance(t, int)]
     latest = max(max(created, default=0), max(done_at, default=0))
-    return Summary(histories=histories, tail_index=sorted(tail), fingerprints=fingerprints, latest_ns=latest)
+    return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest)
 
