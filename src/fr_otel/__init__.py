@@ -20,6 +20,16 @@ __version__ = "0.1.0"
 # A library logs, the application decides where it goes (stdlib convention).
 _logging.getLogger("fr_otel").addHandler(_logging.NullHandler())
 
+
+def __getattr__(name: str) -> object:
+    """``fr_otel.start`` / ``fr_otel.stop``: the live agent, imported only when asked for."""
+    if name in ("start", "stop"):
+        from . import agent
+
+        return getattr(agent, name)
+    raise AttributeError(f"module 'fr_otel' has no attribute {name!r}")
+
+
 __all__ = [
     "AnalysisOptions",
     "Culprit",
@@ -36,5 +46,7 @@ __all__ = [
     "analyze",
     "build_job",
     "read_dumps",
+    "start",
+    "stop",
     "__version__",
 ]

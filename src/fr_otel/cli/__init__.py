@@ -12,13 +12,13 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import analyze, demo, export, report, watch
+from . import analyze, demo, export, report, run, watch
 from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
 
 # Order is the order of `fr-otel --help`.
-COMMANDS = (analyze, export, report, demo, watch)
+COMMANDS = (analyze, export, report, demo, watch, run)
 
 
 def _parser() -> argparse.ArgumentParser:

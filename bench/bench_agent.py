@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""Benchmark the live agent: what it costs a training step, and how fast it finds a hang.
+
+**Overhead.** One 2-rank CPU gloo job per recorder capacity (2000 and 20000 entries, the
+ring filled first), run under torchrun. Inside the job the agent is switched off and on
+in alternating phases (``fr_otel.start()`` / ``fr_otel.agent.stop()``; the order of each
+pair alternates too), so both conditions share the process, the warm caches and the
+machine's noise. This process scrapes each rank's ``/metrics`` every second while the
+agent is up (a scrape costs the rank a little too). Each step: forward/backward of a small
+MLP and one all_reduce of its gradients. Reported: mean step time per condition, the
+overhead of the median phase pair and a 95% interval over pairs (target <= 0.5%).
+
+**Time to detect and localise.** A 4-rank job in which rank 2 sleeps before an
+all_reduce (``fr_otel.testing.train_loop``), the agent at ``FR_OTEL_STALL_SECONDS=10``,
+a real Prometheus scraping every 5 s, a real OTLP receiver. From the stall's start:
+
+  (a) rank 0's ``/metrics`` (polled every 0.1 s) shows the in-flight age over 10 s;
+  (b) Prometheus answers the culprit PromQL (threshold 10 s) with rank 2;
+  (c) the incident trace (root span with the verdict) arrives at the receiver.
+
+    python bench/bench_agent.py                 # both parts
+    python bench/bench_agent.py --quick         # fewer phases, one detection run
+    python bench/bench_agent.py --part overhead --capacity 20000 --phases 16
+Benchmarks print numbers; they are not tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+TARGET_OVERHEAD = 0.005
+
+
+# --------------------------------------------------------------------------- worker (one rank)
+
+def worker(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import fr_otel
+    import fr_otel.agent
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tiny = torch.zeros(1)
+    for _ in range(args.capacity + 10):  # fill the ring: full reads cost what they would in a long run
+        dist.all_reduce(tiny)
+    hidden = args.hidden
+    model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    params = list(model.parameters())
+    x = torch.randn(64, hidden)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p) / dist.get_world_size())
+            offset += n
+        opt.step()
+
+    for _ in range(args.steps // 2):  # warm-up
+        step()
+    phases: list[dict[str, Any]] = []
+    for i in range(args.phases):
+        on = (i % 2 == 0) == ((i // 2) % 2 == 0)  # on,off,off,on,on,off,...: both orders equally often
+        if on:
+            fr_otel.start(metrics_port=args.port, metrics_addr="127.0.0.1", hooks="none", incidents=True,
+                          poll_interval=args.poll_interval)
+        dist.barrier()
+        times = []
+        cpu0 = time.process_time()  # all threads of this rank: training, gloo, the agent
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        cpu = (time.process_time() - cpu0) / args.steps
+        wall = sum(times)
+        dist.barrier()
+        agent = fr_otel.agent.current()
+        polls = agent.health.snapshot().polls if agent is not None else 0
+        poller_cpu = _thread_cpu_s(agent._thread.native_id) if agent is not None and agent._thread else 0.0
+        scrape_s = _scrape_cost_s(agent) if agent is not None else 0.0
+        if on:
+            fr_otel.agent.stop()
+        phases.append({"on": on, "mean_s": statistics.fmean(times), "median_s": statistics.median(times),
+                       "polls": polls, "wall_s": wall, "cpu_per_step_s": cpu, "poller_cpu_s": poller_cpu, "scrape_s": scrape_s})
+    if rank == 0:
+        Path(args.result).write_text(json.dumps({"capacity": args.capacity, "phases": phases}))
+    dist.destroy_process_group()
+    return 0
+
+
+def _thread_cpu_s(native_id: int | None) -> float:
+    """CPU seconds a thread of this process has run, from /proc (schedstat: nanoseconds)."""
+    try:
+        return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _scrape_cost_s(agent: Any) -> float:
+    """Seconds one /metrics rendering takes in this process (what a scrape costs the rank)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    from fr_otel.agent.metrics import FrCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrCollector(agent.snapshot))
+    t = time.perf_counter()
+    for _ in range(50):
+        generate_latest(registry)
+    return (time.perf_counter() - t) / 50
+
+
+# --------------------------------------------------------------------------- overhead
+
+def _free_base(n: int) -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free ports")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["OMP_NUM_THREADS"] = "1"
+    env["FR_OTEL_LOG_LEVEL"] = "error"
+    if "lo" in [n for _, n in socket.if_nameindex()]:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.update(extra)
+    return env
+
+
+def _scraper(ports: list[int], stop: threading.Event, counter: list[int]) -> None:
+    while not stop.wait(1.0):
+        for port in ports:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                             headers={"Accept": "application/openmetrics-text"})
+                with urllib.request.urlopen(req, timeout=0.5) as resp:
+                    resp.read()
+                    counter[0] += 1
+            except OSError:
+                pass
+
+
+def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2,
+             poll_interval: float = 1.0) -> dict[str, Any]:
+    base = _free_base(nproc)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), __file__,
+               "--worker", "--capacity", str(capacity), "--phases", str(phases), "--steps", str(steps),
+               "--hidden", str(hidden), "--port", str(base), "--result", str(result),
+               "--poll-interval", str(poll_interval)]
+        stop, scrapes = threading.Event(), [0]
+        thread = threading.Thread(target=_scraper, args=(list(range(base, base + nproc)), stop, scrapes), daemon=True)
+        thread.start()
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, env=_env(TORCH_FR_BUFFER_SIZE=str(capacity), FR_OTEL_OUT_DIR=tmp), check=False,
+                              capture_output=True, text=True, timeout=1800)
+        stop.set()
+        if proc.returncode != 0:
+            raise RuntimeError(f"overhead job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        data = json.loads(result.read_text())
+    ph = data["phases"]
+    on = [p["mean_s"] for p in ph if p["on"]]
+    off = [p["mean_s"] for p in ph if not p["on"]]
+    # Pairs of adjacent phases (one on, one off): the noise they share cancels.
+    def pair_ratios(key: str) -> list[float]:
+        return [(a[key] / b[key] if a["on"] else b[key] / a[key]) - 1 for a, b in zip(ph[0::2], ph[1::2])]
+
+    ratios = pair_ratios("mean_s")
+    cpu_ratios = pair_ratios("cpu_per_step_s")
+    mean = statistics.fmean(ratios)
+    half = 1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else float("nan")
+    on_wall = sum(p["wall_s"] for p in ph if p["on"])
+    poller_share = sum(p["poller_cpu_s"] for p in ph if p["on"]) / on_wall
+    scrape_share = statistics.fmean(p["scrape_s"] for p in ph if p["on"]) / 1.0  # one scrape per second
+    return {
+        "capacity": capacity, "nproc": nproc, "poll_interval": poll_interval, "phases": len(ph), "steps_per_phase": steps,
+        "agent_cpu_share": poller_share + scrape_share, "poller_cpu_share": poller_share,
+        "scrape_ms": statistics.fmean(p["scrape_s"] for p in ph if p["on"]) * 1e3,
+        "step_ms_off": statistics.fmean(off) * 1e3, "step_ms_on": statistics.fmean(on) * 1e3,
+        "overhead_median": statistics.median(ratios), "overhead_mean": mean, "ci95": half,
+        "cpu_overhead_median": statistics.median(cpu_ratios),
+        "cpu_ci95": 1.96 * statistics.stdev(cpu_ratios) / math.sqrt(len(cpu_ratios)) if len(cpu_ratios) > 1 else 0.0,
+        "cpu_ms_off": statistics.fmean(p["cpu_per_step_s"] for p in ph if not p["on"]) * 1e3,
+        "cpu_ms_on": statistics.fmean(p["cpu_per_step_s"] for p in ph if p["on"]) * 1e3,
+        "polls_per_on_phase": statistics.fmean(p["polls"] for p in ph if p["on"]), "scrapes": scrapes[0],
+        "wall_s": time.monotonic() - t0,
+        "phase_ms": [(p["on"], round(p["mean_s"] * 1e3, 3), round(p["cpu_per_step_s"] * 1e3, 3)) for p in ph],
+    }
+
+
+# --------------------------------------------------------------------------- detection
+
+def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[str, float | None]:
+    from fr_otel.agent.metrics import culprit_query
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+    from fr_otel.testing.prometheus import PrometheusServer
+
+    ws = 4
+    base = _free_base(ws)
+    train_loop = REPO / "src" / "fr_otel" / "testing" / "train_loop.py"
+    with tempfile.TemporaryDirectory() as tmp, OtlpGrpcReceiver() as rx, \
+            PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)], scrape_interval=scrape_interval) as prom:
+        markers = Path(tmp) / "markers"
+        env = _env(TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="20",
+                   TRAIN_LOOP_STALL_SECONDS=str(stall_s), TRAIN_LOOP_STEPS="30", TRAIN_LOOP_GLOO_TIMEOUT="300",
+                   TRAIN_LOOP_MARKERS=str(markers), FR_OTEL_METRICS_PORT=str(base),
+                   FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_STALL_SECONDS=str(threshold), FR_OTEL_OUT_DIR=tmp,
+                   OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ws),
+               str(train_loop)]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            marker = markers / "stall_start.json"
+            while not marker.is_file():
+                if proc.poll() is not None:
+                    raise RuntimeError("detection job ended before the stall")
+                time.sleep(0.05)
+            t0 = json.loads(marker.read_text())["time"]
+            a = b = c = None
+            query = culprit_query(threshold)
+            deadline = t0 + stall_s - 1
+            next_prom = 0.0
+            while time.time() < deadline and None in (a, b, c):
+                now = time.time()
+                if a is None:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{base}/metrics", timeout=1) as resp:
+                            for line in resp.read().decode().splitlines():
+                                if line.startswith("fr_inflight_collective_age_seconds{") and \
+                                        float(line.rsplit(" ", 1)[1]) > threshold:
+                                    a = now - t0
+                    except OSError:
+                        pass
+                if b is None and now >= next_prom:
+                    next_prom = now + 0.25
+                    if {s.labels.get("rank") for s in prom.query(query)} == {"2"}:
+                        b = now - t0
+                if c is None and any(s.span.name == "fr_otel.incident" for s in rx.spans()):
+                    c = now - t0
+                time.sleep(0.1)
+        finally:
+            proc.kill()
+            proc.wait()
+    return {"metric_s": a, "promql_s": b, "trace_s": c}
+
+
+# --------------------------------------------------------------------------- main
+
+def fmt(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=("overhead", "detection", "all"), default="all")
+    ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
+    ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
+    ap.add_argument("--steps", type=int, default=1000, help="training steps per phase")
+    ap.add_argument("--hidden", type=int, default=256, help="MLP width")
+    ap.add_argument("--nproc", type=int, action="append",
+                    help="ranks per overhead job (repeatable; default 1 and 2: one rank alone on this 2-core box "
+                         "measures the agent without cross-rank noise)")
+    ap.add_argument("--runs", type=int, default=3, help="detection runs")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="also write the results here")
+    # worker mode (one rank under torchrun)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--poll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--amplify", type=float, default=100.0,
+                    help="also run one job polling this many times faster (0: skip); its overhead divided by this "
+                         "factor is the default's, measured above the noise")
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        args.capacity = args.capacity[0] if isinstance(args.capacity, list) else args.capacity
+        return worker(args)
+    if args.quick:
+        args.phases, args.runs = 8, 1
+    capacities = args.capacity or [2000, 20000]
+    results: dict[str, Any] = {"overhead": [], "detection": []}
+    if args.part in ("overhead", "all"):
+        print(f"overhead: MLP width {args.hidden}, {args.phases} phases x {args.steps} steps, agent "
+              "polling every 1 s, /metrics scraped every 1 s")
+        print(f"{'ranks':>5} {'capacity':>9} {'step off':>10} {'step on':>10} {'step-time overhead':>19} {'95% CI':>8} "
+              f"{'agent CPU':>10} {'target':>7}")
+        for nproc, cap in [(n, c) for n in (args.nproc or [1, 2]) for c in capacities]:
+            r = overhead(cap, args.phases, args.steps, args.hidden, nproc)
+            results["overhead"].append(r)
+            ok = r["agent_cpu_share"] <= TARGET_OVERHEAD and r["overhead_median"] - r["ci95"] <= TARGET_OVERHEAD
+            print(f"{nproc:>5} {cap:>9} {r['step_ms_off']:>8.3f}ms {r['step_ms_on']:>8.3f}ms {r['overhead_median']:>+19.2%} "
+                  f"{r['ci95']:>7.2%} {r['agent_cpu_share']:>10.3%} {'ok' if ok else 'MISS':>7}")
+            print(f"{'':>15} ({r['polls_per_on_phase']:.0f} polls per on-phase, poller thread "
+                  f"{r['poller_cpu_share']:.3%} of a core, one /metrics rendering {r['scrape_ms']:.2f} ms, "
+                  f"{r['scrapes']} scrapes, {r['wall_s']:.0f} s)")
+        if args.amplify:
+            r = overhead(capacities[0], args.phases, args.steps, args.hidden, 1, 1.0 / args.amplify)
+            r["amplify"] = args.amplify
+            results["overhead"].append(r)
+            per_poll_us = r["overhead_median"] * r["step_ms_off"] * 1e3 * (r["steps_per_phase"] / (
+                r["polls_per_on_phase"] or 1))
+            print(f"    1 {capacities[0]:>9} {r['step_ms_off']:>8.3f}ms {r['step_ms_on']:>8.3f}ms "
+                  f"{r['overhead_median']:>+19.2%} {r['ci95']:>7.2%}   polling every {1e3 / args.amplify:g} ms "
+                  f"({r['polls_per_on_phase']:.0f} polls per phase): about {per_poll_us:.0f} us of step time per poll, "
+                  f"so {r['overhead_median'] / args.amplify:+.3%} at the default 1 s")
+        print("  step-time overhead: median over adjacent on/off phase pairs (interval: 95% over pairs);")
+        print("  agent CPU: the poller thread's CPU time plus one /metrics rendering per second, per second of "
+              "training")
+    if args.part in ("detection", "all"):
+        print("detection: 4 ranks, rank 2 stalls; threshold 10 s, Prometheus scrape 5 s; seconds from the stall to")
+        print(f"{'run':>4} {'(a) /metrics':>13} {'(b) PromQL':>11} {'(c) trace':>10}")
+        for i in range(args.runs):
+            r = detection("5s", 10.0, 40.0)
+            results["detection"].append(r)
+            print(f"{i + 1:>4} {fmt(r['metric_s']):>13} {fmt(r['promql_s']):>11} {fmt(r['trace_s']):>10}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

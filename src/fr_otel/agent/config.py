@@ -1,0 +1,301 @@
+"""Every setting of the live agent, and every ``FR_OTEL_*`` variable it reads, in one place.
+
+Precedence is the one OpenTelemetry uses everywhere::
+
+    start(...) argument / `fr-otel run` flag  >  FR_OTEL_* variable  >  default
+
+(``fr-otel run`` turns its flags into the variables, so in a launched job the flag wins.)
+Export settings are the standard ``OTEL_EXPORTER_OTLP_*`` variables, resolved by
+:mod:`fr_otel.otlp_config`; ``endpoint``/``protocol``/``headers``/``export_timeout`` here
+are only explicit overrides of them.
+
+A bad value never stops training: :func:`resolve_config` returns the default for it and a
+line saying why, which the agent logs once. No torch import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..ids import JOB_ID_ENV
+
+#: The export folder variable of :mod:`fr_otel.incident_export` (not imported: it loads gRPC).
+OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
+
+__all__ = [
+    "DEFAULT_METRICS_ADDR",
+    "DEFAULT_METRICS_PORT",
+    "ENV_VARS",
+    "FR_OTEL_AGENT_PID",
+    "FR_OTEL_AUTOSTART",
+    "FR_OTEL_DUMP_DIR",
+    "FR_OTEL_ENABLED",
+    "FR_OTEL_ENABLE_RECORDER",
+    "FR_OTEL_FLUSH_TIMEOUT",
+    "FR_OTEL_GATHER_SECONDS",
+    "FR_OTEL_HOOKS",
+    "FR_OTEL_INCIDENTS",
+    "FR_OTEL_INCIDENT_ENTRIES",
+    "FR_OTEL_LOG_LEVEL",
+    "FR_OTEL_MAX_INCIDENTS",
+    "FR_OTEL_METRICS_ADDR",
+    "FR_OTEL_METRICS_PORT",
+    "FR_OTEL_POLL_INTERVAL",
+    "FR_OTEL_RECORDER_CAPACITY",
+    "FR_OTEL_STALL_SECONDS",
+    "FR_OTEL_SUSPECT_SECONDS",
+    "OPTIONS",
+    "AgentConfig",
+    "Option",
+    "resolve_config",
+]
+
+# --- Environment variables ------------------------------------------------------------
+
+#: ``false`` turns :func:`fr_otel.start` (and the ``fr-otel run`` bootstrap) into a no-op.
+FR_OTEL_ENABLED = "FR_OTEL_ENABLED"
+#: Set by ``fr-otel run``: the bootstrap ``sitecustomize`` starts the agent in each rank.
+FR_OTEL_AUTOSTART = "FR_OTEL_AUTOSTART"
+#: Seconds between two cheap reads of the recorder's progress counters (default 1).
+FR_OTEL_POLL_INTERVAL = "FR_OTEL_POLL_INTERVAL"
+#: A collective in flight longer than min(this, half its timeout) raises an incident (default 60).
+FR_OTEL_STALL_SECONDS = "FR_OTEL_STALL_SECONDS"
+#: A collective in flight this long costs one full recorder read, to learn its op, timeout
+#: and exact age (default 5; never more than half the stall threshold).
+FR_OTEL_SUSPECT_SECONDS = "FR_OTEL_SUSPECT_SECONDS"
+#: Base port of ``/metrics``; each rank serves ``base + LOCAL_RANK``. ``off`` disables it,
+#: ``0`` picks a free port (logged).
+FR_OTEL_METRICS_PORT = "FR_OTEL_METRICS_PORT"
+#: Address ``/metrics`` binds (default all interfaces, so a cluster's Prometheus can scrape it).
+FR_OTEL_METRICS_ADDR = "FR_OTEL_METRICS_ADDR"
+#: Recorder entries per rank; set before the process group exists, it sets TORCH_FR_BUFFER_SIZE.
+FR_OTEL_RECORDER_CAPACITY = "FR_OTEL_RECORDER_CAPACITY"
+#: ``true`` (default): when the recorder is off and no process group exists yet, turn it on.
+FR_OTEL_ENABLE_RECORDER = "FR_OTEL_ENABLE_RECORDER"
+#: ``false``: no cross-rank incidents (metrics only).
+FR_OTEL_INCIDENTS = "FR_OTEL_INCIDENTS"
+#: Where each rank writes its recorder on an incident (default ``$FR_OTEL_OUT_DIR/dumps``).
+FR_OTEL_DUMP_DIR = "FR_OTEL_DUMP_DIR"
+#: How long the incident's coordinator waits for the other ranks' recorders (default 15 s).
+FR_OTEL_GATHER_SECONDS = "FR_OTEL_GATHER_SECONDS"
+#: Upper bound on a flush at exit, on an uncaught exception or SIGTERM (default 20 s; torchrun
+#: waits 30 s between SIGTERM and SIGKILL).
+FR_OTEL_FLUSH_TIMEOUT = "FR_OTEL_FLUSH_TIMEOUT"
+#: Incidents one job may raise (default 10): a flapping job cannot flood the collector.
+FR_OTEL_MAX_INCIDENTS = "FR_OTEL_MAX_INCIDENTS"
+#: Recorder entries per group a rank sends the coordinator (default 64, plus all in flight);
+#: the local dump file always holds everything.
+FR_OTEL_INCIDENT_ENTRIES = "FR_OTEL_INCIDENT_ENTRIES"
+#: Comma list of ``atexit``, ``excepthook``, ``sigterm`` (default all), or ``none``.
+FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
+#: ``debug``, ``info``, ``warning`` (default) or ``error``; the agent logs to stderr.
+FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
+#: Set by the agent to its process id, so child processes (data loader workers, subprocesses)
+#: that inherit the environment do not start agents of their own.
+FR_OTEL_AGENT_PID = "FR_OTEL_AGENT_PID"
+
+#: Not OpenTelemetry's 9464 (its Prometheus exporter) nor DCGM's 9400.
+DEFAULT_METRICS_PORT = 9740
+DEFAULT_METRICS_ADDR = "0.0.0.0"
+HOOK_NAMES = ("atexit", "excepthook", "sigterm")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+# --- Parsers ----------------------------------------------------------------------------
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _positive(value: Any) -> float:
+    number = float(value)
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return number
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or int(value) != float(value) or int(value) < 0:
+        raise ValueError(f"expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _port(value: Any) -> int | None:
+    if value is None or str(value).strip().lower() in ("off", "none", "false", "-1", ""):
+        return None
+    port = _count(value)
+    if port > 65535:
+        raise ValueError(f"expected a port 0-65535 or 'off', got {value!r}")
+    return port
+
+
+def _optional_count(value: Any) -> int | None:
+    return None if value is None or str(value).strip() == "" else _count(value)
+
+
+def _text(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def _hooks(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    names = tuple(dict.fromkeys(str(i).strip().lower() for i in items if str(i).strip()))
+    if names in ((), ("none",)):
+        return ()
+    unknown = [n for n in names if n not in HOOK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown hook(s) {unknown}; expected a comma list of {', '.join(HOOK_NAMES)} or none")
+    return names
+
+
+def _log_level(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: its ``start()`` keyword, variable, ``fr-otel run`` flag, default and parser."""
+
+    name: str
+    env: str
+    flag: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+
+#: The table behind ``start(**options)``, the variables and ``fr-otel run``'s flags.
+OPTIONS: tuple[Option, ...] = (
+    Option("enabled", FR_OTEL_ENABLED, "--enabled", True, _bool, "false: do nothing at all"),
+    Option("poll_interval", FR_OTEL_POLL_INTERVAL, "--poll-interval", 1.0, _positive,
+           "seconds between cheap reads of the recorder's progress counters"),
+    Option("stall_seconds", FR_OTEL_STALL_SECONDS, "--stall-seconds", 60.0, _positive,
+           "in flight longer than min(this, half its timeout): incident"),
+    Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", 5.0, _positive,
+           "in flight this long: one full recorder read (op, timeout, exact age)"),
+    Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", DEFAULT_METRICS_PORT, _port,
+           "base port of /metrics (rank serves base + LOCAL_RANK); off disables"),
+    Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", DEFAULT_METRICS_ADDR, _text,
+           "address /metrics binds"),
+    Option("recorder_capacity", FR_OTEL_RECORDER_CAPACITY, "--recorder-capacity", None, _optional_count,
+           "recorder entries (sets TORCH_FR_BUFFER_SIZE when started before the process group)"),
+    Option("enable_recorder", FR_OTEL_ENABLE_RECORDER, "--enable-recorder", True, _bool,
+           "turn an off recorder on when started before the process group"),
+    Option("incidents", FR_OTEL_INCIDENTS, "--incidents", True, _bool,
+           "raise and join cross-rank incidents through the job's store"),
+    Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", None, _text,
+           "folder for per-incident dump files (default: OUT/dumps)"),
+    Option("out_dir", OUT_DIR_ENV, "--out", None, _text,
+           "folder for embedded trace files and spools (default: ./fr-otel-out)"),
+    Option("job_id", JOB_ID_ENV, "--job-id", None, _text,
+           "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)"),
+    Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", 15.0, _positive,
+           "how long the coordinator waits for the other ranks' recorders"),
+    Option("flush_timeout", FR_OTEL_FLUSH_TIMEOUT, "--flush-timeout", 20.0, _positive,
+           "bound on a flush at exit / exception / SIGTERM"),
+    Option("max_incidents", FR_OTEL_MAX_INCIDENTS, "--max-incidents", 10, _count,
+           "incidents one job may raise"),
+    Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", 64, _count,
+           "entries per group each rank sends the coordinator, besides those in flight"),
+    Option("hooks", FR_OTEL_HOOKS, "--hooks", HOOK_NAMES, _hooks,
+           "comma list of atexit,excepthook,sigterm, or none"),
+    Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", "warning", _log_level,
+           "the agent's stderr log level"),
+)
+
+#: Every ``FR_OTEL_*`` variable the agent reads (besides the standard OTEL_* ones).
+ENV_VARS: tuple[str, ...] = tuple(o.env for o in OPTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """The resolved settings (see :data:`OPTIONS` for what each means)."""
+
+    enabled: bool = True
+    poll_interval: float = 1.0
+    stall_seconds: float = 60.0
+    suspect_seconds: float = 5.0
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    metrics_addr: str | None = DEFAULT_METRICS_ADDR
+    recorder_capacity: int | None = None
+    enable_recorder: bool = True
+    incidents: bool = True
+    dump_dir: str | None = None
+    out_dir: str | None = None
+    job_id: str | None = None
+    gather_seconds: float = 15.0
+    flush_timeout: float = 20.0
+    max_incidents: int = 10
+    incident_entries: int = 64
+    hooks: tuple[str, ...] = HOOK_NAMES
+    log_level: str = "warning"
+    # OTLP overrides (None: the standard OTEL_EXPORTER_OTLP_* variables decide).
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: str | None = None
+    export_timeout: float | None = None
+
+    @property
+    def refine_after_s(self) -> float:
+        """When a collective in flight earns a full read: never later than half the threshold."""
+        return min(self.suspect_seconds, self.stall_seconds / 2)
+
+
+_EXPORT_OVERRIDES = ("endpoint", "protocol", "headers", "export_timeout")
+
+
+def resolve_config(
+    overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[AgentConfig, list[str]]:
+    """Arguments over ``FR_OTEL_*`` over defaults; returns the config and one line per bad value.
+
+    An unknown or invalid argument, or an invalid variable, falls back to the next source
+    (argument -> variable -> default) and is reported, never raised.
+    """
+    env = os.environ if environ is None else environ
+    overrides = dict(overrides or {})
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    known = {o.name for o in OPTIONS} | set(_EXPORT_OVERRIDES)
+    for name in sorted(set(overrides) - known):
+        problems.append(f"unknown option {name!r} ignored")
+    for option in OPTIONS:
+        candidates: list[tuple[str, Any]] = []
+        if overrides.get(option.name) is not None:
+            candidates.append((f"argument {option.name}", overrides[option.name]))
+        raw = env.get(option.env, "").strip()
+        if raw:
+            candidates.append((option.env, raw))
+        value = option.default
+        for source, candidate in candidates:
+            try:
+                value = option.parse(candidate)
+                break
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{source}: {exc}; ignored")
+        values[option.name] = value
+    for name in _EXPORT_OVERRIDES:
+        if overrides.get(name) is not None:
+            values[name] = float(overrides[name]) if name == "export_timeout" else str(overrides[name])
+    return AgentConfig(**values), problems
+
+
+def config_fields() -> tuple[str, ...]:
+    """Names :class:`AgentConfig` accepts (for ``start(**options)`` validation)."""
+    return tuple(f.name for f in dataclasses.fields(AgentConfig))

@@ -1,0 +1,146 @@
+"""One rank's part in an incident, and the raiser's extra part: the verdict and the trace.
+
+Every rank: pull its recorder (torch's full pickle), write it as
+``<dump dir>/<trace id>/fr_trace_rank_<global rank>`` (the bytes torch returns, the name
+NCCL's automatic dumps use, so ``fr-otel analyze`` reads the folder as is), and send the
+raiser a trimmed copy with true membership through the store.
+
+The raiser (the coordinator): wait, bounded, until every rank sent its copy (ranks that
+exited earlier left one at exit), build the job, analyse it once, and export one trace:
+the verdict as root, each rank's spans under its own resource, one span per collective
+that every rank's entry links to. One process builds and exports every span, so each
+arrives exactly once and every link resolves; a collector that is down leaves a spool
+file (``fr-otel replay``). Everything is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..ids import trace_id_for
+from ..ranks import compress_ranks
+from ..reader import ReadResult
+from .payload import decode_payload, encode_payload
+
+if TYPE_CHECKING:
+    from .core import Agent
+
+__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "coordinate", "dump_path", "flush_incident", "publish_final"]
+
+DUMP_FILE_PREFIX = "fr_trace_rank_"
+_GATHER_POLL_S = 0.05
+
+log = logging.getLogger("fr_otel.agent")
+
+
+def dump_path(agent: Agent, trace_hex: str) -> Path:
+    from ..incident_export import out_dir  # loads gRPC: only once an incident happens
+
+    root = Path(agent.config.dump_dir) if agent.config.dump_dir else out_dir(agent.config.out_dir) / "dumps"
+    return root / trace_hex / f"{DUMP_FILE_PREFIX}{agent.rank}"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, deadline: float) -> None:
+    """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
+    assert agent.recorder is not None and agent.channel is not None and agent.job_id is not None
+    trace_hex = f"{trace_id_for(agent.job_id, str(k)):032x}"
+    raw = agent.recorder.full_bytes(stacks=True)
+    dumped_at = time.time_ns()
+    path = dump_path(agent, trace_hex)
+    with agent.health.guard("writing the dump file"):
+        _write_atomic(path, raw)
+        log.info("incident %d: recorder written to %s", k, path)
+    with agent.health.guard("sending the recorder to the incident's coordinator"):
+        agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
+                                                                       agent.config.incident_entries, dumped_at))
+    agent.health.incident(trace_hex)
+    if owner:
+        coordinate(agent, k, meta, trace_hex, deadline)
+
+
+def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float) -> None:
+    """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
+    from ..analysis import analyze  # the export stack loads only when an incident happens
+    from ..incident_export import deliver_trace
+    from ..job import build_job
+    from ..spans import TraceOptions, build_trace
+
+    assert agent.channel is not None and agent.world_size is not None
+    world = agent.world_size
+    gather_until = min(time.monotonic() + agent.config.gather_seconds, deadline)
+    while agent.channel.arrived(k) < world and time.monotonic() < gather_until:
+        time.sleep(_GATHER_POLL_S)
+    ranks = list(range(world))
+    payloads = agent.channel.fetch(k, ranks)
+    late = [r for r in ranks if r not in payloads]
+    finals = agent.channel.fetch_final(late) if late else {}
+    problems: list[str] = []
+    read = ReadResult(problems=problems)
+    for rank, payload in sorted({**finals, **payloads}.items()):
+        source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"
+        dump = decode_payload(payload, rank, source, problems)
+        if dump is not None:
+            read.dumps[rank] = dump
+    if late:
+        gone = [r for r in late if r not in finals]
+        if gone:
+            problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {agent.config.gather_seconds:g} s "
+                            "(stuck with the GIL held, or dead)")
+    job = build_job(read)
+    verdict = analyze(job)
+    root = [
+        ("fr_otel.incident.number", k),
+        ("fr_otel.incident.reason", str(meta.get("reason", ""))),
+        ("fr_otel.incident.raised_by", int(meta.get("rank", agent.rank or 0))),
+    ]
+    for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
+        if key in meta:
+            root.append((f"fr_otel.incident.detected.{key}", meta[key]))
+    trace = build_trace(job, verdict, TraceOptions(job_id=agent.job_id, incident=str(k), root_attributes=tuple(root)))
+    remaining = max(deadline - time.monotonic(), 1.0)
+    outcome = deliver_trace(trace, agent.export_config, directory=agent.config.out_dir,
+                            deadline_s=min(remaining, agent.export_config.timeout_s))
+    if not outcome.ok:
+        agent.health.export_failed()
+    culprits = ", ".join(f"rank {c.rank} ({c.kind})" for c in verdict.culprits[:8]) or "none named"
+    where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
+             "spooled": f"NOT delivered ({_why(outcome)}); spooled to {outcome.path}, send it later with "
+                        f"fr-otel replay {outcome.path}",
+             "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({_why(outcome)})")
+    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; "
+                "dumps in %s", k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
+                len(read.dumps), world, trace_hex, where, dump_path(agent, trace_hex).parent)
+    with agent.health.guard("publishing the verdict"):
+        agent.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
+                                     "culprits": [c.rank for c in verdict.culprits], "export": outcome.status})
+        agent.channel.cleanup(k, list(payloads))
+
+
+def _why(outcome: Any) -> str:
+    result = getattr(outcome, "result", None)
+    return str(getattr(result, "error", None) or outcome.destination)
+
+
+#: Entries per group in a rank's exit copy: every rank leaves one, so it stays small (~KBs).
+FINAL_ENTRIES = 8
+
+
+def publish_final(agent: Agent) -> None:
+    """At exit: leave this rank's recorder in the store for a later incident's coordinator
+    (a rank that finished early is exactly the one its peers will wait for)."""
+    if agent.recorder is None or agent.channel is None:
+        return
+    raw = agent.recorder.full_bytes(stacks=True)
+    keep = min(agent.config.incident_entries, FINAL_ENTRIES)
+    agent.channel.publish_final(int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, time.time_ns()))

@@ -1,0 +1,145 @@
+"""Incidents agreed through the job's own store: who raised it, who takes part, what they sent.
+
+No new service: the agent talks to the TCPStore torch.distributed already runs. It opens
+its **own client connection** to that server (same host and port as the default store),
+so its calls never queue behind the training thread's store calls (a TCPStore client
+serialises its operations on one mutex) and its timeout is its own. Where the store is
+not a TCPStore it falls back to the default store itself. Either way it only uses calls
+that answer at once: ``check``, ``add``, ``compare_set``, ``set``, and ``get`` of keys
+known to exist; never a blocking ``get``/``wait`` on a key that may never come.
+
+Keys, under ``fr_otel/<hash of the job identity>/``::
+
+    i/<k>/owner         compare_set claim of incident k: JSON {rank, reason, ...} of the raiser
+    i/<k>/dump/<rank>   that rank's recorder for incident k (see :mod:`.payload`)
+    i/<k>/arrived       add() counter of ranks that sent theirs
+    i/<k>/result        JSON verdict summary, set by the coordinator (the raiser)
+    final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
+
+Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
+on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
+The trace id of incident k is ``trace_id_for(job_id, str(k))``: every rank computes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["STORE_TIMEOUT_S", "IncidentChannel", "connect_channel"]
+
+STORE_TIMEOUT_S = 5.0
+
+
+class IncidentChannel:
+    """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
+
+    def __init__(self, store: Any, how: str) -> None:
+        self.store = store
+        self.how = how  # "own connection to host:port" or "default store"
+
+    # -- incidents ----------------------------------------------------------------------
+    def claim(self, k: int, meta: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Try to raise incident ``k``; returns (we raised it, the raiser's meta)."""
+        mine = json.dumps(meta, sort_keys=True)
+        got = _text(self.store.compare_set(_owner(k), "", mine))
+        return got == mine, _json(got)
+
+    def owner(self, k: int) -> dict[str, Any] | None:
+        """The raiser's meta of incident ``k``, or None while nobody raised it."""
+        key = _owner(k)
+        if not self.store.check([key]):
+            return None
+        return _json(_text(self.store.get(key)))
+
+    def publish(self, k: int, rank: int, payload: bytes) -> None:
+        self.store.set(f"i/{k}/dump/{rank}", payload)
+        self.store.add(f"i/{k}/arrived", 1)
+
+    def arrived(self, k: int) -> int:
+        return int(self.store.add(f"i/{k}/arrived", 0))
+
+    def fetch(self, k: int, ranks: list[int]) -> dict[int, bytes]:
+        """The payloads of ``ranks`` that are there (absent ones are skipped, not waited for)."""
+        return self._fetch([(r, f"i/{k}/dump/{r}") for r in ranks])
+
+    def set_result(self, k: int, result: dict[str, Any]) -> None:
+        self.store.set(f"i/{k}/result", json.dumps(result, sort_keys=True))
+
+    def result(self, k: int) -> dict[str, Any] | None:
+        key = f"i/{k}/result"
+        return _json(_text(self.store.get(key))) if self.store.check([key]) else None
+
+    def cleanup(self, k: int, ranks: list[int]) -> None:
+        for r in ranks:
+            self.store.delete_key(f"i/{k}/dump/{r}")
+
+    # -- a rank's last words ------------------------------------------------------------
+    def publish_final(self, rank: int, payload: bytes) -> None:
+        self.store.set(f"final/{rank}", payload)
+
+    def fetch_final(self, ranks: list[int]) -> dict[int, bytes]:
+        return self._fetch([(r, f"final/{r}") for r in ranks])
+
+    def _fetch(self, keys: list[tuple[int, str]]) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for rank, key in keys:
+            if self.store.check([key]):
+                out[rank] = bytes(self.store.get(key))
+        return out
+
+
+def _owner(k: int) -> str:
+    return f"i/{k}/owner"
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tcp_store(store: Any) -> Any | None:
+    """The TCPStore under a chain of PrefixStores, if that is what the default store is."""
+    seen = 0
+    while store is not None and seen < 16:
+        if type(store).__name__ == "TCPStore":
+            return store
+        store = getattr(store, "underlying_store", None)
+        seen += 1
+    return None
+
+
+def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIMEOUT_S) -> tuple[IncidentChannel, str]:
+    """Open the channel for this job; returns it and the job id (agreed via the store if None).
+
+    Call from the agent's thread once the default process group exists.
+    """
+    default = dist.distributed_c10d._get_default_store()
+    tcp = _tcp_store(default)
+    base: Any = default
+    how = "the default store"
+    if tcp is not None:
+        try:
+            base = dist.TCPStore(str(tcp.host), int(tcp.port), is_master=False,
+                                 timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+            how = f"own connection to {tcp.host}:{tcp.port}"
+        except Exception:  # noqa: BLE001 - e.g. a server that refuses more clients
+            base = default
+    root = dist.PrefixStore("fr_otel/", base)
+    if not job_id:
+        # Nothing names this run (no torchelastic, Slurm or FR_OTEL_JOB_ID): the first agent
+        # to get here proposes one, everyone adopts it. Unique per store, i.e. per run.
+        proposal = f"store:{uuid.uuid4().hex}"
+        job_id = _text(root.compare_set("job_id", "", proposal))
+    digest = hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how), job_id

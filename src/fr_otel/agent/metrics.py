@@ -1,0 +1,153 @@
+"""The ``fr_*`` Prometheus metrics, computed at scrape time from the agent's latest snapshot.
+
+A custom collector (prometheus_client's extension point): ``collect()`` reads one
+:class:`~fr_otel.agent.state.Snapshot` and the clock, so the in-flight age keeps growing
+between polls and while the job is stuck. The names and labels below are a contract
+(dashboards and alerts are built on them); sequence numbers and trace ids are values or
+exemplars, never labels.
+
+=============================================  =======  ====================================
+name                                           type     labels
+=============================================  =======  ====================================
+fr_inflight_collective_age_seconds             gauge    rank, pg_name, pg_desc, op
+fr_inflight_collective_timeout_seconds         gauge    rank, pg_name, pg_desc, op
+fr_last_enqueued_seq                           gauge    rank, pg_name, pg_desc
+fr_last_completed_seq                          gauge    rank, pg_name, pg_desc
+fr_incidents_total                             counter  rank (exemplar: trace_id)
+fr_info                                        info     rank, local_rank, host, torch_version,
+                                                        backend, world_size, recorder_capacity
+fr_agent_polls_total                           counter  rank
+fr_agent_errors_total                          counter  rank
+fr_agent_export_failures_total                 counter  rank
+fr_agent_last_poll_timestamp_seconds           gauge    rank
+fr_recorder_enabled                            gauge    rank
+=============================================  =======  ====================================
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+
+from .state import Snapshot
+
+__all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector", "culprit_query"]
+
+INFO_LABELS = ("rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity")
+_GROUP = ("rank", "pg_name", "pg_desc")
+_INFLIGHT = (*_GROUP, "op")
+
+#: Every sample name the collector can emit (the contract, in one tuple).
+METRIC_NAMES: tuple[str, ...] = (
+    "fr_inflight_collective_age_seconds",
+    "fr_inflight_collective_timeout_seconds",
+    "fr_last_enqueued_seq",
+    "fr_last_completed_seq",
+    "fr_incidents_total",
+    "fr_info",
+    "fr_agent_polls_total",
+    "fr_agent_errors_total",
+    "fr_agent_export_failures_total",
+    "fr_agent_last_poll_timestamp_seconds",
+    "fr_recorder_enabled",
+)
+
+
+class FrCollector(Collector):
+    """Renders the snapshot ``source()`` returns; ``clock`` (epoch seconds) is injectable for tests."""
+
+    def __init__(self, source: Callable[[], Snapshot | None], clock: Callable[[], float] = time.time) -> None:
+        self._source = source
+        self._clock = clock
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: names are fixed, label values appear at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._source()
+        if snap is None:
+            return
+        now_ns = int(self._clock() * 1e9)
+        rank = snap.info.rank
+        age = GaugeMetricFamily(
+            "fr_inflight_collective_age_seconds",
+            "Age of the oldest collective in flight in this process group on this rank (0 when none).",
+            labels=_INFLIGHT,
+        )
+        timeout = GaugeMetricFamily(
+            "fr_inflight_collective_timeout_seconds",
+            "Timeout of that collective (0 when none in flight, or not yet known).",
+            labels=_INFLIGHT,
+        )
+        enqueued = GaugeMetricFamily(
+            "fr_last_enqueued_seq", "Sequence number of the last collective this rank enqueued in the group.",
+            labels=_GROUP,
+        )
+        completed = GaugeMetricFamily(
+            "fr_last_completed_seq", "Sequence number of the last collective this rank completed in the group.",
+            labels=_GROUP,
+        )
+        for g in snap.groups:
+            labels = [rank, g.name, g.desc]
+            op = g.op if g.inflight_since_ns is not None else ""
+            age.add_metric([*labels, op], round(g.age_s(now_ns), 3))
+            seconds = (g.timeout_ms or 0) / 1000 if g.inflight_since_ns is not None else 0.0
+            timeout.add_metric([*labels, op], seconds)
+            enqueued.add_metric(labels, g.enqueued)
+            completed.add_metric(labels, g.completed)
+        yield from (age, timeout, enqueued, completed)
+
+        h = snap.health
+        incidents = CounterMetricFamily(
+            "fr_incidents_total", "Incidents this rank took part in (raised or joined); exemplar: the trace id.",
+            labels=["rank"],
+        )
+        exemplar = None
+        if h.last_incident_trace_id:
+            exemplar = Exemplar({"trace_id": h.last_incident_trace_id}, 1.0, h.last_incident_s)
+        incidents.add_metric([rank], h.incidents, exemplar=exemplar)
+        yield incidents
+
+        info = InfoMetricFamily("fr", "The process behind these series.", labels=INFO_LABELS)
+        i = snap.info
+        info.add_metric([i.rank, i.local_rank, i.host, i.torch_version, i.backend, i.world_size,
+                         i.recorder_capacity], {})
+        yield info
+
+        for name, doc, value in (
+            ("fr_agent_polls", "Recorder polls done by the fr-otel agent.", h.polls),
+            ("fr_agent_errors", "Failures inside the agent (each counted, none reaches training).", h.errors),
+            ("fr_agent_export_failures", "Incident traces not delivered to the collector (spooled to disk).",
+             h.export_failures),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["rank"])
+            counter.add_metric([rank], value)
+            yield counter
+        last = GaugeMetricFamily("fr_agent_last_poll_timestamp_seconds",
+                                 "When the agent last read the recorder (epoch seconds).", labels=["rank"])
+        last.add_metric([rank], h.last_poll_s or 0.0)
+        yield last
+        enabled = GaugeMetricFamily("fr_recorder_enabled", "1 when the Flight Recorder records (capacity > 0).",
+                                    labels=["rank"])
+        enabled.add_metric([rank], 1.0 if snap.recorder_enabled else 0.0)
+        yield enabled
+
+
+def culprit_query(threshold_s: float = 60.0, job_label: str = "job") -> str:
+    """PromQL naming, per process group, the rank(s) the others wait for.
+
+    The ranks whose last enqueued sequence number is the group's lowest, in groups whose
+    members disagree, where some member's oldest collective has been in flight more than
+    ``threshold_s``. ``job_label`` is the label that tells training jobs apart in your
+    scrape config (group names restart at "0" in every job).
+    """
+    by = f"{job_label}, pg_name"
+    return (
+        f"(fr_last_enqueued_seq == on({by}) group_left() min by ({by}) (fr_last_enqueued_seq))"
+        f" unless on({by}) (max by ({by}) (fr_last_enqueued_seq) == min by ({by}) (fr_last_enqueued_seq))"
+        f" and on({by}) (max by ({by}) (fr_inflight_collective_age_seconds) > {threshold_s:g})"
+    )

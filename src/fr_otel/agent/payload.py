@@ -1,0 +1,77 @@
+"""What a rank sends its incident's coordinator: its recorder, trimmed, with true membership.
+
+The local dump file keeps torch's bytes untouched. What goes through the store is smaller
+and sounder: per group the last ``keep`` collectives plus everything still in flight
+(what the verdict and the focused trace use), and ``pg_config`` replaced by the groups the
+rank's Python side knows (gloo's own ``pg_config`` is empty in torch 2.13), so the
+coordinator's job model gets real membership instead of inferring it. Framed as
+``b"FRO1" + dump time (u64 ns) + zlib(pickle)``; the coordinator reads the pickle with
+the restricted unpickler like any other dump.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from ..dump import RankDump
+from ..reader import parse_dump_bytes
+from .recorder import GroupInfo, entry_completed, gc_paused
+
+__all__ = ["decode_payload", "encode_payload", "pg_config_for", "trim_entries"]
+
+_MAGIC = b"FRO1"
+_HEADER = struct.Struct(">4sQ")
+
+
+def pg_config_for(groups: Iterable[GroupInfo]) -> dict[str, dict[str, str]]:
+    """``pg_config`` in torch's own shape (ranks as a string), from the groups Python knows."""
+    return {g.name: {"name": g.name, "desc": g.desc, "ranks": str(list(g.ranks))} for g in groups if g.name}
+
+
+def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """Per group, the last ``keep`` entries plus every one not completed; order kept."""
+    seen: dict[Any, int] = {}
+    flags = [False] * len(entries)
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        try:
+            group = e["process_group"][0]
+        except (KeyError, TypeError, IndexError):
+            continue
+        n = seen.get(group, 0)
+        if n < keep or not entry_completed(e):
+            flags[i] = True
+        seen[group] = n + 1
+    return [e for e, f in zip(entries, flags) if f]
+
+
+def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int) -> bytes:
+    """Trim and re-label one of this process's own dumps for the store."""
+    with gc_paused():
+        data = pickle.loads(raw_dump)  # torch's bytes from this very process
+        data["entries"] = trim_entries(list(data.get("entries") or []), keep)
+        data["pg_config"] = pg_config_for(groups)
+        body = pickle.dumps(data, protocol=4)
+    return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
+
+
+def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) -> RankDump | None:
+    """A payload from the store as a :class:`RankDump` (restricted unpickler); None if unusable."""
+    if len(payload) < _HEADER.size:
+        problems.append(f"{source}: payload too short")
+        return None
+    magic, dumped_at_ns = _HEADER.unpack_from(payload)
+    if magic != _MAGIC:
+        problems.append(f"{source}: not an fr-otel payload")
+        return None
+    try:
+        body = zlib.decompress(payload[_HEADER.size:])
+    except zlib.error as exc:
+        problems.append(f"{source}: corrupt payload: {exc}")
+        return None
+    with gc_paused():
+        return parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems)

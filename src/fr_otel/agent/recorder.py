@@ -1,0 +1,252 @@
+"""The one module that touches torch: this process's Flight Recorder and process groups.
+
+Entry points are detected, not pinned: ``_dump_fr_trace`` (any backend, torch >= 2.6) or
+the NCCL build's ``_dump_nccl_trace``, called with camelCase keywords, then snake_case,
+whichever this build accepts. Costs measured on torch 2.13 (2 cores, gloo): progress only
+(``includeCollectives=False``) ~0 ms; a full read holds the GIL for the whole copy,
+~30 ms at 2000 entries and ~300 ms at 20000, so the agent does it only when something is
+stuck. Group membership comes from Python (``_world.pg_map``,
+``get_process_group_ranks``), because gloo's ``pg_config`` is empty in torch 2.13.
+
+Nothing here imports torch at module level, and nothing imports it at all: the agent
+waits until the application has imported ``torch.distributed`` (importing torch from a
+second thread while the main thread imports it is asking for trouble).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BUFFER_SIZE_ENV",
+    "DEFAULT_CAPACITY",
+    "OLD_BUFFER_SIZE_ENV",
+    "GroupInfo",
+    "InFlightEntry",
+    "Recorder",
+    "distributed_module",
+    "gc_paused",
+    "process_group_ready",
+    "read_groups",
+    "recorder_capacity",
+]
+
+BUFFER_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
+OLD_BUFFER_SIZE_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+DEFAULT_CAPACITY = 2000  # torch's default when neither variable is set
+
+
+def distributed_module() -> Any | None:
+    """``torch.distributed`` if the application imported it completely, else None."""
+    mod = sys.modules.get("torch.distributed")
+    if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        return None
+    if "torch.distributed.distributed_c10d" not in sys.modules:
+        return None
+    return mod
+
+
+def process_group_ready() -> Any | None:
+    """``torch.distributed`` once the default process group exists, else None."""
+    dist = distributed_module()
+    if dist is None:
+        return None
+    try:
+        return dist if dist.is_available() and dist.is_initialized() else None
+    except Exception:  # noqa: BLE001 - half-torn-down torch at exit
+        return None
+
+
+def recorder_capacity(environ: dict[str, str] | None = None) -> int:
+    """The capacity torch reads: TORCH_FR_BUFFER_SIZE, else the old name, else 2000."""
+    env = os.environ if environ is None else environ
+    for name in (BUFFER_SIZE_ENV, OLD_BUFFER_SIZE_ENV):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                continue
+    return DEFAULT_CAPACITY
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Unpickling a big dump with the cyclic GC on is ~5x slower (it keeps collecting)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A process group this rank belongs to; ``local_id`` is its recorder slot (``pg_id``)."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    local_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightEntry:
+    """The oldest not-completed recorder entry of one group."""
+
+    local_id: int
+    pg_name: str
+    seq: int
+    created_ns: int
+    op: str
+    timeout_ms: int | None
+
+
+def read_groups(dist: Any) -> tuple[tuple[GroupInfo, ...], int]:
+    """This rank's groups in creation order, with the recorder slot each got; and the world size.
+
+    The recorder numbers a process's groups in the order they were created (non-member
+    groups get no slot): verified on torch 2.13 gloo, and corrected from entries whenever
+    a full read names them (:meth:`Recorder.learn_slots`).
+    """
+    c10d = dist.distributed_c10d
+    world = c10d._world
+    pgs = list(world.pg_map)  # a copy: the main thread may be creating groups right now
+    names = dict(world.pg_names)
+    out = []
+    for slot, pg in enumerate(pgs):
+        name = str(names.get(pg) or getattr(pg, "group_name", "") or "")
+        try:
+            desc = str(getattr(pg, "group_desc", "") or "")
+        except Exception:  # noqa: BLE001 - older torch without group_desc
+            desc = ""
+        try:
+            ranks = tuple(sorted(int(r) for r in dist.get_process_group_ranks(pg)))
+        except Exception:  # noqa: BLE001
+            ranks = ()
+        out.append(GroupInfo(name=name, desc=desc, ranks=ranks, local_id=slot))
+    return tuple(out), int(dist.get_world_size())
+
+
+def groups_version(dist: Any) -> tuple[int, int]:
+    """Changes whenever a group is created or destroyed (cheap: no iteration)."""
+    world = dist.distributed_c10d._world
+    return len(world.pg_map), int(getattr(world, "group_count", 0) or 0)
+
+
+class Recorder:
+    """Reads this process's recorder through whichever entry points torch offers."""
+
+    def __init__(self, dist: Any) -> None:
+        import torch._C._distributed_c10d as c10d  # already imported by torch.distributed
+
+        backend = ""
+        try:
+            backend = str(dist.get_backend())
+        except Exception:  # noqa: BLE001, S110 - no backend name: the generic recorder
+            pass
+        fr = getattr(c10d, "_dump_fr_trace", None)
+        nccl = getattr(c10d, "_dump_nccl_trace", None)
+        # NCCL keeps its own recorder (CUDA events); the generic one holds gloo and others.
+        self._dump: Callable[..., Any] | None = nccl if (nccl is not None and "nccl" in backend) or fr is None else fr
+        self.entry_point = getattr(self._dump, "__name__", "") if self._dump else ""
+        self.backend = backend
+        self._style: dict[str, str] | None = None
+        self.full_read_s = 0.0  # cost of the last full read, for rate limiting
+
+    @property
+    def available(self) -> bool:
+        return self._dump is not None
+
+    def _call(self, **kwargs: bool) -> bytes:
+        assert self._dump is not None
+        styles = [self._style] if self._style else [_CAMEL, _SNAKE]
+        error: Exception | None = None
+        for style in styles:
+            try:
+                out = self._dump(**{style[k]: v for k, v in kwargs.items()})
+                self._style = style
+                return bytes(out)
+            except TypeError as exc:  # this build names its keywords differently
+                error = exc
+        raise RuntimeError(f"{self.entry_point} accepts none of the known keyword spellings: {error}")
+
+    def progress(self) -> dict[int, tuple[int, int]]:
+        """local slot -> (last enqueued, last completed) collective seq: the ~0 ms read."""
+        raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
+        out: dict[int, tuple[int, int]] = {}
+        for key, st in (raw.get("pg_status") or {}).items():
+            out[int(key)] = (int(st["last_enqueued_collective"]), int(st["last_completed_collective"]))
+        return out
+
+    def full_bytes(self, *, stacks: bool = True, only_active: bool = False) -> bytes:
+        """The whole dump as torch pickles it (the bytes NCCL would write to its dump file)."""
+        t0 = time.perf_counter()
+        try:
+            return self._call(includeCollectives=True, includeStackTraces=stacks, onlyActive=only_active)
+        finally:
+            self.full_read_s = time.perf_counter() - t0
+
+    def in_flight(self) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str]]:
+        """One full read (no stacks; only in-flight entries where the build supports it).
+
+        Returns the oldest pending entry per slot, the highest seq known completed per slot
+        with nothing pending, and the slot -> group name pairs the entries reveal.
+        """
+        data = self.full_bytes(stacks=False, only_active=True)
+        with gc_paused():
+            raw = pickle.loads(data)  # our own process's bytes, not a file from a shared disk
+        return scan_entries(raw.get("entries") or [])
+
+
+def entry_completed(e: dict[str, Any]) -> bool:
+    """NCCL says ``completed``; gloo never leaves ``scheduled`` and only retires entries."""
+    if e.get("state") == "completed":
+        return True
+    return str(e.get("profiling_name", "")).startswith("gloo:") and bool(e.get("retired"))
+
+
+def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str]]:
+    """Oldest pending collective per slot, last completed seq per slot, slot names."""
+    pending: dict[int, InFlightEntry] = {}
+    done: dict[int, int] = {}
+    slots: dict[int, str] = {}
+    for e in entries:
+        try:
+            if e.get("is_p2p"):
+                continue
+            slot = int(e["pg_id"])
+            name = str(e["process_group"][0])
+            seq = int(e["collective_seq_id"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        slots[slot] = name
+        if entry_completed(e):
+            if slot not in pending:
+                done[slot] = max(done.get(slot, seq), seq)
+        elif slot not in pending or seq < pending[slot].seq:
+            prof = str(e.get("profiling_name", ""))
+            timeout = e.get("timeout_ms")
+            pending[slot] = InFlightEntry(
+                local_id=slot, pg_name=name, seq=seq, created_ns=int(e.get("time_created_ns") or 0),
+                op=prof.partition(":")[2].split(" ", 1)[0] or prof, timeout_ms=int(timeout) if timeout else None,
+            )
+    for slot in pending:
+        done.pop(slot, None)
+    return pending, done, slots
+
+
+_CAMEL = {"includeCollectives": "includeCollectives", "includeStackTraces": "includeStackTraces",
+          "onlyActive": "onlyActive"}
+_SNAKE = {"includeCollectives": "include_collectives", "includeStackTraces": "include_stack_traces",
+          "onlyActive": "only_active"}

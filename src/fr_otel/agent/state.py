@@ -1,0 +1,77 @@
+"""What the agent knows at one instant: per-group progress and its own health.
+
+Plain immutable data, shared by the poller (which writes it), the Prometheus collector
+(which renders it at scrape time) and the tests (which build it by hand for golden
+output). No torch, no prometheus_client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["GroupStatus", "Health", "ProcessInfo", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One process group as this rank sees it.
+
+    ``inflight_since_ns`` is the enqueue time (epoch ns) of the oldest collective in flight:
+    exact once a full recorder read confirmed it (``exact``), else the poll that first saw
+    it (an underestimate of the age by at most one poll interval). ``None``: nothing in
+    flight. ``timeout_ms`` and ``op`` are known only when exact.
+    """
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    local_id: int | None
+    enqueued: int
+    completed: int
+    inflight_seq: int | None = None
+    inflight_since_ns: int | None = None
+    exact: bool = False
+    op: str = ""
+    timeout_ms: int | None = None
+
+    def age_s(self, now_ns: int) -> float:
+        """Seconds the oldest collective has been in flight at ``now_ns`` (0 when none)."""
+        if self.inflight_since_ns is None:
+            return 0.0
+        return max(now_ns - self.inflight_since_ns, 0) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """Who this process is (``fr_info``'s labels); strings, as labels are."""
+
+    rank: str = ""
+    local_rank: str = ""
+    host: str = ""
+    torch_version: str = ""
+    backend: str = ""
+    world_size: str = ""
+    recorder_capacity: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The agent's own counters (monotonic, since start)."""
+
+    polls: int = 0
+    errors: int = 0
+    export_failures: int = 0
+    incidents: int = 0
+    last_poll_s: float | None = None  # epoch seconds of the last successful poll
+    last_incident_trace_id: str | None = None
+    last_incident_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything ``/metrics`` shows, taken under one lock."""
+
+    info: ProcessInfo
+    recorder_enabled: bool
+    groups: tuple[GroupStatus, ...] = ()
+    health: Health = field(default_factory=Health)

@@ -1,0 +1,114 @@
+"""A small CPU gloo training loop for torchrun, with one rank that stalls on request.
+
+Run it as a script (it never imports fr_otel unless told to), e.g.::
+
+    TRAIN_LOOP_STALL_RANK=2 TRAIN_LOOP_STALL_SECONDS=20 \\
+        python -m torch.distributed.run --standalone --nproc-per-node 4 path/to/train_loop.py
+
+Each step: forward and backward of a small MLP, one ``all_reduce`` of the flattened
+gradients (the collective the others wait in when a rank stalls), an SGD step. The stall
+is a sleep just before the stalled rank's ``all_reduce`` at step ``TRAIN_LOOP_STALL_STEP``:
+its peers sit in that collective; if the sleep is shorter than the gloo timeout the job
+recovers and finishes normally.
+
+Environment:
+
+=========================  ================================================================
+TRAIN_LOOP_STEPS           steps (default 40)
+TRAIN_LOOP_STEP_SLEEP      seconds of "data loading" per step (default 0.05)
+TRAIN_LOOP_HIDDEN          MLP width (default 64)
+TRAIN_LOOP_STALL_RANK      rank that stalls (default: none)
+TRAIN_LOOP_STALL_STEP      step at which it stalls (default 10)
+TRAIN_LOOP_STALL_SECONDS   how long (default 0)
+TRAIN_LOOP_RAISE_RANK      rank that raises an uncaught RuntimeError instead (default: none)
+TRAIN_LOOP_RAISE_STEP      step at which it raises (default 5)
+TRAIN_LOOP_GLOO_TIMEOUT    process group timeout in seconds (default 120)
+TRAIN_LOOP_AGENT           ``early``: ``fr_otel.start()`` before ``init_process_group``;
+                           ``late``: after it; unset: fr_otel is never imported
+TRAIN_LOOP_MARKERS         folder for ``pid_rank_<r>``, ``stall_start.json``, ``done_rank_<r>`` (optional)
+=========================  ================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"TRAIN_LOOP_{name}", default)
+
+
+def main() -> int:
+    agent_mode = _env("AGENT", "")
+    if agent_mode == "early":
+        import fr_otel
+
+        fr_otel.start()
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=float(_env("GLOO_TIMEOUT", "120"))))
+    if agent_mode == "late":
+        import fr_otel
+
+        fr_otel.start()
+    rank = dist.get_rank()
+    steps = int(_env("STEPS", "40"))
+    pause = float(_env("STEP_SLEEP", "0.05"))
+    hidden = int(_env("HIDDEN", "64"))
+    stall_rank = int(_env("STALL_RANK", "-1"))
+    stall_step = int(_env("STALL_STEP", "10"))
+    stall_s = float(_env("STALL_SECONDS", "0"))
+    raise_rank = int(_env("RAISE_RANK", "-1"))
+    raise_step = int(_env("RAISE_STEP", "5"))
+    markers = Path(_env("MARKERS", "")) if _env("MARKERS", "") else None
+    if markers is not None:
+        markers.mkdir(parents=True, exist_ok=True)
+        (markers / f"pid_rank_{rank}").write_text(str(os.getpid()))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 1),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    params = list(model.parameters())
+    for step in range(steps):
+        time.sleep(pause)
+        x = torch.randn(32, hidden)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        if rank == stall_rank and step == stall_step and stall_s > 0:
+            if markers is not None:
+                markers.mkdir(parents=True, exist_ok=True)
+                (markers / "stall_start.json").write_text(json.dumps({"rank": rank, "step": step, "time": time.time()}))
+            time.sleep(stall_s)
+        if rank == raise_rank and step == raise_step:
+            raise RuntimeError(f"injected failure at step {step}")
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p))
+            offset += n
+        opt.step()
+    dist.barrier()
+    if markers is not None:
+        markers.mkdir(parents=True, exist_ok=True)
+        (markers / f"done_rank_{rank}").write_text(str(time.time()))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""The live agent in real gloo training jobs under torchrun: metrics in a real Prometheus,
+incidents as one trace at a real OTLP receiver, and training never disturbed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fr_otel.otlp_file import read_jsonl
+from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, unused_tcp_port, wait_for
+from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+
+pytestmark = [
+    pytest.mark.gloo,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
+]
+
+TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+JOB_TIMEOUT_S = 150
+
+
+def _free_base(n: int) -> int:
+    """A base port with ``n`` consecutive free loopback ports above it."""
+    for _ in range(50):
+        base = unused_tcp_port()
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
+
+
+def _job_env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
+    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(tmp / "markers"), FR_OTEL_POLL_INTERVAL="0.5",
+               FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp / "out"), OTEL_SERVICE_NAME="fr-otel-test")
+    if "lo" in [name for _, name in socket.if_nameindex()]:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.update(extra)
+    return env
+
+
+def _torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            str(TRAIN_LOOP)]
+
+
+class Job:
+    """A torchrun job in its own session (killed whole on teardown), output to a file."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], tmp: Path) -> None:
+        self.log_path = tmp / "job.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait(self, timeout: float = JOB_TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.flush()
+
+    @property
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.kill()
+
+
+def _wait_file(path: Path, job: Job, timeout: float = 90) -> Path:
+    ok = wait_for(lambda: path.is_file() or job.proc.poll() is not None, timeout=timeout, interval=0.1)
+    assert ok and path.is_file(), f"{path.name} never appeared; job output:\n{job.output[-4000:]}"
+    return path
+
+
+def _incident_root(rx: OtlpGrpcReceiver) -> ReceivedSpan | None:
+    return next((s for s in rx.spans() if s.span.name == "fr_otel.incident"), None)
+
+
+def _check_one_trace(rx: OtlpGrpcReceiver, ranks: set[int]) -> tuple[str, dict]:
+    """Every span once, one trace id, each rank's spans under its resource, every link resolves."""
+    spans = rx.spans()
+    ids = [s.span.span_id for s in spans]
+    assert len(ids) == len(set(ids)), "a span arrived twice"
+    assert len(rx.trace_ids()) == 1
+    known = set(ids)
+    dangling = [(s.span.name, link.span_id.hex()) for s in spans for link in s.span.links
+                if link.span_id not in known]
+    assert dangling == []
+    seen = {s.resource_attributes.get("pytorch.distributed.rank") for s in spans if s.span.name == "rank"}
+    assert seen == ranks
+    root = _incident_root(rx)
+    assert root is not None
+    return rx.trace_ids().pop(), root.attributes
+
+
+@pytest.mark.skipif(find_prometheus() is None, reason="needs Debian's prometheus binary")
+def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: list[Job]) -> None:
+    """Rank 2 stalls before an all_reduce: Prometheus sees the age rise on ranks 0, 1, 3,
+    the PromQL names rank 2, fr_incidents_total counts the incident with its trace id as
+    exemplar, and one trace with spans of all four ranks and the verdict arrives while the
+    job is still stuck; then the job recovers and ends normally."""
+    from fr_otel.agent.metrics import culprit_query
+
+    stall_s, ws = 25, 4
+    base = _free_base(ws)
+    with OtlpGrpcReceiver() as rx, PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)],
+                                                    scrape_interval="1s") as prom:
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="10",
+                       TRAIN_LOOP_STALL_SECONDS=str(stall_s), TRAIN_LOOP_STEPS="20", TRAIN_LOOP_GLOO_TIMEOUT="60",
+                       FR_OTEL_METRICS_PORT=str(base), FR_OTEL_STALL_SECONDS="4",
+                       OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        job = Job(_torchrun(ws), env, tmp_path)
+        jobs.append(job)
+        prom.wait_for_targets(up=ws, timeout=90)
+        t0 = json.loads(_wait_file(tmp_path / "markers" / "stall_start.json", job).read_text())["time"]
+
+        age = 'fr_inflight_collective_age_seconds{pg_desc="default_pg"}'
+        waiting = {"0", "1", "3"}
+        first = prom.wait_for(f"{age} > 1", lambda r: {s.labels["rank"] for s in r} == waiting, timeout=30)
+        time.sleep(2.5)
+        later = {s.labels["rank"]: s.value for s in prom.query(age)}
+        for s in first:
+            assert later[s.labels["rank"]] > s.value + 1.0, (first, later)
+        assert later["2"] == 0.0  # the culprit is not in a collective at all
+
+        named = prom.wait_for(culprit_query(2), timeout=30)
+        assert {s.labels["rank"] for s in named} == {"2"}
+
+        assert wait_for(lambda: _incident_root(rx) is not None, timeout=40, interval=0.1), job.output[-4000:]
+        arrived = time.time()
+        counted = prom.wait_for("fr_incidents_total", lambda r: len(r) == ws and all(s.value >= 1 for s in r),
+                                timeout=30)
+        assert len(counted) == ws
+
+        trace_id, root = _check_one_trace(rx, {0, 1, 2, 3})
+        assert arrived - t0 < stall_s  # while the job was still stuck, long before its 60 s timeout
+        assert root["fr_otel.verdict"] == "hang" and root["fr_otel.culprit_ranks"] == [2]
+        assert root["fr_otel.incident.reason"] == "stall"
+        exemplars = wait_for(lambda: any(e.labels.get("trace_id") == trace_id
+                                         for e in prom.exemplars("fr_incidents_total", t0 - 60, time.time() + 5)),
+                             timeout=15, interval=0.5)
+        assert exemplars, "no exemplar with the incident's trace id"
+
+        assert job.wait() == 0, job.output[-4000:]  # the stall ended; training finished normally
+    dumps = tmp_path / "out" / "dumps" / trace_id
+    assert sorted(p.name for p in dumps.iterdir()) == [f"fr_trace_rank_{r}" for r in range(ws)]
+    assert pickle.loads((dumps / "fr_trace_rank_0").read_bytes())["version"]  # torch's own pickle, as is
+
+
+def test_zero_code_change_with_collector_down_and_a_failing_agent(tmp_path: Path, jobs: list[Job]) -> None:
+    """`fr-otel run -- torchrun ... train_loop.py` (which never imports fr_otel): each rank
+    serves /metrics and raises the incident; the collector is down, so the trace is spooled;
+    the dump folder is unusable, so the agent fails there: counted and logged. Training
+    finishes normally all the same."""
+    base = _free_base(2)
+    not_a_dir = tmp_path / "dumps-is-a-file"
+    not_a_dir.write_text("")
+    env = _job_env(tmp_path, TRAIN_LOOP_STALL_RANK="1", TRAIN_LOOP_STALL_STEP="8", TRAIN_LOOP_STALL_SECONDS="10",
+                   TRAIN_LOOP_STEPS="16", TRAIN_LOOP_GLOO_TIMEOUT="60", OTEL_EXPORTER_OTLP_TIMEOUT="2")
+    cmd = [sys.executable, "-m", "fr_otel.cli", "run", "--stall-seconds", "2", "--metrics-port", str(base),
+           "--dump-dir", str(not_a_dir), "--endpoint", f"http://127.0.0.1:{unused_tcp_port()}",
+           "--gather-seconds", "5", "--", *_torchrun(2)]
+    job = Job(cmd, env, tmp_path)
+    jobs.append(job)
+
+    def scrape() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{base}/metrics", timeout=1) as resp:
+                return resp.read().decode()
+        except OSError:
+            return ""
+
+    assert wait_for(lambda: 'fr_info{' in scrape() or job.proc.poll() is not None, timeout=90, interval=0.2)
+    assert 'rank="0"' in scrape(), job.output[-4000:]
+    assert job.wait() == 0, job.output[-4000:]
+    out = job.output
+    assert "raises incident 1" in out
+    assert "agent error in writing the dump file (training is not affected)" in out
+    assert "NOT delivered" in out and "fr-otel replay" in out
+    assert "agent stopped:" in out and "incident exports failed" in out
+    spools = list((tmp_path / "out").glob("fr-otel-spool-*.jsonl"))
+    assert len(spools) == 1
+    spans = [s for request in read_jsonl(spools[0]) for rs in request.resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    assert any(s.name == "fr_otel.incident" for s in spans) and len(spans) > 10
+
+
+def test_sigterm_while_stuck_in_a_collective_flushes_first(tmp_path: Path, jobs: list[Job]) -> None:
+    """SIGTERM reaches rank 0 while its main thread sits in a gloo all_reduce (so no Python
+    handler can run): the agent still flushes, raises the incident, the trace names rank 1,
+    and only then does rank 0 die of SIGTERM."""
+    with OtlpGrpcReceiver() as rx:
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="1", TRAIN_LOOP_STALL_STEP="5",
+                       TRAIN_LOOP_STALL_SECONDS="90", TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_METRICS_PORT="off",
+                       FR_OTEL_STALL_SECONDS="100", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        job = Job(_torchrun(2), env, tmp_path)
+        jobs.append(job)
+        _wait_file(tmp_path / "markers" / "stall_start.json", job)
+        pid0 = int((tmp_path / "markers" / "pid_rank_0").read_text())
+        time.sleep(2.0)  # rank 0 is in the all_reduce by now
+        os.kill(pid0, signal.SIGTERM)
+        assert wait_for(lambda: _incident_root(rx) is not None, timeout=30, interval=0.1), job.output[-4000:]
+        assert job.wait() != 0
+        _, root = _check_one_trace(rx, {0, 1})
+    assert root["fr_otel.incident.reason"] == "SIGTERM while a collective was in flight"
+    assert root["fr_otel.incident.raised_by"] == 0
+    assert root["fr_otel.culprit_ranks"] == [1]
+    assert "exitcode  : -15" in job.output  # torchrun's report: rank 0 died of SIGTERM, as without the agent
+
+
+def test_uncaught_exception_raises_the_incident_its_peers_join(tmp_path: Path, jobs: list[Job]) -> None:
+    """Rank 1 dies of an uncaught exception: its excepthook (after the traceback) raises the
+    incident, rank 0 (waiting in the all_reduce) joins, one trace names rank 1; the peer's
+    own failure that follows is not a second incident."""
+    with OtlpGrpcReceiver() as rx:
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="late", TRAIN_LOOP_RAISE_RANK="1", TRAIN_LOOP_RAISE_STEP="5",
+                       TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_METRICS_PORT="off", FR_OTEL_STALL_SECONDS="100",
+                       OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        job = Job(_torchrun(2), env, tmp_path)
+        jobs.append(job)
+        assert job.wait() != 0
+        assert wait_for(lambda: _incident_root(rx) is not None, timeout=5), job.output[-4000:]
+        _, root = _check_one_trace(rx, {0, 1})
+    out = job.output
+    assert out.index("RuntimeError: injected failure at step 5") < out.index("raises incident 1")
+    assert root["fr_otel.incident.reason"] == "uncaught RuntimeError: injected failure at step 5"
+    assert root["fr_otel.incident.raised_by"] == 1 and root["fr_otel.culprit_ranks"] == [1]
+    assert "raises incident 2" not in out
+
+
+def test_payload_keeps_what_the_verdict_needs_with_true_membership(scenario_dumps) -> None:
+    """What a rank sends its coordinator: in-flight entries and the last few per group, with
+    pg_config replaced by the real groups (gloo's own is empty)."""
+    from fr_otel.agent.payload import decode_payload, encode_payload
+    from fr_otel.agent.recorder import GroupInfo
+
+    raw = (scenario_dumps("subgroup_stall") / "pickle" / "rank_2").read_bytes()  # waits in B's all_reduce
+    original = pickle.loads(raw)
+    assert original["pg_config"] == {"": {"name": "", "desc": "", "ranks": "[]"}}  # the quirk
+    groups = [GroupInfo("0", "default_pg", (0, 1, 2, 3), 0), GroupInfo("2", "subgroup_B", (2, 3), 1)]
+    problems: list[str] = []
+    dump = decode_payload(encode_payload(raw, groups, keep=1, dumped_at_ns=123), 2, "rank 2", problems)
+    assert dump is not None and problems == []
+    assert {n: c.ranks for n, c in dump.pg_config.items()} == {"0": (0, 1, 2, 3), "2": (2, 3)}
+    assert dump.file_mtime_ns == 123
+    per_group: dict[str, list[int]] = {}
+    for e in dump.entries:
+        per_group.setdefault(e.pg_name, []).append(e.collective_seq_id)
+    pending = [e for e in dump.entries if not e.completed]
+    assert len(dump.entries) < len(original["entries"])
+    assert all(len(seqs) <= 1 + sum(1 for e in pending if e.pg_name == g) for g, seqs in per_group.items())
+    assert pending, "the collective in flight must survive trimming"
