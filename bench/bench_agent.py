@@ -44,6 +44,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from fr_otel.testing.ports import free_port_block  # noqa: E402
+
 TARGET_OVERHEAD = 0.005
 
 
@@ -139,28 +141,6 @@ def _scrape_cost_s(agent: Any) -> float:
 
 # --------------------------------------------------------------------------- overhead
 
-def _free_base(n: int) -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free ports")
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
@@ -187,7 +167,7 @@ def _scraper(ports: list[int], stop: threading.Event, counter: list[int]) -> Non
 
 def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2,
              poll_interval: float = 1.0) -> dict[str, Any]:
-    base = _free_base(nproc)
+    base = free_port_block(nproc)
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), __file__,
@@ -242,7 +222,7 @@ def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[st
     from fr_otel.testing.prometheus import PrometheusServer
 
     ws = 4
-    base = _free_base(ws)
+    base = free_port_block(ws)
     train_loop = REPO / "src" / "fr_otel" / "testing" / "train_loop.py"
     with tempfile.TemporaryDirectory() as tmp, OtlpGrpcReceiver() as rx, \
             PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)], scrape_interval=scrape_interval) as prom:

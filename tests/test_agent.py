@@ -20,6 +20,7 @@ import pytest
 
 from fr_otel.otlp_file import read_jsonl
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, unused_tcp_port, wait_for
+from fr_otel.testing.ports import free_port_block
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
@@ -29,27 +30,6 @@ pytestmark = [
 
 TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
 JOB_TIMEOUT_S = 150
-
-
-def _free_base(n: int) -> int:
-    """A base port with ``n`` consecutive free loopback ports above it."""
-    for _ in range(50):
-        base = unused_tcp_port()
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def _job_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -141,7 +121,7 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     from fr_otel.agent.metrics import culprit_query
 
     stall_s, ws = 25, 4
-    base = _free_base(ws)
+    base = free_port_block(ws)
     with OtlpGrpcReceiver() as rx, PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)],
                                                     scrape_interval="1s") as prom:
         env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="10",
@@ -191,7 +171,7 @@ def test_zero_code_change_with_collector_down_and_a_failing_agent(tmp_path: Path
     serves /metrics and raises the incident; the collector is down, so the trace is spooled;
     the dump folder is unusable, so the agent fails there: counted and logged. Training
     finishes normally all the same."""
-    base = _free_base(2)
+    base = free_port_block(2)
     not_a_dir = tmp_path / "dumps-is-a-file"
     not_a_dir.write_text("")
     env = _job_env(tmp_path, TRAIN_LOOP_STALL_RANK="1", TRAIN_LOOP_STALL_STEP="8", TRAIN_LOOP_STALL_SECONDS="10",

@@ -21,7 +21,6 @@ import gzip
 import hashlib
 import http.server
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +42,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkSc
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
 from fr_otel.otlp_file import request_from_json
+
+from .ports import unused_tcp_port
 
 __all__ = [
     "OtlpGrpcReceiver",
@@ -137,13 +138,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: floa
         if time.monotonic() >= deadline:
             return bool(predicate())
         time.sleep(interval)
-
-
-def unused_tcp_port() -> int:
-    """A loopback port nothing listens on right now: a "collector down" endpoint."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Receiver(Generic[_Code]):
