@@ -37,7 +37,7 @@ def run_demo(out_dir: str | Path, *, scenario: str = DEMO_SCENARIO, world_size: 
         raise TorchMissing("the demo runs a real gloo job and needs torch: pip install 'fr-otel[torch]'")
     from .testing.gloo_jobs import make_dumps  # imports no torch itself; the job runs in a child
 
-    out = make_dumps(scenario, Path(out_dir), world_size=world_size)
+    out = make_dumps(scenario, Path(out_dir), world_size=world_size, timeout_s=180)
     dumps_dir = out / "pickle"
     job = build_job(read_dumps(dumps_dir))
     return DemoResult(job=job, verdict=analyze(job), dumps_dir=dumps_dir)
