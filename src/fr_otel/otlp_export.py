@@ -62,12 +62,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceStub,
+)
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.sdk.trace import ReadableSpan
 
-from fr_otel.otlp_config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
-from fr_otel.otlp_file import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
+from ._text import one_line
+from .otlp_config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
+from .otlp_file import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -342,7 +345,7 @@ class _HttpSender:
                 payload = resp.read()
                 ctype = resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
-            text = _one_line(exc.read(300).decode("utf-8", "replace")) if exc.fp else ""
+            text = one_line(exc.read(300).decode("utf-8", "replace")) if exc.fp else ""
             detail = f"HTTP {exc.code}: {text}".rstrip(": ")
             if exc.code == 413:
                 return _Outcome(_Verdict.SPLIT, detail)
@@ -466,7 +469,7 @@ def _deliver(
             try:
                 outcome = sender.send(chunk.request, min(state.timeout_s, remaining))
             except Exception as exc:  # bad metadata, unreadable certificate...: stop, keep the data
-                outcome = _Outcome(_Verdict.FATAL, _one_line(f"{type(exc).__name__}: {exc}"))
+                outcome = _Outcome(_Verdict.FATAL, one_line(f"{type(exc).__name__}: {exc}"))
             if outcome.verdict is _Verdict.OK:
                 delivered.append(chunk)
                 state.requests_sent += 1
@@ -547,12 +550,7 @@ def _summary(state: _Delivery, extra: Sequence[str] = ()) -> str | None:
         more = len(state.errors) - 1
         parts.append(state.errors[0] + (f" (+{more} more rejected requests)" if more else ""))
     parts.extend(extra)
-    return _one_line("; ".join(parts)) if parts else None
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return one_line("; ".join(parts)) if parts else None
 
 
 # --- Public entry points ----------------------------------------------------------------
@@ -586,7 +584,7 @@ def export_spans(
     try:
         sender = _make_sender(config)
     except Exception as exc:  # unreadable certificate file, bad TLS material
-        state.stopped = _one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
+        state.stopped = one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
         delivered: list[_Chunk] = []
         undelivered = list(chunks)
     else:
@@ -612,7 +610,7 @@ def export_spans(
                 spool_path = write_jsonl(Path(spool_dir) / name, [c.spoolable for c in undelivered])
             except OSError as exc:
                 lost = n_undelivered
-                extra.append(_one_line(f"{lost} spans lost, spool failed: {exc}"))
+                extra.append(one_line(f"{lost} spans lost, spool failed: {exc}"))
     result = ExportResult(
         spans_sent=sum(c.n_spans for c in delivered),
         requests_sent=state.requests_sent,
@@ -656,13 +654,13 @@ def replay(
         try:
             files.append((path, read_jsonl(path)))
         except (OSError, ValueError) as exc:
-            extra.append(_one_line(f"skipped {exc}" if isinstance(exc, ValueError) else f"skipped {path}: {exc}"))
+            extra.append(one_line(f"skipped {exc}" if isinstance(exc, ValueError) else f"skipped {path}: {exc}"))
     sent = spooled = 0
     completed: list[Path] = []
     try:
         sender = _make_sender(config)
     except Exception as exc:
-        state.stopped = _one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
+        state.stopped = one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
         sender = None
     try:
         for path, requests in files:
@@ -682,7 +680,7 @@ def replay(
                     else:
                         path.unlink(missing_ok=True)
                 except OSError as exc:
-                    extra.append(_one_line(f"delivered but could not update {path}: {exc}"))
+                    extra.append(one_line(f"delivered but could not update {path}: {exc}"))
     finally:
         if sender is not None:
             sender.close()
@@ -726,7 +724,7 @@ def _log(what: str, result: ExportResult, notes: Sequence[str]) -> None:
             result.spans_sent,
             result.requests_sent,
             result.elapsed_s,
-            f" ({_one_line(notes[0])})" if notes else "",
+            f" ({one_line(notes[0])})" if notes else "",
         )
         return
     where = f" to {result.spool_path}" if result.spool_path else ""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ._columns import summarise
+from ._text import one_line
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .ranks import compress_ranks
 from .safe_pickle import ForbiddenPickle, load_restricted
@@ -222,24 +223,21 @@ def _parse_stream(
     except (EOFError, ValueError, pickle.UnpicklingError) as exc:
         # json.JSONDecodeError and pickle's "truncated" errors are ValueErrors / EOF.
         kind = "invalid JSON" if isinstance(exc, json.JSONDecodeError) else "truncated or corrupt pickle"
-        problems.append(f"{path}: {kind}: {_one_line(exc)}")
+        problems.append(f"{path}: {kind}: {one_line(exc)}")
         return None
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad file, not a crash
-        problems.append(f"{path}: corrupt dump: {type(exc).__name__}: {_one_line(exc)}")
+        problems.append(f"{path}: corrupt dump: {type(exc).__name__}: {one_line(exc)}")
         return None
     try:
         return _normalise(raw, rank, path, mtime, problems, full)
     except Exception as exc:  # noqa: BLE001 - a shape we did not foresee is still one line
-        problems.append(f"{path}: not a Flight Recorder dump: {type(exc).__name__}: {_one_line(exc)}")
+        problems.append(f"{path}: not a Flight Recorder dump: {type(exc).__name__}: {one_line(exc)}")
         return None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())[:200]
 
 
 def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str], full: bool) -> RankDump | None:
@@ -397,7 +395,7 @@ def _entries(
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             bad += 1
             if not first_error:
-                first_error = f"{type(exc).__name__}: {_one_line(exc)}"
+                first_error = f"{type(exc).__name__}: {one_line(exc)}"
     if bad:
         problems.append(f"{path}: {bad} malformed entr{'y' if bad == 1 else 'ies'} skipped (first: {first_error})")
     return entries

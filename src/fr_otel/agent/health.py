@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from .._text import one_line
 from .state import Health
 
 __all__ = ["LOG_EVERY_S", "HealthTracker"]
@@ -62,7 +63,7 @@ class HealthTracker:
                 return
             self._last_logged[where] = now
             skipped = self._suppressed.pop(where, 0)
-        what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {_one_line(exc)}"
+        what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {one_line(exc)}"
         more = f" ({skipped} more since the last report)" if skipped else ""
         log.log(level, "agent error in %s (training is not affected): %s%s", where, what, more)
 
@@ -79,5 +80,3 @@ def _replace(h: Health, **changes: object) -> Health:
     return dataclasses.replace(h, **changes)  # type: ignore[arg-type]
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join((str(exc) or type(exc).__name__).split())[:300]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import gzip
-import hashlib
 import http.server
 import json
 import threading
@@ -41,8 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
-from fr_otel.otlp_file import request_from_json
-
+from ..ids import _hash_int
+from ..otlp_file import request_from_json
 from .ports import unused_tcp_port
 
 __all__ = [
@@ -90,8 +89,8 @@ def synthetic_spans(
     a link to its "collective" span, so id handling in links is exercised too.
     ``attribute_bytes`` pads one attribute to make spans bigger.
     """
-    trace_id = _hash_id(f"{trace_seed}/trace", 16)
-    root = SpanContext(trace_id, _hash_id(f"{trace_seed}/root", 8), is_remote=False, trace_flags=_SAMPLED)
+    trace_id = _hash_int(f"{trace_seed}/trace", 16)
+    root = SpanContext(trace_id, _hash_int(f"{trace_seed}/root", 8), is_remote=False, trace_flags=_SAMPLED)
     resources = [
         SdkResource({"service.name": service_name, "service.instance.id": f"rank-{r}", "pytorch.distributed.rank": r})
         for r in range(max(ranks, 1))
@@ -101,8 +100,8 @@ def synthetic_spans(
     spans: list[ReadableSpan] = []
     for i in range(count):
         rank, seq = i % len(resources), i // len(resources)
-        context = SpanContext(trace_id, _hash_id(f"{trace_seed}/{i}", 8), is_remote=False, trace_flags=_SAMPLED)
-        collective = SpanContext(trace_id, _hash_id(f"{trace_seed}/c{seq}", 8), is_remote=False)
+        context = SpanContext(trace_id, _hash_int(f"{trace_seed}/{i}", 8), is_remote=False, trace_flags=_SAMPLED)
+        collective = SpanContext(trace_id, _hash_int(f"{trace_seed}/c{seq}", 8), is_remote=False)
         spans.append(
             ReadableSpan(
                 name="nccl:all_reduce",
@@ -124,9 +123,6 @@ def synthetic_spans(
     return spans
 
 
-def _hash_id(key: str, n_bytes: int) -> int:
-    value = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=n_bytes).digest(), "big")
-    return value or 1
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> bool:
