@@ -1,31 +1,34 @@
 """Every PromQL expression of the dashboards and rules, run on a real Prometheus.
 
 A real Prometheus (Debian's 2.42, started by fr_otel.testing.prometheus on a free loopback port)
-loads deploy/prometheus/fr-otel-rules.yml and scrapes one HTTP endpoint per rank serving the
-agent's metric contract (OpenMetrics, with a trace_id exemplar on fr_incidents_total). Then:
+loads deploy/prometheus/fr-otel-rules.yml and scrapes every rank's agent (OpenMetrics, with a
+trace_id exemplar on fr_incidents_total). Then:
 
   (a) every expression of the dashboards (Grafana variables substituted) and of the rules runs
       through /api/v1/query without an error, and every expression that only reads fr-otel data
       returns something for a hung job;
   (b) the key panels and the lag alert's expression name the culprit rank.
 
-The data comes from the ``scenario`` fixture: today a fixed exposition of a 4-rank job in which
-rank 2 never enqueued the all_reduce the others wait in. It can be swapped for a real hung gloo job
-running the agent: a fixture that yields a ``Scenario`` with that job's scrape targets and its
-culprit. ``prometheus_url`` only needs the targets.
+The data comes from the ``scenario`` fixture: a real 4-rank gloo training job under torchrun
+with the agent on, in which rank 2 sleeps before an all_reduce the others wait in; the agent's
+incident trace goes to a real OTLP receiver, its trace id becomes the exemplar Prometheus stores.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import threading
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -43,10 +46,12 @@ from test_operate_static import (
     variable_values,
 )
 
+from fr_otel.testing.otlp import OtlpGrpcReceiver, wait_for
+from fr_otel.testing.ports import free_port_block
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
 
+pytestmark = pytest.mark.gloo
 TRAINING_JOB = "promql-test"
-TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @dataclass
@@ -62,90 +67,62 @@ class Scenario:
 
 
 # ------------------------------------------------------------------------------------------------
-# the fixed exposition: 4 ranks, rank 2 behind in group "0"
+# the data: a real 4-rank gloo training job under torchrun with the agent on; rank 2 stalls
 # ------------------------------------------------------------------------------------------------
-HOSTS = {0: ("node-a", 0), 1: ("node-a", 1), 2: ("node-b", 0), 3: ("node-b", 1)}
+TRAIN_LOOP = Path(__file__).resolve().parents[1] / "src" / "fr_otel" / "testing" / "train_loop.py"
+STALL_RANK, WORLD = 2, 4
+STALL_SECONDS = 170  # long enough for the 60 s lag alert and the 120 s stalled-collective alert
 
 
-def exposition(rank: int, culprit: int = 2) -> str:
-    """The agent's metrics for one rank of a 4-rank job hung in all_reduce #12 of the world group
-    ("0"): ranks 0, 1, 3 enqueued #12 and wait in it (ages 300, 299, 298 s); rank `culprit` last
-    enqueued #11. Group "1" (ranks 0 and 1) is healthy. OpenMetrics text, as the agent serves it."""
-    host, local_rank = HOSTS[rank]
-    r = f'rank="{rank}"'
-    # (pg_name, pg_desc, enqueued, completed, op in flight or "", age, timeout) as the agent reports them
-    groups = [("0", "default_pg", 12, 11, "all_reduce", 300 - rank, 600) if rank != culprit
-              else ("0", "default_pg", 11, 11, "", 0, 0)]
-    if rank in (0, 1):
-        groups.append(("1", "dp_0_1", 5, 5, "", 0, 0))
-    incidents = 1 if rank == 0 else 0
-    exemplar = f' # {{trace_id="{TRACE_ID}"}} 1.0' if incidents else ""
-    lines = ["# TYPE fr_inflight_collective_age_seconds gauge", "# UNIT fr_inflight_collective_age_seconds seconds"]
-    lines += [f'fr_inflight_collective_age_seconds{{{r},pg_name="{g}",pg_desc="{d}",op="{op}"}} {age}'
-              for g, d, _, _, op, age, _ in groups]
-    lines += ["# TYPE fr_inflight_collective_timeout_seconds gauge",
-              "# UNIT fr_inflight_collective_timeout_seconds seconds"]
-    lines += [f'fr_inflight_collective_timeout_seconds{{{r},pg_name="{g}",pg_desc="{d}",op="{op}"}} {timeout}'
-              for g, d, _, _, op, _, timeout in groups]
-    lines += ["# TYPE fr_last_enqueued_seq gauge"]
-    lines += [f'fr_last_enqueued_seq{{{r},pg_name="{g}",pg_desc="{d}"}} {enq}' for g, d, enq, *_ in groups]
-    lines += ["# TYPE fr_last_completed_seq gauge"]
-    lines += [f'fr_last_completed_seq{{{r},pg_name="{g}",pg_desc="{d}"}} {done}' for g, d, _, done, *_ in groups]
-    lines += [
-        "# TYPE fr_incidents counter",
-        f"fr_incidents_total{{{r}}} {incidents}{exemplar}",
-        "# TYPE fr info",
-        (f'fr_info{{{r},local_rank="{local_rank}",host="{host}",torch_version="2.13.0",backend="gloo",'
-         f'world_size="4",recorder_capacity="2000"}} 1'),
-        "# TYPE fr_agent_polls counter",
-        f"fr_agent_polls_total{{{r}}} 120",
-        "# TYPE fr_agent_errors counter",
-        f"fr_agent_errors_total{{{r}}} 0",
-        "# TYPE fr_agent_export_failures counter",
-        f"fr_agent_export_failures_total{{{r}}} 0",
-        "# TYPE fr_agent_last_poll_timestamp_seconds gauge",
-        f"fr_agent_last_poll_timestamp_seconds{{{r}}} {time.time():.3f}",
-        "# TYPE fr_recorder_enabled gauge",
-        f"fr_recorder_enabled{{{r}}} 1",
-        "# EOF",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-class _RankHandler(BaseHTTPRequestHandler):
-    rank = 0
-
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] != "/metrics":
-            self.send_error(404)
-            return
-        body = exposition(self.rank).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
+def _kill_job(proc: subprocess.Popen[bytes], markers: Path) -> None:
+    """torchrun's workers may outlive a kill of its session: kill them by their pid markers too."""
+    pids = [int(p.read_text()) for p in markers.glob("pid_rank_*") if p.read_text().strip().isdigit()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
         pass
+    proc.wait()
 
 
 @pytest.fixture(scope="module")
-def scenario() -> Iterator[Scenario]:
-    """The fixed exposition, one loopback HTTP server per rank (like the agent: base port + rank)."""
-    servers = []
-    try:
-        for rank in HOSTS:
-            handler = type(f"Rank{rank}Handler", (_RankHandler,), {"rank": rank})
-            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            servers.append(server)
-        yield Scenario(targets=[f"127.0.0.1:{s.server_address[1]}" for s in servers], culprit_rank="2",
-                       culprit_group="0", world_size=len(HOSTS), incident_trace_id=TRACE_ID)
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    """A real hung job: 4 gloo ranks running the agent (metrics on base + LOCAL_RANK, incidents on,
+    exported to a real OTLP receiver); rank 2 sleeps before its all_reduce, the others wait in it."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("the real hung job needs the torch extra")
+    tmp = tmp_path_factory.mktemp("hung-job")
+    markers = tmp / "markers"
+    base = free_port_block(WORLD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
+    if "lo" in [name for _, name in socket.if_nameindex()]:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    with OtlpGrpcReceiver() as rx:
+        env.update(
+            OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(markers), TRAIN_LOOP_AGENT="early",
+            TRAIN_LOOP_STALL_RANK=str(STALL_RANK), TRAIN_LOOP_STALL_STEP="5",
+            TRAIN_LOOP_STALL_SECONDS=str(STALL_SECONDS), TRAIN_LOOP_STEPS="10",
+            TRAIN_LOOP_GLOO_TIMEOUT=str(STALL_SECONDS + 120), FR_OTEL_METRICS_PORT=str(base),
+            FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_POLL_INTERVAL="0.5", FR_OTEL_STALL_SECONDS="10",
+            FR_OTEL_OUT_DIR=str(tmp / "out"), OTEL_EXPORTER_OTLP_ENDPOINT=rx.url, OTEL_SERVICE_NAME="promql-test",
+        )
+        log = open(tmp / "job.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD),
+             str(TRAIN_LOOP)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            # The incident trace arrives once the stall passes the agent's threshold (10 s).
+            if not wait_for(lambda: len(rx.trace_ids()) == 1 or proc.poll() is not None, timeout=120):
+                pytest.fail(f"no incident trace; job log:\n{(tmp / 'job.log').read_text(errors='replace')[-3000:]}")
+            yield Scenario(targets=[f"127.0.0.1:{base + r}" for r in range(WORLD)], culprit_rank=str(STALL_RANK),
+                           culprit_group="0", world_size=WORLD, incident_trace_id=next(iter(rx.trace_ids())))
+        finally:
+            _kill_job(proc, markers)
+            log.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -297,8 +274,7 @@ def test_infra_table_puts_the_culprit_on_its_host(prometheus_url: str, scenario:
 
 def test_lag_alert_expression_names_the_culprit(prometheus_url: str, scenario: Scenario) -> None:
     alerts = {rule["alert"]: rule["expr"] for rule in alert_rules()}
-    # The lag alert needs the group to have waited > 60 s: at once for the fixed exposition (300 s),
-    # within a minute or so for a live job that is still stuck.
+    # The lag alert needs the group to have waited > 60 s: within a minute or so of the stall.
     deadline = time.monotonic() + 90
     while not (lagging := _result(prometheus_url, alerts["FrOtelRankLagging"])):
         assert time.monotonic() < deadline, "FrOtelRankLagging's expression stayed empty"
