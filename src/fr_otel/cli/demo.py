@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..demo import TorchMissing, run_demo
 from ._common import EXIT_FAILED, EXIT_UNUSABLE, add_export_args, error, export_config
@@ -15,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "demo", help="run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"
     )
     parser.add_argument("--dumps", default="fr-otel-out/demo", help="where the dumps go (default: %(default)s)")
+    parser.add_argument("--html", metavar="FILE",
+                        help="the self-contained HTML report (default: DUMPS/incident.html; '' for none)")
     add_export_args(parser)
     add_trace_args(parser)
     parser.set_defaults(func=run)
@@ -34,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         error(f"the demo job failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         return EXIT_FAILED
+    if args.html is None:
+        args.html = str(Path(args.dumps) / "incident.html")
     code = export_and_report(result.job, result.verdict, config, args)
     print(f"Dumps (one per rank): {result.dumps_dir}\n  analyse them again: fr-otel analyze {result.dumps_dir}")
     return code
