@@ -35,6 +35,7 @@ _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
 _EXTENSIONS = (".json", ".pkl", ".pickle", ".pt", ".bin")
 # Below this many bytes in all, worker start-up costs more than it saves.
 _PARALLEL_MIN_BYTES = 16 << 20
+_BATCH_FILES = 16
 
 
 @dataclass(slots=True)
@@ -145,9 +146,11 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
         # Small jobs: build every Entry now, in this process.
         return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES)
     n_workers = min(n_workers, len(chosen))
-    # Interleave files across workers so each gets a similar share of bytes. Workers
-    # send back columns and tails only; full entries are re-read on demand.
-    batches = [chosen[i::n_workers] for i in range(n_workers)]
+    # Small batches handed out as workers free up: no worker waits on a slow sibling, and
+    # results stream back instead of arriving as one big pickle per worker. Workers send
+    # columns and tails only; full entries are re-read on demand.
+    size = max(1, min(_BATCH_FILES, len(chosen) // (4 * n_workers)))
+    batches = [chosen[i : i + size] for i in range(0, len(chosen), size)]
     with ProcessPoolExecutor(max_workers=n_workers) as pool:
         parsed = [item for batch in pool.map(_parse_batch, batches) for item in batch]
     for dump, _ in parsed:
