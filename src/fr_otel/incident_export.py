@@ -12,9 +12,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .otlp_config import ExportConfig
-from .otlp_export import ExportResult, export_spans, write_embedded
-from .spans import IncidentTrace
+
+if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
+    from .otlp_export import ExportResult
+    from .spans import IncidentTrace
 
 __all__ = ["ExportOutcome", "deliver_trace", "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
 
@@ -50,6 +54,8 @@ def deliver_trace(
     deadline_s: float | None = None,
 ) -> ExportOutcome:
     """Export ``trace`` to the configured endpoint, or write it to the embedded file."""
+    from .otlp_export import export_spans, write_embedded
+
     folder = out_dir(directory)
     name = f"fr-otel-trace-{trace.trace_id_hex}.jsonl"
     if config.disabled:

@@ -35,32 +35,14 @@ from .dump import Entry
 from .ids import job_identity, span_id_for, trace_id_for
 from .job import Job
 from .ranks import compress_ranks
+from .trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
 
+# TraceOptions and the defaults live in .trace_options (light to import); re-exported here.
 __all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N", "DEFAULT_MAX_SPANS"]
 
-DEFAULT_SERVICE_NAME = "pytorch-training"
-DEFAULT_LAST_N = 5
-DEFAULT_MAX_SPANS = 5000
 MAX_ATTRIBUTE_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
 _SCOPE = InstrumentationScope("fr_otel", __version__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-
-
-@dataclass(frozen=True, slots=True)
-class TraceOptions:
-    """What goes into the trace. ``last_n``: recent collectives per group per rank kept
-    besides the focus; ``max_spans``: a soft cap that shrinks ``last_n`` for big jobs."""
-
-    job_id: str | None = None
-    incident: str = ""
-    full: bool = False
-    last_n: int = DEFAULT_LAST_N
-    max_spans: int = DEFAULT_MAX_SPANS
-    max_stack_frames: int = 16
-    service_name: str | None = None  # argument > OTEL_SERVICE_NAME > default
-    #: Extra attributes for the root span (e.g. how a live agent detected the incident);
-    #: they never replace the verdict's own.
-    root_attributes: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)

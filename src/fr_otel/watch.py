@@ -36,7 +36,7 @@ from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .ranks import compress_ranks
 from .reader import ReadResult, rank_from_name, read_dump_file
-from .spans import TraceOptions, build_trace
+from .trace_options import TraceOptions
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -431,6 +431,8 @@ class DumpWatcher:
                       len(dumps), lack)
         label = f"{self.trace.incident}/watch-{number}" if self.trace.incident else f"watch-{number}"
         try:
+            from .spans import build_trace  # the OpenTelemetry SDK loads only when there is something to export
+
             job = build_job(ReadResult(dumps=dumps, problems=problems))
             verdict = analyze(job, self.analysis)
             trace = build_trace(job, verdict, replace(self.trace, incident=label))

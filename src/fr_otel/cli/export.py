@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from ..analysis import Verdict, analyze
 from ..incident_export import ExportOutcome, deliver_trace
 from ..job import Job
 from ..otlp_config import ExportConfig
-from ..otlp_export import replay
-from ..spans import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, IncidentTrace, TraceOptions, build_trace
 from ..text_report import render_verdict
+from ..trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exports
+    from ..spans import IncidentTrace
 from ._common import (
     EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, analysis_options, error,
     export_config, load_job, print_json,
@@ -58,6 +62,8 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
 
 def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace) -> int:
     """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
+    from ..spans import build_trace
+
     trace = build_trace(job, verdict, trace_options(args))
     outcome = deliver_trace(trace, config, directory=args.out)
     if getattr(args, "json", False):
@@ -117,6 +123,8 @@ def run_replay(args: argparse.Namespace) -> int:
     if config.endpoint is None:
         error("replay needs an endpoint: --endpoint or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
         return EXIT_UNUSABLE
+    from ..otlp_export import replay
+
     result = replay(args.files, config, deadline_s=config.timeout_s, remove_on_success=not args.keep)
     if result.ok:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
