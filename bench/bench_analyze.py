@@ -57,14 +57,19 @@ TARGET_MEM_DISK = 2.0  # fr-otel peak memory at most this many times the dumps' 
 UNPICKLE_SNIPPET = r"""
 import gc, os, pickle, sys
 d, prefix = sys.argv[1], sys.argv[2]
-if len(sys.argv) > 3 and sys.argv[3] == "nogc":
+mode = sys.argv[3] if len(sys.argv) > 3 else ""
+if mode in ("nogc", "discard"):
     gc.disable()
 names = [n for n in os.listdir(d) if n.startswith(prefix) and n[len(prefix):].isdigit()]
-dumps = []
+dumps, entries = [], 0
 for n in names:
     with open(os.path.join(d, n), "rb") as f:
-        dumps.append(pickle.load(f))
-print(len(dumps), "dumps,", sum(len(x.get("entries", ())) for x in dumps), "entries")
+        dump = pickle.load(f)
+    entries += len(dump.get("entries", ()))
+    if mode != "discard":  # "discard": the floor of decoding alone, each dump dropped at once
+        dumps.append(dump)
+    del dump
+print(len(names), "dumps,", entries, "entries")
 """
 
 
@@ -273,6 +278,8 @@ def make_tools(args: argparse.Namespace) -> list[Tool]:
              check_unpickle, args.reps),
         Tool("unpickle-nogc", "pickle.load, gc off", lambda d, p: [py, "-c", UNPICKLE_SNIPPET, str(d), p, "nogc"],
              check_unpickle, args.reps),
+        Tool("unpickle-discard", "pickle.load each, drop, gc off",
+             lambda d, p: [py, "-c", UNPICKLE_SNIPPET, str(d), p, "discard"], check_unpickle, args.reps),
         Tool("torch", "torch fr_trace", lambda d, p: [py, "-m", "torch.distributed.flight_recorder.fr_trace",
                                                       str(d), "-p", p], check_torch, args.torch_reps),
     ]
@@ -406,6 +413,8 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         "fr_otel_w1_over_unpickle": ("fr-otel-w1", "unpickle"),
         "fr_otel_over_unpickle_nogc": ("fr-otel", "unpickle-nogc"),
         "fr_otel_w1_over_unpickle_nogc": ("fr-otel-w1", "unpickle-nogc"),
+        "fr_otel_over_unpickle_discard": ("fr-otel", "unpickle-discard"),
+        "fr_otel_w1_over_unpickle_discard": ("fr-otel-w1", "unpickle-discard"),
         "torch_over_fr_otel": ("torch", "fr-otel"),
         "torch_over_fr_otel_w1": ("torch", "fr-otel-w1"),
         "speedup_all_cores": ("fr-otel-w1", "fr-otel"),
@@ -430,7 +439,8 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
         return f"{label:<50} = {value:6.2f}x{tail}"
 
     lines = []
-    for suffix, what in (("", "pickle.load loop"), ("_nogc", "pickle.load, gc off")):
+    for suffix, what in (("", "pickle.load loop"), ("_nogc", "pickle.load, gc off"),
+                         ("_discard", "pickle.load each, drop, gc off")):
         v = q.get(f"fr_otel_over_unpickle{suffix}")
         if v is not None:
             lines.append(line(f"fr-otel / {what}", v, f"<= {TARGET_UNPICKLE_RATIO}x", v <= TARGET_UNPICKLE_RATIO))
@@ -472,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of fr-otel / unpickle (default: %(default)s)")
     ap.add_argument("--torch-reps", type=int, default=None,
                     help="repetitions of PyTorch's analyzer (default: --reps for --quick, else 1)")
-    ap.add_argument("--skip", action="append", default=[], choices=["fr-otel", "fr-otel-w1", "unpickle", "unpickle-nogc", "torch"])
+    ap.add_argument("--skip", action="append", default=[], choices=["fr-otel", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch"])
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default: %(default)s)")
     ap.add_argument("--torch-timeout", type=float, default=900, help="seconds per torch run (default: %(default)s)")
     ap.add_argument("--prefix", default="rank_")
@@ -503,7 +513,7 @@ def _cell(q: dict[str, float], key: str) -> str:
 
 
 def _summary(results: list[dict[str, Any]]) -> None:
-    keys = ("fr-otel", "fr-otel-w1", "unpickle", "unpickle-nogc", "torch")
+    keys = ("fr-otel", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch")
     print("\n== summary: median wall s / peak MiB ==")
     print(f"{'config':>11} {'disk MiB':>8} | " + " | ".join(f"{k:>14}" for k in keys))
     for r in results:

@@ -54,14 +54,15 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         add_waits(job, state, graph, evidence)
     culprits_from_graph, cycle_notes = graph.culprits()
     notes.extend(cycle_notes)
-    blamed = set(culprits_from_graph) | {r for r, evs in evidence.items() if any(e.kind == "not_completed" for e in evs)}
+    hang_culprits = set(culprits_from_graph) | {
+        r for r, evs in evidence.items() if any(e.kind == "not_completed" for e in evs)
+    }
     for rank in culprits_from_graph:
         evidence.setdefault(rank, []).extend(graph.evidence_for(rank))
 
-    hang_culprits = {r for r in blamed}
     mismatch_culprits = {r for r, _ in mismatch}
     chosen = hang_culprits | mismatch_culprits
-    stuck = any(s.in_flight is not None and s.in_flight.seq is not None for s in states if _stalled(s))
+    stuck = any(_stalled(s) for s in states)
     verdict: str
     if mismatch_culprits:
         verdict = "desync"
@@ -106,9 +107,8 @@ def _dedupe(items: list[str]) -> list[str]:
 
 
 def _stalled(state: GroupState) -> bool:
-    """In flight and someone is not through it: not just a snapshot of a finished op."""
-    f = state.in_flight
-    return f is not None and state.note is None
+    """Something in flight in a group whose counters can be compared (no send/recv mix)."""
+    return state.in_flight is not None and state.note is None
 
 
 _DAY_NS = 86_400 * 10**9

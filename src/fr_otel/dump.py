@@ -96,14 +96,6 @@ class GroupHistory:
     fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
     p2p_count: int = 0  # send/recv entries of this group (not in the columns)
 
-    @property
-    def first_seq(self) -> int | None:
-        return min(self.seq) if self.seq else None
-
-    @property
-    def last_seq(self) -> int | None:
-        return max(self.seq) if self.seq else None
-
 
 @dataclass(slots=True)
 class RankDump:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import not_
-from typing import Iterable
 
 from .dump import Entry, GroupHistory, Progress, RankDump
 from .ranks import compress_ranks
@@ -64,11 +63,6 @@ class Job:
     @property
     def backends(self) -> set[str]:
         return {d.backend for d in self.dumps.values()}
-
-    def group_entries(self, rank: int, group: str) -> list[Entry]:
-        """Every entry of ``rank`` in ``group`` (may load the rank's full dump)."""
-        dump = self.dumps.get(rank)
-        return [e for e in dump.entries if e.pg_name == group] if dump is not None else []
 
     def entries_at(self, rank: int, group: str, seq: int) -> list[Entry]:
         """The rank's collective entries with ``collective_seq_id == seq`` in ``group``.
@@ -272,9 +266,3 @@ def _pair_local_ids(
                 "belong to (no entries name them and pg_config does not pin them down)"
             )
     return unnamed
-
-
-def ranks_with_progress(job: Job, group: str) -> Iterable[tuple[int, Progress | None]]:
-    """Each member of ``group`` with its progress (None: no dump or no record of the group)."""
-    for rank in job.groups[group].ranks:
-        yield rank, job.progress(rank, group)
