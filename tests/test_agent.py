@@ -107,6 +107,10 @@ def _check_one_trace(rx: OtlpGrpcReceiver, ranks: set[int]) -> tuple[str, dict]:
     assert dangling == []
     seen = {s.resource_attributes.get("pytorch.distributed.rank") for s in spans if s.span.name == "rank"}
     assert seen == ranks
+    # The agent knows each rank's process: its Resource says where it ran.
+    for s in spans:
+        if s.span.name == "rank":
+            assert s.resource_attributes["host.name"] and s.resource_attributes["process.pid"] > 0
     root = _incident_root(rx)
     assert root is not None
     return rx.trace_ids().pop(), root.attributes

@@ -121,6 +121,8 @@ class RankDump:
     latest_ns: int = 0  # newest enqueue or completion time in the dump
     has_frames: bool = False
     file_mtime_ns: int | None = None
+    host: str | None = None  # known when the live agent sent the dump (fr_otel_process key)
+    pid: int | None = None
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry]] | None = None
 

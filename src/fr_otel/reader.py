@@ -297,8 +297,17 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         latest_ns=summary.latest_ns,
         has_frames=any(e.frames for e in tail),
         file_mtime_ns=mtime,
+        host=_process_field(raw, "host", str),
+        pid=_process_field(raw, "pid", int),
         _entries=entries,
     )
+
+
+def _process_field(raw: dict[str, Any], key: str, kind: type) -> Any:
+    """Host and pid, which only the live agent's payloads carry (under ``fr_otel_process``)."""
+    info = raw.get("fr_otel_process")
+    value = info.get(key) if isinstance(info, dict) else None
+    return value if type(value) is kind else None
 
 
 def _backend(raw_entries: list[Any], comm_lib: str) -> str:

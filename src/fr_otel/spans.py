@@ -273,6 +273,10 @@ class _Builder:
         }
         if self.job.world_size is not None:
             attrs[A.WORLD_SIZE] = self.job.world_size
+        if dump.host:
+            attrs["host.name"] = dump.host
+        if dump.pid is not None:
+            attrs["process.pid"] = dump.pid
         return self.base_resource.merge(Resource(attrs))
 
     def _rank_spans(

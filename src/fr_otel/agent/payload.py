@@ -11,7 +11,9 @@ the restricted unpickler like any other dump.
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import struct
 import zlib
 from collections.abc import Iterable
@@ -55,6 +57,7 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
         data["pg_config"] = pg_config_for(groups)
+        data["fr_otel_process"] = {"host": socket.gethostname(), "pid": os.getpid()}  # for the rank's Resource
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 
