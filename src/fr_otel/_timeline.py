@@ -205,14 +205,6 @@ class Facts:
         pg = self.job.groups.get(name)
         return pg.label if pg else name
 
-    def op_at(self, rank: int, group: str, seq: int) -> str:
-        d = self.job.dumps.get(rank)
-        e = tail_entry(d, group, seq)
-        if e is not None:
-            return e.op
-        h = history_at(d, group, seq)
-        return h[0] if h else "collective"
-
     def doing(self, rank: int) -> tuple[str, str]:
         """(fold key, text): what ``rank`` is doing, in words without per-rank numbers in the key."""
         d = self.job.dumps.get(rank)
@@ -303,7 +295,6 @@ class Lane:
     missing: bool = False
     bars: list[Bar] = field(default_factory=list)
     rows: int = 1
-    overflow: int = 0
     note: str = ""  # after the label, dimmed
 
 
@@ -666,7 +657,6 @@ def _pack(lane: Lane, scale: _Scale, max_rows: int) -> None:
     placed, rest = _try_pack(order, scale, max_rows - 1)
     hidden = {id(b) for b in rest}
     lane.bars = [b for b in lane.bars if id(b) not in hidden]
-    lane.overflow = len(rest)
     rest.sort(key=lambda b: b.start)
     ops = list(dict.fromkeys(b.label.split(" #")[0] for b in rest))
     lines = [f"{len(rest)} more on this lane (not enough room to draw them apart):"]

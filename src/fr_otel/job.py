@@ -35,11 +35,6 @@ class ProcessGroup:
     has_p2p: bool = False  # send/recv seen: pg_status then mixes p2p and collective counters
 
     @property
-    def identity(self) -> tuple[str, str, tuple[int, ...]]:
-        """A key every rank computes alike (for deterministic ids downstream)."""
-        return (self.name, self.desc, self.ranks)
-
-    @property
     def label(self) -> str:
         """Human name: the desc when it says more than the numeric name."""
         if self.desc and self.desc not in ("undefined", self.name):

@@ -15,7 +15,6 @@ line saying why, which the agent logs once. No torch import here.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -295,7 +294,3 @@ def resolve_config(
             values[name] = float(overrides[name]) if name == "export_timeout" else str(overrides[name])
     return AgentConfig(**values), problems
 
-
-def config_fields() -> tuple[str, ...]:
-    """Names :class:`AgentConfig` accepts (for ``start(**options)`` validation)."""
-    return tuple(f.name for f in dataclasses.fields(AgentConfig))
