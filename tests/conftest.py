@@ -11,14 +11,12 @@ from typing import Callable
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NVRX_FIXTURES = REPO.parent / "shared" / "fixtures" / "nvrx-fr-traces"
+NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
 
 
 @pytest.fixture(scope="session")
 def nvrx() -> Path:
-    """The real 16-rank NCCL dumps (../shared beside the checkout)."""
-    if not NVRX_FIXTURES.is_dir():
-        pytest.skip(f"real NCCL fixtures not found at {NVRX_FIXTURES} (../shared is absent)")
+    """The real 16-rank NCCL dumps, vendored with their licence (tests/data/nvrx-fr-traces)."""
     return NVRX_FIXTURES
 
 

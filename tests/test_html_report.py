@@ -6,7 +6,7 @@ network request the page makes (none may leave the file), JavaScript dialogs (an
 bug would open one), ``document.body.innerText`` (the culprit ranks must be there, with
 and without JavaScript), and screenshots, kept under ``artifacts/html-report/`` (git
 ignores ``/artifacts/``). Inputs are real: hung gloo jobs run here, the 16-rank NCCL dumps
-from ../shared, and a 1024-rank job scaled from a real recorded rank by the bench generator.
+from tests/data/nvrx-fr-traces, and a 1024-rank job scaled from a real recorded rank by the bench generator.
 """
 
 from __future__ import annotations
