@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from fr_otel.job import build_job
 from fr_otel.otlp_file import read_jsonl
+from fr_otel.rank_process import RankProcess
+from fr_otel.reader import ReadResult
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, unused_tcp_port, wait_for
 from fr_otel.testing.ports import free_port_block
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
@@ -262,8 +265,11 @@ def test_payload_keeps_what_the_verdict_needs_with_true_membership(scenario_dump
     assert original["pg_config"] == {"": {"name": "", "desc": "", "ranks": "[]"}}  # the quirk
     groups = [GroupInfo("0", "default_pg", (0, 1, 2, 3), 0), GroupInfo("2", "subgroup_B", (2, 3), 1)]
     problems: list[str] = []
-    dump = decode_payload(encode_payload(raw, groups, keep=1, dumped_at_ns=123), 2, "rank 2", problems)
+    where = RankProcess(host="node-7", pid=4242, local_rank=2, source="agent")
+    dump = decode_payload(encode_payload(raw, groups, keep=1, dumped_at_ns=123, process=where), 2, "rank 2", problems)
     assert dump is not None and problems == []
+    assert dump.process == where  # where the rank runs travels with its payload
+    assert build_job(ReadResult(dumps={2: dump})).processes == {2: where}
     assert {n: c.ranks for n, c in dump.pg_config.items()} == {"0": (0, 1, 2, 3), "2": (2, 3)}
     assert dump.file_mtime_ns == 123
     per_group: dict[str, list[int]] = {}

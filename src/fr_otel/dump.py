@@ -12,6 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+from .rank_process import RankProcess
+
 __all__ = ["Frame", "Entry", "Progress", "PgConfig", "GroupHistory", "RankDump"]
 
 
@@ -121,8 +123,7 @@ class RankDump:
     latest_ns: int = 0  # newest enqueue or completion time in the dump
     has_frames: bool = False
     file_mtime_ns: int | None = None
-    host: str | None = None  # known when the live agent sent the dump (fr_otel_process key)
-    pid: int | None = None
+    process: RankProcess | None = None  # where it ran, when the dump says (the live agent's payloads do)
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry]] | None = None
 

@@ -15,6 +15,7 @@ from itertools import compress
 from operator import not_
 
 from .dump import Entry, GroupHistory, Progress, RankDump
+from .rank_process import RankProcess
 from .ranks import compress_ranks
 from .reader import ReadResult
 
@@ -53,6 +54,7 @@ class Job:
     missing_ranks: tuple[int, ...]
     problems: list[str]
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
+    processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
 
     @property
@@ -171,6 +173,7 @@ def build_job(read: ReadResult) -> Job:
         missing_ranks=missing,
         problems=problems,
         unnamed_local_ids=unnamed,
+        processes={rank: d.process for rank, d in dumps.items() if d.process is not None},
     )
 
 

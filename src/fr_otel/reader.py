@@ -25,6 +25,8 @@ from typing import Any, Sequence
 from ._columns import summarise
 from ._text import one_line
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
+from .rank_process import PAYLOAD_KEY as PROCESS_KEY
+from .rank_process import process_from_raw
 from .ranks import compress_ranks
 from .safe_pickle import ForbiddenPickle, load_restricted
 
@@ -297,17 +299,9 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         latest_ns=summary.latest_ns,
         has_frames=any(e.frames for e in tail),
         file_mtime_ns=mtime,
-        host=_process_field(raw, "host", str),
-        pid=_process_field(raw, "pid", int),
+        process=process_from_raw(raw.get(PROCESS_KEY), "agent"),
         _entries=entries,
     )
-
-
-def _process_field(raw: dict[str, Any], key: str, kind: type) -> Any:
-    """Host and pid, which only the live agent's payloads carry (under ``fr_otel_process``)."""
-    info = raw.get("fr_otel_process")
-    value = info.get(key) if isinstance(info, dict) else None
-    return value if type(value) is kind else None
 
 
 def _backend(raw_entries: list[Any], comm_lib: str) -> str:

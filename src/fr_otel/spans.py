@@ -273,10 +273,11 @@ class _Builder:
         }
         if self.job.world_size is not None:
             attrs[A.WORLD_SIZE] = self.job.world_size
-        if dump.host:
-            attrs["host.name"] = dump.host
-        if dump.pid is not None:
-            attrs["process.pid"] = dump.pid
+        process = self.job.processes.get(rank)
+        if process is not None and process.host:
+            attrs["host.name"] = process.host
+        if process is not None and process.pid is not None:
+            attrs["process.pid"] = process.pid
         return self.base_resource.merge(Resource(attrs))
 
     def _rank_spans(

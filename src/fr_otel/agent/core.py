@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import socket
 import threading
 import time
 from typing import Any
 
 from ..ids import job_identity
 from ..otlp_config import ExportConfig
+from ..rank_process import this_process
 from .config import AgentConfig
 from .flush import flush_incident, publish_final
 from .health import HealthTracker
@@ -62,6 +62,7 @@ class Agent:
         self.channel: IncidentChannel | None = None
         self.job_id: str | None = None
         self.info = ProcessInfo()
+        self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
         self._groups: tuple[GroupInfo, ...] = ()
         self._groups_version: tuple[int, int] | None = None
@@ -192,10 +193,11 @@ class Agent:
                         "metrics and raise no incidents")
         elif capacity <= 0:
             warn_recorder_off(too_late=True)
+        self.process = this_process(local_rank())
         self.info = ProcessInfo(
             rank=str(self.rank),
             local_rank=str(local_rank() if local_rank() is not None else ""),
-            host=socket.gethostname(),
+            host=self.process.host or "",
             torch_version=str(torch.__version__),
             backend=self.recorder.backend,
             world_size=str(self.world_size),

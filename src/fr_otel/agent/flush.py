@@ -63,7 +63,8 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
         log.info("incident %d: recorder written to %s", k, path)
     with agent.health.guard("sending the recorder to the incident's coordinator"):
         agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
-                                                                       agent.config.incident_entries, dumped_at))
+                                                                       agent.config.incident_entries, dumped_at,
+                                                                       agent.process))
     agent.health.incident(trace_hex)
     if owner:
         coordinate(agent, k, meta, trace_hex, deadline)
@@ -143,4 +144,5 @@ def publish_final(agent: Agent) -> None:
         return
     raw = agent.recorder.full_bytes(stacks=True)
     keep = min(agent.config.incident_entries, FINAL_ENTRIES)
-    agent.channel.publish_final(int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, time.time_ns()))
+    agent.channel.publish_final(int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, time.time_ns(),
+                                                                      agent.process))

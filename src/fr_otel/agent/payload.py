@@ -11,15 +11,15 @@ the restricted unpickler like any other dump.
 
 from __future__ import annotations
 
-import os
 import pickle
-import socket
 import struct
 import zlib
 from collections.abc import Iterable
 from typing import Any
 
 from ..dump import RankDump
+from ..rank_process import PAYLOAD_KEY as PROCESS_KEY
+from ..rank_process import RankProcess
 from ..reader import parse_dump_bytes
 from .recorder import GroupInfo, entry_completed, gc_paused
 
@@ -51,13 +51,14 @@ def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any
     return [e for e, f in zip(entries, flags) if f]
 
 
-def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int) -> bytes:
-    """Trim and re-label one of this process's own dumps for the store."""
+def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,
+                   process: RankProcess) -> bytes:
+    """Trim and re-label one of this process's own dumps for the store; say where it runs."""
     with gc_paused():
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
         data["pg_config"] = pg_config_for(groups)
-        data["fr_otel_process"] = {"host": socket.gethostname(), "pid": os.getpid()}  # for the rank's Resource
+        data[PROCESS_KEY] = process.as_json()
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 

@@ -1,0 +1,82 @@
+"""Where a rank runs: its host, process id and local rank.
+
+One model for every source that knows it (the live agent's payload today; a ranks map,
+file names or a scheduler's environment can fill the same record), so the verdict, the
+spans, the reports and the incident file all say "rank 2 (host vm, pid 4242)" the same
+way. Plain data, no torch.
+
+The agent's payload carries it under :data:`PAYLOAD_KEY` as
+``{"host": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
+:func:`process_from_raw` keeps only well-typed values.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PAYLOAD_KEY", "RankProcess", "this_process", "process_from_raw"]
+
+#: Top-level key of a dump (as the live agent sends it) that says where the rank ran.
+PAYLOAD_KEY = "fr_otel_process"
+_MAX_HOST = 255  # DNS names are at most 253 characters; anything longer is not a host name
+
+
+@dataclass(frozen=True, slots=True)
+class RankProcess:
+    """Where one rank ran; every field is None when no source said."""
+
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    source: str = ""  # who said so: "agent", ...
+
+    @property
+    def known(self) -> bool:
+        return self.host is not None or self.pid is not None
+
+    @property
+    def label(self) -> str:
+        """``host vm, pid 4242`` (only the parts known; "" when none)."""
+        parts = ([f"host {self.host}"] if self.host else []) + ([f"pid {self.pid}"] if self.pid is not None else [])
+        return ", ".join(parts)
+
+    @property
+    def address(self) -> str:
+        """``vm:4242`` for log lines ("" when neither is known)."""
+        if not self.known:
+            return ""
+        return f"{self.host or '?'}:{self.pid if self.pid is not None else '?'}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON shape (also the payload's): only known fields."""
+        out: dict[str, Any] = {}
+        if self.host is not None:
+            out["host"] = self.host
+        if self.pid is not None:
+            out["pid"] = self.pid
+        if self.local_rank is not None:
+            out["local_rank"] = self.local_rank
+        return out
+
+
+def this_process(local_rank: int | None) -> RankProcess:
+    """The calling process (the agent describes itself with this)."""
+    return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent")
+
+
+def process_from_raw(info: Any, source: str) -> RankProcess | None:
+    """A :class:`RankProcess` from untrusted JSON/pickle data; None when it says nothing usable."""
+    if not isinstance(info, dict):
+        return None
+    host = info.get("host")
+    host = host if type(host) is str and 0 < len(host) <= _MAX_HOST and host.isprintable() else None
+    process = RankProcess(host=host, pid=_non_negative(info.get("pid")),
+                          local_rank=_non_negative(info.get("local_rank")), source=source)
+    return process if process.known else None
+
+
+def _non_negative(value: Any) -> int | None:
+    return value if type(value) is int and 0 <= value < 1 << 31 else None
