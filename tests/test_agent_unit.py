@@ -338,15 +338,16 @@ def test_hooks_flush_then_chain(tmp_path: Path, case: str) -> None:
 
 def test_run_puts_the_bootstrap_first_and_flags_into_the_environment() -> None:
     """`fr-otel run` flags become FR_OTEL_* variables; the bootstrap leads PYTHONPATH."""
-    from fr_otel.cli import _parser
+    from fr_otel.cli.run import parse_launch
 
-    args = _parser().parse_args(["run", "--stall-seconds", "9", "--metrics-port", "off", "--", "torchrun", "x.py"])
-    env = child_environment(args, {"PYTHONPATH": "/theirs", "FR_OTEL_AGENT_PID": "1"})
+    launch = parse_launch(["--stall-seconds", "9", "--metrics-port", "off", "--", "torchrun", "x.py"])
+    env, problems = child_environment(launch.flags, {"PYTHONPATH": "/theirs", "FR_OTEL_AGENT_PID": "1"})
+    assert problems == [] and launch.problems == []
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(BOOTSTRAP_DIR)
     assert env["PYTHONPATH"].endswith("/theirs")
     assert (env["FR_OTEL_STALL_SECONDS"], env["FR_OTEL_METRICS_PORT"], env["FR_OTEL_AUTOSTART"]) == ("9", "off", "1")
     assert "FR_OTEL_AGENT_PID" not in env
-    assert args.command == ["--", "torchrun", "x.py"]
+    assert launch.command == ["torchrun", "x.py"]
 
 
 def test_bootstrap_chains_the_shadowed_sitecustomize(tmp_path: Path) -> None:

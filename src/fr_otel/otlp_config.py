@@ -55,6 +55,7 @@ __all__ = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_SDK_DISABLED",
+    "PROTOCOLS",
     "Compression",
     "ExportConfig",
     "Protocol",
@@ -140,7 +141,8 @@ DEFAULT_TIMEOUT_S = 10.0
 #: Collector and Tempo gRPC receivers reject requests over 4 MiB; keep a margin.
 DEFAULT_MAX_REQUEST_BYTES = 3_670_016  # 3.5 MiB
 
-_PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf", "http/json")
+#: Every protocol fr-otel exports with (one list for every command and the agent).
+PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf", "http/json")
 _COMPRESSIONS: tuple[str, ...] = ("gzip", "none")
 _TRACES_PATH = "/v1/traces"
 
@@ -217,7 +219,7 @@ def resolve_export_config(
         return None, ""
 
     raw_protocol, src = pick(protocol, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
-    proto = _choice(raw_protocol, src, _PROTOCOLS, DEFAULT_PROTOCOL)
+    proto = _choice(raw_protocol, src, PROTOCOLS, DEFAULT_PROTOCOL)
 
     resolved_endpoint = _endpoint(proto, endpoint, env)
 

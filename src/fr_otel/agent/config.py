@@ -51,6 +51,7 @@ __all__ = [
     "OPTIONS",
     "AgentConfig",
     "Option",
+    "launch_environment",
     "resolve_config",
 ]
 
@@ -92,7 +93,8 @@ FR_OTEL_MAX_INCIDENTS = "FR_OTEL_MAX_INCIDENTS"
 FR_OTEL_INCIDENT_ENTRIES = "FR_OTEL_INCIDENT_ENTRIES"
 #: Comma list of ``atexit``, ``excepthook``, ``sigterm`` (default all), or ``none``.
 FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
-#: ``debug``, ``info``, ``warning`` (default) or ``error``; the agent logs to stderr.
+#: ``debug``, ``info`` (default: one start-up line on local rank 0, incidents), ``warning``
+#: (problems only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
 #: Set by the agent to its process id, so child processes (data loader workers, subprocesses)
 #: that inherit the environment do not start agents of their own.
@@ -119,16 +121,24 @@ def _bool(value: Any) -> bool:
 
 
 def _positive(value: Any) -> float:
-    number = float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
     if not (number > 0 and math.isfinite(number)):
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return number
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, bool) or int(value) != float(value) or int(value) < 0:
+    try:
+        number = float(value)
+        whole = not isinstance(value, bool) and math.isfinite(number) and number == int(number) and number >= 0
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
         raise ValueError(f"expected a whole number >= 0, got {value!r}")
-    return int(value)
+    return int(float(value))
 
 
 def _port(value: Any) -> int | None:
@@ -177,45 +187,47 @@ class Option:
     default: Any
     parse: Callable[[Any], Any]
     help: str
+    #: What the value is, for ``--help`` (e.g. ``SECONDS``).
+    metavar: str = "VALUE"
 
 
 #: The table behind ``start(**options)``, the variables and ``fr-otel run``'s flags.
 OPTIONS: tuple[Option, ...] = (
-    Option("enabled", FR_OTEL_ENABLED, "--enabled", True, _bool, "false: do nothing at all"),
+    Option("enabled", FR_OTEL_ENABLED, "--enabled", True, _bool, "false: do nothing at all", "BOOL"),
     Option("poll_interval", FR_OTEL_POLL_INTERVAL, "--poll-interval", 1.0, _positive,
-           "seconds between cheap reads of the recorder's progress counters"),
+           "seconds between cheap reads of the recorder's progress counters", "SECONDS"),
     Option("stall_seconds", FR_OTEL_STALL_SECONDS, "--stall-seconds", 60.0, _positive,
-           "in flight longer than min(this, half its timeout): incident"),
+           "in flight longer than min(this, half its timeout): incident", "SECONDS"),
     Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", 5.0, _positive,
-           "in flight this long: one full recorder read (op, timeout, exact age)"),
+           "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS"),
     Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", DEFAULT_METRICS_PORT, _port,
-           "base port of /metrics (rank serves base + LOCAL_RANK); off disables"),
+           "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT"),
     Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", DEFAULT_METRICS_ADDR, _text,
-           "address /metrics binds"),
+           "address /metrics binds", "ADDR"),
     Option("recorder_capacity", FR_OTEL_RECORDER_CAPACITY, "--recorder-capacity", None, _optional_count,
-           "recorder entries (sets TORCH_FR_BUFFER_SIZE when started before the process group)"),
+           "recorder entries, set as TORCH_FR_BUFFER_SIZE when started before the process group (default: torch's)", "N"),
     Option("enable_recorder", FR_OTEL_ENABLE_RECORDER, "--enable-recorder", True, _bool,
-           "turn an off recorder on when started before the process group"),
+           "turn an off recorder on when started before the process group", "BOOL"),
     Option("incidents", FR_OTEL_INCIDENTS, "--incidents", True, _bool,
-           "raise and join cross-rank incidents through the job's store"),
+           "raise and join cross-rank incidents through the job's store", "BOOL"),
     Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", None, _text,
-           "folder for per-incident dump files (default: OUT/dumps)"),
+           "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
     Option("out_dir", OUT_DIR_ENV, "--out", None, _text,
-           "folder for embedded trace files and spools (default: ./fr-otel-out)"),
+           "folder for embedded trace files and spools (default: ./fr-otel-out)", "DIR"),
     Option("job_id", JOB_ID_ENV, "--job-id", None, _text,
-           "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)"),
+           "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
     Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", 15.0, _positive,
-           "how long the coordinator waits for the other ranks' recorders"),
+           "how long the coordinator waits for the other ranks' recorders", "SECONDS"),
     Option("flush_timeout", FR_OTEL_FLUSH_TIMEOUT, "--flush-timeout", 20.0, _positive,
-           "bound on a flush at exit / exception / SIGTERM"),
+           "bound on a flush at exit / exception / SIGTERM", "SECONDS"),
     Option("max_incidents", FR_OTEL_MAX_INCIDENTS, "--max-incidents", 10, _count,
-           "incidents one job may raise"),
+           "incidents one job may raise", "N"),
     Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", 64, _count,
-           "entries per group each rank sends the coordinator, besides those in flight"),
+           "entries per group each rank sends the coordinator, besides those in flight", "N"),
     Option("hooks", FR_OTEL_HOOKS, "--hooks", HOOK_NAMES, _hooks,
-           "comma list of atexit,excepthook,sigterm, or none"),
-    Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", "warning", _log_level,
-           "the agent's stderr log level"),
+           "comma list of atexit,excepthook,sigterm, or none", "HOOKS"),
+    Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", "info", _log_level,
+           "the agent's stderr log level: debug, info, warning (problems only) or error", "LEVEL"),
 )
 
 #: Every ``FR_OTEL_*`` variable the agent reads (besides the standard OTEL_* ones).
@@ -243,7 +255,7 @@ class AgentConfig:
     max_incidents: int = 10
     incident_entries: int = 64
     hooks: tuple[str, ...] = HOOK_NAMES
-    log_level: str = "warning"
+    log_level: str = "info"
     # OTLP overrides (None: the standard OTEL_EXPORTER_OTLP_* variables decide).
     endpoint: str | None = None
     protocol: str | None = None
@@ -257,6 +269,17 @@ class AgentConfig:
 
 
 _EXPORT_OVERRIDES = ("endpoint", "protocol", "headers", "export_timeout")
+
+
+def _first_valid(option: Option, candidates: list[tuple[str, Any]], problems: list[str]) -> tuple[int, Any]:
+    """Index and parsed value of the first candidate that parses (-1 and the default if none);
+    one line in ``problems`` per candidate that does not."""
+    for i, (source, candidate) in enumerate(candidates):
+        try:
+            return i, option.parse(candidate)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{source}: {exc}; ignored")
+    return -1, option.default
 
 
 def resolve_config(
@@ -281,16 +304,35 @@ def resolve_config(
         raw = env.get(option.env, "").strip()
         if raw:
             candidates.append((option.env, raw))
-        value = option.default
-        for source, candidate in candidates:
-            try:
-                value = option.parse(candidate)
-                break
-            except (TypeError, ValueError) as exc:
-                problems.append(f"{source}: {exc}; ignored")
-        values[option.name] = value
+        values[option.name] = _first_valid(option, candidates, problems)[1]
     for name in _EXPORT_OVERRIDES:
         if overrides.get(name) is not None:
             values[name] = float(overrides[name]) if name == "export_timeout" else str(overrides[name])
     return AgentConfig(**values), problems
 
+
+def launch_environment(
+    flags: Mapping[str, str], environ: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The ``FR_OTEL_*`` variables of a job ``fr-otel run`` launches, and one line per bad value.
+
+    ``flags`` maps option names to the raw values given on the command line. Per option the
+    first valid source (flag, then inherited variable) becomes the variable; an invalid one
+    is reported here, once, and left out, so every rank quietly uses the next source or the
+    default. Nothing is raised: fr-otel's settings never stop a job from starting.
+    """
+    env = dict(environ)
+    problems: list[str] = []
+    for option in OPTIONS:
+        candidates: list[tuple[str, Any]] = []
+        if flags.get(option.name) is not None:
+            candidates.append((option.flag, flags[option.name]))
+        raw = env.get(option.env, "").strip()
+        if raw:
+            candidates.append((option.env, raw))
+        index, _ = _first_valid(option, candidates, problems)
+        if index < 0:
+            env.pop(option.env, None)
+        else:
+            env[option.env] = str(candidates[index][1]).strip()
+    return env, problems

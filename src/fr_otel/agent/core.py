@@ -27,7 +27,7 @@ from ..ids import job_identity
 from ..otlp_config import ExportConfig
 from ..rank_process import this_process
 from .config import AgentConfig
-from .flush import flush_incident, publish_final
+from .flush import dump_root, flush_incident, publish_final
 from .health import HealthTracker
 from .hooks import ExitHooks
 from .incident import IncidentChannel, connect_channel
@@ -210,11 +210,39 @@ class Agent:
             port = port_for(self.config.metrics_port, local_rank())
             self.server = start_metrics_server(FrCollector(self.snapshot), port, self.config.metrics_addr or "0.0.0.0")
             if self.server is not None:
-                log.info("serving /metrics at %s", self.server.url)
+                log.debug("serving /metrics at %s", self.server.url)
         if self.config.incidents and self.recorder_enabled:
             with self.health.guard("connecting to the job's store (incidents are off)"):
                 self.channel, self.job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
                 log.debug("incidents through %s, job id %s", self.channel.how, self.job_id)
+        if local_rank() in (0, None):  # one line per host, not one per rank
+            with self.health.guard("start-up line"):
+                log.info("%s", self.start_line())
+
+    def start_line(self) -> str:
+        """One line: what this agent serves where, and where an incident's dumps and trace go."""
+        local = local_rank()
+        if self.config.metrics_port is None:
+            metrics = "/metrics off"
+        elif self.server is None:
+            metrics = "/metrics NOT served (see above)"
+        else:
+            metrics = f"/metrics at {self.server.url}"
+            if self.config.metrics_port and local is not None:
+                metrics += f"; this host's ranks on port {self.config.metrics_port} + LOCAL_RANK"
+        if self.channel is None:
+            return f"agent on (rank {self.rank} of {self.world_size}): {metrics}; incidents off"
+        if self.export_config.disabled:
+            trace = "no trace (OTEL_SDK_DISABLED)"
+        elif self.export_config.endpoint is None:
+            from ..incident_export import out_dir
+
+            trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(self.config.out_dir))}/ (no OTLP endpoint set)"
+        else:
+            trace = f"trace to {self.export_config.endpoint} ({self.export_config.protocol})"
+        return (f"agent on (rank {self.rank} of {self.world_size}): {metrics}; a collective in flight over "
+                f"{self.config.stall_seconds:g} s (or half its timeout) raises an incident: dumps in "
+                f"{os.path.abspath(dump_root(self.config))}/, {trace}")
 
     def _refresh_groups(self) -> None:
         version = groups_version(self.dist)

@@ -27,9 +27,11 @@ from ..reader import ReadResult
 from .payload import decode_payload, encode_payload
 
 if TYPE_CHECKING:
+    from .config import AgentConfig
     from .core import Agent
 
-__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "coordinate", "dump_path", "flush_incident", "publish_final"]
+__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "coordinate", "dump_path", "dump_root", "flush_incident",
+           "publish_final"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
 _GATHER_POLL_S = 0.05
@@ -37,11 +39,15 @@ _GATHER_POLL_S = 0.05
 log = logging.getLogger("fr_otel.agent")
 
 
-def dump_path(agent: Agent, trace_hex: str) -> Path:
-    from ..incident_export import out_dir  # loads gRPC: only once an incident happens
+def dump_root(config: AgentConfig) -> Path:
+    """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
+    from ..incident_export import out_dir
 
-    root = Path(agent.config.dump_dir) if agent.config.dump_dir else out_dir(agent.config.out_dir) / "dumps"
-    return root / trace_hex / f"{DUMP_FILE_PREFIX}{agent.rank}"
+    return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
+
+
+def dump_path(agent: Agent, trace_hex: str) -> Path:
+    return dump_root(agent.config) / trace_hex / f"{DUMP_FILE_PREFIX}{agent.rank}"
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -60,7 +66,7 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
     path = dump_path(agent, trace_hex)
     with agent.health.guard("writing the dump file"):
         _write_atomic(path, raw)
-        log.info("incident %d: recorder written to %s", k, path)
+        log.debug("incident %d: recorder written to %s", k, path)
     with agent.health.guard("sending the recorder to the incident's coordinator"):
         agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
                                                                        agent.config.incident_entries, dumped_at,

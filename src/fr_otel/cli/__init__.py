@@ -34,9 +34,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
+        return run.launch(_subparser(parser, "run"), argv[1:])
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -3,6 +3,10 @@
 Like ``opentelemetry-instrument``: the flags become ``FR_OTEL_*`` variables, the
 bootstrap folder (a ``sitecustomize`` that starts the agent) goes first on ``PYTHONPATH``,
 and this process becomes COMMAND (``exec``), so signals and the exit status are COMMAND's.
+
+fr-otel's own settings never stop the job from starting: a bad flag or ``FR_OTEL_*``
+value, an unknown flag or a flag without its value is one warning here, and the ranks use
+the next source or the default. Only a missing COMMAND is a usage error.
 """
 
 from __future__ import annotations
@@ -10,43 +14,128 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..agent.config import FR_OTEL_AGENT_PID, FR_OTEL_AUTOSTART, OPTIONS
-from ._common import EXIT_UNUSABLE, error
+from ..agent.config import FR_OTEL_AGENT_PID, FR_OTEL_AUTOSTART, OPTIONS, launch_environment
+from ..otlp_config import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, PROTOCOLS
+from ._common import EXIT_OK, EXIT_UNUSABLE, error
 
-__all__ = ["BOOTSTRAP_DIR", "child_environment", "register", "run"]
+__all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "agent" / "bootstrap"
 
+DESCRIPTION = (
+    "Run COMMAND (torchrun, srun, python ...) with the fr-otel agent in every rank, with no change to the "
+    "training script. Each flag sets the FR_OTEL_* variable named in its help; variables already set are "
+    "used when no flag is given. A bad value is a warning and the default is used: the job always starts. "
+    "Export settings are the standard OTEL_EXPORTER_OTLP_* variables."
+)
+_EXPORT_FLAGS = {"--endpoint": "endpoint", "--protocol": "protocol"}
+
+
+def _default_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _option_help(text: str, default: object, env: str) -> str:
+    """``text (default: X; sets $ENV)``; a text that names its own default keeps it."""
+    if text.endswith(")") and "(default: " in text:
+        return f"{text[:-1]}; sets ${env})"
+    shown = "" if default is None else f"default: {_default_text(default)}; "
+    return f"{text} ({shown}sets ${env})"
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The parser renders ``--help``; :func:`parse_launch` reads the arguments (it never refuses)."""
     parser = sub.add_parser(
         "run", help="run a training command with the live agent in every rank (no code change)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="fr-otel run [flags] -- COMMAND [ARGS...]",
+        description=DESCRIPTION, usage="fr-otel run [flags] -- COMMAND [ARGS...]",
     )
     for option in OPTIONS:
-        parser.add_argument(option.flag, dest=option.name, metavar=option.env, default=None,
-                            help=f"{option.help} (sets ${option.env})")
-    parser.add_argument("--endpoint", help="OTLP endpoint (sets $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
-    parser.add_argument("--protocol", choices=("grpc", "http/protobuf", "http/json"),
-                        help="sets $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the launcher and its arguments, after --")
-    parser.set_defaults(func=run)
+        parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+                            help=_option_help(option.help, option.default, option.env))
+    parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint for incident traces (default: "
+                        f"$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else a local file; sets ${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT})")
+    parser.add_argument("--protocol", metavar="{" + ",".join(PROTOCOLS) + "}",
+                        help=f"OTLP protocol (default: grpc; sets ${OTEL_EXPORTER_OTLP_TRACES_PROTOCOL})")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="the launcher and its arguments, after --")
+    parser.set_defaults(func=None)
 
 
-def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
-    """The environment COMMAND runs in: flags as variables, the bootstrap on PYTHONPATH."""
-    env = dict(environ)
-    for option in OPTIONS:
-        value = getattr(args, option.name, None)
-        if value is not None:
-            env[option.env] = str(value)
-    if getattr(args, "endpoint", None):
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = args.endpoint
-    if getattr(args, "protocol", None):
-        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = args.protocol
+@dataclass
+class Launch:
+    """What ``fr-otel run`` was asked: flag values (by option name, raw), COMMAND, and problems."""
+
+    flags: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    help: bool = False
+
+
+def parse_launch(argv: Sequence[str]) -> Launch:
+    """Split ``[flags] [--] COMMAND...``; unknown flags and missing values become problems.
+
+    Every fr-otel flag takes one value (``--flag VALUE`` or ``--flag=VALUE``). COMMAND
+    starts after ``--``, or at the first word that is not a flag or a flag's value.
+    """
+    names = {option.flag: option.name for option in OPTIONS} | _EXPORT_FLAGS
+    argv = list(argv)
+    has_separator = "--" in argv
+    out = Launch()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            out.command = argv[i + 1:]
+            break
+        if not token.startswith("-") or token == "-":
+            out.command = argv[i:]
+            break
+        if token in ("-h", "--help"):
+            out.help = True
+            i += 1
+            continue
+        flag, eq, value = token.partition("=")
+        takes_next = not eq and i + 1 < len(argv) and argv[i + 1] != "--"
+        name = names.get(flag)
+        if name is None:
+            # An unknown flag's value is skipped only when a -- marks where COMMAND starts.
+            skip = takes_next and has_separator and not argv[i + 1].startswith("-")
+            out.problems.append(f"unknown flag {flag} ignored" + (f" (with {argv[i + 1]!r})" if skip else ""))
+            i += 2 if skip else 1
+            continue
+        if eq:
+            out.flags[name] = value
+            i += 1
+        elif takes_next:
+            out.flags[name] = argv[i + 1]
+            i += 2
+        else:
+            out.problems.append(f"{flag} needs a value; ignored")
+            i += 1
+    return out
+
+
+def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment COMMAND runs in (flags as variables, the bootstrap on PYTHONPATH) and
+    one line per setting that was ignored."""
+    env, problems = launch_environment(flags, environ)
+    endpoint = (flags.get("endpoint") or "").strip()
+    if endpoint:
+        env[OTEL_EXPORTER_OTLP_TRACES_ENDPOINT] = endpoint
+    protocol = (flags.get("protocol") or "").strip().lower()
+    if protocol in PROTOCOLS:
+        env[OTEL_EXPORTER_OTLP_TRACES_PROTOCOL] = protocol
+    elif protocol:
+        problems.append(f"--protocol: expected one of {', '.join(PROTOCOLS)}, got {flags['protocol']!r}; ignored")
+    problems.extend(_export_problems(env))
     paths = [str(BOOTSTRAP_DIR)]
     package_root = Path(__file__).resolve().parents[2]
     if package_root.name != "site-packages":  # a source checkout: make `import fr_otel` work in the ranks
@@ -55,26 +144,37 @@ def child_environment(args: argparse.Namespace, environ: dict[str, str]) -> dict
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
     env[FR_OTEL_AUTOSTART] = "1"
     env.pop(FR_OTEL_AGENT_PID, None)
-    return env
+    return env, problems
 
 
-def run(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
+def _export_problems(env: Mapping[str, str]) -> list[str]:
+    """Say now, once, what each rank would otherwise say: the OTLP settings are unusable."""
+    from ..otlp_config import resolve_export_config
+
+    try:
+        resolve_export_config(environ=env)
+    except ValueError as exc:
+        return [f"{exc}; the ranks will write incident traces to local files instead"]
+    return []
+
+
+def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
+    """``fr-otel run``: warn about ignored settings, then become COMMAND."""
+    request = parse_launch(argv)
+    if request.help:
+        parser.print_help()
+        return EXIT_OK
+    if not request.command:
+        for line in request.problems:
+            error(line)
         error("run needs a command after --, e.g. fr-otel run -- torchrun --nproc-per-node 8 train.py")
         return EXIT_UNUSABLE
-    from ..agent.config import resolve_config
-
-    _, problems = resolve_config(environ=child_environment(args, dict(os.environ)))
-    if problems:
-        for line in problems:
-            error(line)
-        return EXIT_UNUSABLE
-    env = child_environment(args, dict(os.environ))
+    env, problems = child_environment(request.flags, os.environ)
+    for line in [*request.problems, *problems]:
+        error(f"{line} (the job starts anyway)")
     sys.stdout.flush()
     sys.stderr.flush()
+    command = request.command
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
