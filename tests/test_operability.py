@@ -4,8 +4,11 @@ interpreter (progress under a real pseudo-terminal)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -122,3 +125,148 @@ def test_agent_says_once_what_it_serves_and_where_incidents_go(tmp_path: Path) -
     quiet = _one_rank_job(tmp_path, FR_OTEL_LOG_LEVEL="warning")
     assert quiet.returncode == 0 and "training ran" in quiet.stdout, quiet.stderr
     assert "fr-otel" not in quiet.stderr, quiet.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. help texts: plain text, real metavars, defaults, one protocol set
+# ------------------------------------------------------------------------------------------------
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    from fr_otel.cli import _parser
+
+    (sub,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+SUBCOMMANDS = sorted(_subparsers())
+MARKUP = re.compile(r"``|:(?:func|class|mod|meth|data|attr):|`[^`]+`_|^\s*\.\. |::\s*$|\*\*", re.MULTILINE)
+
+
+def test_every_subcommand_is_covered() -> None:
+    assert SUBCOMMANDS == ["analyze", "demo", "export", "replay", "report", "run", "watch"]
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_help_is_plain_text_with_real_metavars_and_defaults(name: str) -> None:
+    """`fr-otel NAME --help` (rendered for real) has no reST markup; every flag that takes a value
+    names what it takes (no variable names, no dest-derived placeholders) and says its default."""
+    proc = _fr_otel(name, "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert not MARKUP.search(text), MARKUP.search(text).group(0)  # type: ignore[union-attr]
+    assert "usage: fr-otel " + name in text
+    parser = _subparsers()[name]
+    assert parser.description, "a description under the usage line"
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        flag = action.option_strings[-1]
+        assert action.help, flag
+        if action.nargs == 0:  # a switch
+            continue
+        metavar = action.metavar
+        assert metavar or action.choices, f"{flag}: no metavar (argparse would print {action.dest.upper()})"
+        assert "OTEL_" not in str(metavar), f"{flag}: a variable name as metavar"
+        assert "default" in action.help, f"{flag}: help does not say the default"
+
+
+def test_the_protocol_set_is_the_same_everywhere() -> None:
+    """grpc, http/protobuf and http/json are accepted by every command that exports."""
+    from fr_otel.otlp_config import PROTOCOLS
+
+    assert PROTOCOLS == ("grpc", "http/protobuf", "http/json")
+    for name, parser in _subparsers().items():
+        flags = {s: a for a in parser._actions for s in a.option_strings}
+        if "--protocol" not in flags:
+            continue
+        text = _fr_otel(name, "--help").stdout
+        assert "{grpc,http/protobuf,http/json}" in text, name
+        if name != "run":  # run checks its flags itself (never refusing to launch)
+            assert tuple(flags["--protocol"].choices) == PROTOCOLS, name
+
+
+def test_replay_help_matches_its_behaviour(tmp_path: Path) -> None:
+    """replay's help says an endpoint is required (and replay indeed refuses without one), and
+    offers no --out it would ignore."""
+    text = " ".join(_fr_otel("replay", "--help").stdout.split())
+    assert "Needs an endpoint" in text and "local OTLP JSON Lines file)" not in text and "--out" not in text
+    spool = tmp_path / "x.jsonl"
+    spool.write_text("")
+    proc = _fr_otel("replay", str(spool))
+    assert proc.returncode == 2 and "replay needs an endpoint" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. export errors say what to do; spool hints are complete commands
+# ------------------------------------------------------------------------------------------------
+def _export(dumps: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _fr_otel("export", str(dumps), "--out", str(tmp_path / "out"), "--timeout", "5", *args)
+
+
+def test_tls_against_a_plaintext_grpc_collector_says_insecure_or_http(nvrx: Path, tmp_path: Path) -> None:
+    """host:port without --insecure against a plaintext collector: the error says to add --insecure
+    or write http://host:port, and the export gives up at once instead of retrying TLS."""
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    with OtlpGrpcReceiver() as rx:
+        proc = _export(nvrx / "lock_gil_1st", tmp_path, "--endpoint", rx.endpoint)
+        assert rx.span_count() == 0
+    assert proc.returncode == 3, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("fr-otel: export to")]
+    assert "WRONG_VERSION_NUMBER" in line and "gave up" not in line, "a TLS mismatch is not retried"
+    assert f"add --insecure (or OTEL_EXPORTER_OTLP_INSECURE=true), or write the endpoint as http://{rx.endpoint}" in line
+
+
+def test_https_against_a_plaintext_http_collector_says_http(nvrx: Path, tmp_path: Path) -> None:
+    """https:// to a plaintext OTLP/HTTP receiver: the error says to write http://."""
+    from fr_otel.testing.otlp import OtlpHttpReceiver
+
+    with OtlpHttpReceiver() as rx:
+        url = f"https://{rx.endpoint}/v1/traces"
+        proc = _export(nvrx / "lock_gil_1st", tmp_path, "--protocol", "http/protobuf", "--endpoint", url)
+    assert proc.returncode == 3
+    assert f"write the endpoint as http://{rx.endpoint}/v1/traces" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+def test_http_404_says_v1_traces(nvrx: Path, tmp_path: Path, protocol: str) -> None:
+    """An OTLP/HTTP endpoint without /v1/traces (404): the error gives the URL that works, and
+    that URL does work."""
+    from fr_otel.testing.otlp import OtlpHttpReceiver
+
+    with OtlpHttpReceiver() as rx:
+        bare = f"http://{rx.endpoint}"
+        proc = _export(nvrx / "lock_gil_1st", tmp_path, "--protocol", protocol, "--endpoint", bare)
+        assert proc.returncode == 3 and "HTTP 404" in proc.stderr
+        assert f"use --endpoint {bare}/v1/traces (or OTEL_EXPORTER_OTLP_ENDPOINT={bare}" in proc.stderr, proc.stderr
+        fixed = _export(nvrx / "lock_gil_1st", tmp_path, "--protocol", protocol, "--endpoint", f"{bare}/v1/traces")
+        assert fixed.returncode == 0 and rx.span_count() > 0, fixed.stderr
+
+
+def test_spool_hint_is_a_complete_command_that_delivers(nvrx: Path, tmp_path: Path) -> None:
+    """The collector refuses: the trace is spooled and the hint is a complete `fr-otel replay`
+    command (with --endpoint); run as printed once the collector is back, it delivers every span."""
+    import shlex
+
+    import grpc
+
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    with OtlpGrpcReceiver(always_fail=grpc.StatusCode.PERMISSION_DENIED) as rx:
+        proc = _export(nvrx / "lock_gil_1st", tmp_path, "--endpoint", rx.endpoint, "--insecure", "--json")
+        assert proc.returncode == 3 and rx.span_count() == 0, proc.stderr
+        spans = json.loads(proc.stdout)["export"]["spans"]
+        command = proc.stderr.split("send it later with ", 1)[1].strip()
+        words = shlex.split(command)
+        assert words[:2] == ["fr-otel", "replay"] and "--endpoint" in words and "--insecure" in words, command
+        rx.fail_always(None)
+        replayed = _fr_otel(*words[1:])
+        assert replayed.returncode == 0, replayed.stderr
+        assert rx.span_count() == spans > 0
+    assert not list((tmp_path / "out").glob("fr-otel-spool-*.jsonl")), "delivered spools are removed"
+
+
+def test_embedded_file_hint_names_an_endpoint_placeholder(nvrx: Path, tmp_path: Path) -> None:
+    """No endpoint: the file hint is a replay command with --endpoint (plaintext gRPC URL form)."""
+    proc = _export(nvrx / "lock_gil_1st", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"send it on: fr-otel replay \S+\.jsonl --endpoint http://COLLECTOR:4317$", proc.stdout, re.M)

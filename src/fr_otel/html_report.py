@@ -28,6 +28,7 @@ from ._timeline import (
 )
 from .analysis import Culprit, GroupState, Verdict
 from .dump import Entry, Frame, Progress
+from .incident_export import replay_command
 from .job import Job
 from .ranks import compress_ranks
 
@@ -629,7 +630,7 @@ def _trace_section(trace_id: str | None, destination: str | None, status: str | 
         out.append(
             f"<p>Written to <code>{dest}</code> (OTLP JSON Lines).</p><ul>"
             "<li><b>Jaeger</b>: Search → Upload → choose that file.</li>"
-            f"<li><b>Tempo / any OTLP backend</b>: <code>fr-otel replay {dest} --endpoint HOST:4317</code>, then open "
+            f"<li><b>Tempo / any OTLP backend</b>: <code>{esc(replay_command(destination or ''), 600)}</code>, then open "
             "the trace by its id.</li></ul>")
     elif status == "sent":
         out.append(
@@ -640,7 +641,8 @@ def _trace_section(trace_id: str | None, destination: str | None, status: str | 
             f"<code>JAEGER_URL/trace/{tid}</code>.</li></ul>")
     elif status == "spooled":
         out.append(f'<p class="warn">Not delivered to its endpoint; spooled to <code>{dest}</code>. Send it later with '
-                   f"<code>fr-otel replay {dest}</code>, then open it by its id.</p>")
+                   f"<code>{esc(replay_command(destination or ''), 600)}</code> (your collector's endpoint), then "
+                   "open it by its id.</p>")
     elif status == "disabled":
         out.append("<p>Not exported: <code>OTEL_SDK_DISABLED=true</code>.</p>")
     else:

@@ -9,10 +9,12 @@ no endpoint configured, the embedded default writes that file directly.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from .otlp_config import ExportConfig
 
@@ -20,7 +22,8 @@ if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from .otlp_export import ExportResult
     from .spans import IncidentTrace
 
-__all__ = ["ExportOutcome", "deliver_trace", "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
+__all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "replay_command", "OUT_DIR_ENV",
+           "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
 
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
 DEFAULT_OUT_DIR = "fr-otel-out"
@@ -81,3 +84,57 @@ def deliver_trace(
     if result.ok:
         return ExportOutcome("sent", result.endpoint, None, result)
     return ExportOutcome("spooled" if result.spool_path else "failed", result.endpoint, result.spool_path, result)
+
+
+_TLS_MISMATCH = re.compile(r"WRONG_VERSION_NUMBER|wrong version number|handshake failed|SSL_ERROR|TLS:", re.IGNORECASE)
+_TRACES_PATH = "/v1/traces"
+
+
+def export_hint(error: str | None, config: ExportConfig) -> str | None:
+    """What to do about an export error the user can fix in their settings, or None.
+
+    A TLS handshake with a plaintext collector (add ``--insecure`` or write ``http://``),
+    an OTLP/HTTP URL without ``/v1/traces`` (HTTP 404).
+    """
+    if not error:
+        return None
+    target = config.target()
+    if _TLS_MISMATCH.search(error):
+        if "://" not in target:
+            return (f"the collector does not seem to speak TLS: add --insecure (or OTEL_EXPORTER_OTLP_INSECURE=true), "
+                    f"or write the endpoint as http://{target}")
+        if target.startswith("https://"):
+            return f"the collector does not seem to speak TLS: write the endpoint as http://{target[len('https://'):]}"
+        return None
+    if config.protocol != "grpc" and re.search(r"\bHTTP 404\b", error):
+        parts = urlsplit(target)
+        base = f"{parts.scheme}://{parts.netloc}"
+        if not parts.path.rstrip("/").endswith(_TRACES_PATH):
+            return (f"nothing takes traces at {target}: OTLP/HTTP receivers listen on {_TRACES_PATH}; use "
+                    f"--endpoint {base}{_TRACES_PATH} (or OTEL_EXPORTER_OTLP_ENDPOINT={base}, to which fr-otel "
+                    f"appends {_TRACES_PATH})")
+        return f"{target} answered 404: is {parts.netloc} an OTLP/HTTP receiver (usually port 4318)?"
+    return None
+
+
+def failure_reason(outcome: ExportOutcome, config: ExportConfig) -> str:
+    """Why ``outcome`` did not deliver the trace, with what to do about it when we know."""
+    why = outcome.result.error if outcome.result and outcome.result.error else outcome.destination
+    hint = export_hint(why, config)
+    return f"{why}; {hint}" if hint else why
+
+
+def replay_command(path: str | os.PathLike[str], config: ExportConfig | None = None) -> str:
+    """A complete ``fr-otel replay`` command line that sends ``path`` where ``config`` points
+    (a placeholder collector when it points nowhere). Headers are left to the environment:
+    they may hold secrets."""
+    words = ["fr-otel", "replay", str(path)]
+    if config is None or config.endpoint is None:
+        words += ["--endpoint", "http://COLLECTOR:4317"]
+    else:
+        words += ["--endpoint", config.endpoint]
+        if config.protocol != "grpc":
+            words += ["--protocol", config.protocol]
+        elif config.insecure and "://" not in config.endpoint:
+            words.append("--insecure")
+    return shlex.join(words)

@@ -240,6 +240,9 @@ _GRPC_RETRYABLE = frozenset(
 )
 
 
+_TLS_HANDSHAKE = re.compile(r"handshake failed", re.IGNORECASE)
+
+
 class _GrpcSender:
     """Unary ``TraceService/Export`` calls on one channel; the deadline is gRPC's own."""
 
@@ -277,6 +280,8 @@ class _GrpcSender:
                 if "larger than" in details or "too large" in details.lower():
                     return _Outcome(_Verdict.SPLIT, detail)
                 return _Outcome(_Verdict.RETRY, detail, _grpc_retry_after(exc))
+            if _TLS_HANDSHAKE.search(details):  # TLS against plaintext (or a bad certificate): no retry mends it
+                return _Outcome(_Verdict.FATAL, detail)
             if code in _GRPC_RETRYABLE:
                 return _Outcome(_Verdict.RETRY, detail, _grpc_retry_after(exc))
             if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -31,7 +31,7 @@ from typing import Any
 
 from .analysis import AnalysisOptions, analyze
 from .dump import RankDump
-from .incident_export import ExportOutcome, deliver_trace
+from .incident_export import ExportOutcome, deliver_trace, failure_reason, replay_command
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .ranks import compress_ranks
@@ -462,10 +462,10 @@ class DumpWatcher:
         elif outcome.status == "disabled":
             _log.info("%s not exported: OTEL_SDK_DISABLED=true", head)
         else:
-            why = outcome.result.error if outcome.result and outcome.result.error else outcome.destination
+            why = failure_reason(outcome, self.export)
             if outcome.path:
-                _log.info("%s not delivered (%s); spooled: send it later with fr-otel replay %s", head, why,
-                          outcome.path)
+                _log.info("%s not delivered (%s); spooled: send it later with %s", head, why,
+                          replay_command(outcome.path, self.export))
             else:
                 _log.info("%s lost: %s", head, why)
         return incident

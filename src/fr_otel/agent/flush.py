@@ -79,7 +79,7 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
 def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float) -> None:
     """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
     from ..analysis import analyze  # the export stack loads only when an incident happens
-    from ..incident_export import deliver_trace
+    from ..incident_export import deliver_trace, failure_reason, replay_command
     from ..job import build_job
     from ..spans import TraceOptions, build_trace
 
@@ -121,10 +121,11 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     if not outcome.ok:
         agent.health.export_failed()
     culprits = ", ".join(f"rank {c.rank} ({c.kind})" for c in verdict.culprits[:8]) or "none named"
+    why = failure_reason(outcome, agent.export_config)
     where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
-             "spooled": f"NOT delivered ({_why(outcome)}); spooled to {outcome.path}, send it later with "
-                        f"fr-otel replay {outcome.path}",
-             "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({_why(outcome)})")
+             "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
+                        f"{replay_command(outcome.path or '', agent.export_config)}",
+             "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({why})")
     log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; "
                 "dumps in %s", k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
                 len(read.dumps), world, trace_hex, where, dump_path(agent, trace_hex).parent)
@@ -133,10 +134,6 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
                                      "culprits": [c.rank for c in verdict.culprits], "export": outcome.status})
         agent.channel.cleanup(k, list(payloads))
 
-
-def _why(outcome: Any) -> str:
-    result = getattr(outcome, "result", None)
-    return str(getattr(result, "error", None) or outcome.destination)
 
 
 #: Entries per group in a rank's exit copy: every rank leaves one, so it stays small (~KBs).

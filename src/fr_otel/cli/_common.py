@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..job import Job, build_job
-from ..otlp_config import ExportConfig, resolve_export_config
+from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, resolve_export_config
 from ..reader import read_dumps
 
 EXIT_OK = 0  # analysed, whatever the verdict
@@ -26,12 +26,21 @@ def error(message: str) -> None:
 
 def add_input_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a directory of per-rank dumps, or dump files")
-    parser.add_argument("--prefix", help="dump file name prefix; the rest of the name is the rank")
+    parser.add_argument("--prefix", metavar="NAME",
+                        help="dump file name prefix; the rest of the name is the rank (default: any name ending in a "
+                        "rank number)")
     parser.add_argument(
         "--straggler-threshold", type=float, default=DEFAULT_STRAGGLER_THRESHOLD_S, metavar="SECONDS",
         help="median enqueue lateness that makes a straggler (default: %(default)s)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="processes to read dumps with (default: all cores)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes to read dumps with (default: all cores)")
+    add_quiet_arg(parser)
+
+
+def add_quiet_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bar (shown on a terminal only, for work that takes over a second)")
 
 
 def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
@@ -49,17 +58,25 @@ def load_job(paths: Sequence[str], prefix: str | None, workers: int | None) -> J
     return build_job(read)
 
 
-def add_export_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint", help="OTLP endpoint (default: $OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; none: "
-                        "write a local OTLP JSON Lines file)")
-    parser.add_argument("--protocol", choices=("grpc", "http/protobuf"),
+def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
+    """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint)."""
+    where = ("required, here or in the variable" if replay else "none: write a local OTLP JSON Lines file")
+    parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint: http://HOST:4317 (gRPC, plaintext), "
+                        "https://HOST:4317, or http(s)://HOST:4318/v1/traces for OTLP/HTTP (default: "
+                        f"$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; {where})")
+    parser.add_argument("--protocol", choices=PROTOCOLS, metavar="{" + ",".join(PROTOCOLS) + "}",
                         help="default: $OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc")
-    parser.add_argument("--headers", help="k=v,k2=v2 (default: $OTEL_EXPORTER_OTLP_[TRACES_]HEADERS)")
-    parser.add_argument("--timeout", type=float, help="seconds for the whole export, retries included "
-                        "(default: $OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT, else 10)")
-    parser.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC to a host:port endpoint")
-    parser.add_argument("--out", help=f"folder for the embedded file and spools (default: ${OUT_DIR_ENV}, else "
-                        f"./{DEFAULT_OUT_DIR})")
+    parser.add_argument("--headers", metavar="K=V[,K=V]",
+                        help="request headers, e.g. authorization=Bearer%%20x (default: "
+                        "$OTEL_EXPORTER_OTLP_[TRACES_]HEADERS)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds for the whole export, retries "
+                        f"included (default: $OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT, else {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--insecure", action="store_true", default=None,
+                        help="plaintext gRPC to a HOST:PORT endpoint written without http:// (default: "
+                        "$OTEL_EXPORTER_OTLP_[TRACES_]INSECURE, else TLS)")
+    if not replay:
+        parser.add_argument("--out", metavar="DIR", help=f"folder for the embedded file and spools (default: "
+                            f"${OUT_DIR_ENV}, else ./{DEFAULT_OUT_DIR})")
 
 
 def export_config(args: argparse.Namespace) -> ExportConfig | None:

@@ -12,7 +12,8 @@ from .report import add_html_arg, write_html
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("analyze", help="name the culprit ranks of a hang, with evidence")
+    summary = "name the culprit ranks of a hang, with evidence"
+    parser = sub.add_parser("analyze", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
     add_input_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object (the public schema)")
     add_html_arg(parser)

@@ -12,10 +12,10 @@ from .export import add_trace_args, export_and_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "demo", help="run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"
-    )
-    parser.add_argument("--dumps", default="fr-otel-out/demo", help="where the dumps go (default: %(default)s)")
+    summary = "run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"
+    parser = sub.add_parser("demo", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+    parser.add_argument("--dumps", default="fr-otel-out/demo", metavar="DIR",
+                        help="where the dumps go (default: %(default)s)")
     parser.add_argument("--html", metavar="FILE",
                         help="the self-contained HTML report (default: DUMPS/incident.html; '' for none)")
     add_export_args(parser)

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..analysis import Verdict, analyze
-from ..incident_export import ExportOutcome, deliver_trace
+from ..incident_export import ExportOutcome, deliver_trace, export_hint, failure_reason, replay_command
 from ..job import Job
 from ..otlp_config import ExportConfig
 from ..text_report import render_verdict
@@ -24,32 +24,38 @@ from .report import add_html_arg, write_html
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "export", help="analyse and export the incident as one OpenTelemetry trace (OTLP, or a local file)"
-    )
+    summary = "analyse and export the incident as one OpenTelemetry trace (OTLP, or a local file)"
+    parser = sub.add_parser("export", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
     add_input_args(parser)
     add_export_args(parser)
     add_trace_args(parser)
     parser.add_argument("--json", action="store_true", help="print verdict, trace id and export outcome as JSON")
     add_html_arg(parser)
     parser.set_defaults(func=run)
-    replay_p = sub.add_parser("replay", help="send OTLP JSON Lines files (embedded output or spool) to an endpoint")
-    replay_p.add_argument("files", nargs="+", metavar="FILE")
-    add_export_args(replay_p)
+    replay_help = "send OTLP JSON Lines files (export's local file, or a spool) to an OTLP endpoint"
+    replay_p = sub.add_parser(
+        "replay", help=replay_help,
+        description=f"{replay_help[0].upper()}{replay_help[1:]}. Needs an endpoint (--endpoint or "
+        "$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT). Each span is delivered once: a delivered file is deleted (unless "
+        "--keep), a partly delivered one keeps only what is left, so running it again finishes the job.",
+    )
+    replay_p.add_argument("files", nargs="+", metavar="FILE", help="fr-otel-trace-*.jsonl or fr-otel-spool-*.jsonl")
+    add_export_args(replay_p, replay=True)
     replay_p.add_argument("--keep", action="store_true", help="keep delivered files (default: delete them)")
     replay_p.set_defaults(func=run_replay)
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--job-id", help="job identity for trace ids (default: $FR_OTEL_JOB_ID, the torchelastic "
-                        "or Slurm run id, else derived from the dumps)")
-    parser.add_argument("--incident", default="", help="incident key, when one job has several (default: none)")
+    parser.add_argument("--job-id", metavar="ID", help="job identity for trace ids (default: $FR_OTEL_JOB_ID, the "
+                        "torchelastic or Slurm run id, else derived from the dumps)")
+    parser.add_argument("--incident", default="", metavar="KEY",
+                        help="incident key, when one job has several (default: none)")
     parser.add_argument("--full", action="store_true", help="export every entry, not just the focus")
     parser.add_argument("--last-n", type=int, default=DEFAULT_LAST_N, metavar="N",
                         help="recent collectives per group per rank kept besides the focus (default: %(default)s)")
-    parser.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS,
+    parser.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS, metavar="N",
                         help="soft cap on spans in a focused trace (default: %(default)s)")
-    parser.add_argument("--service-name", help="service.name (default: $OTEL_SERVICE_NAME, else "
+    parser.add_argument("--service-name", metavar="NAME", help="service.name (default: $OTEL_SERVICE_NAME, else "
                         f"{DEFAULT_SERVICE_NAME})")
 
 
@@ -74,7 +80,7 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
         print_json(doc)
     else:
         sys.stdout.write(render_verdict(verdict) + "\n")
-    line = describe_outcome(outcome, trace)
+    line = describe_outcome(outcome, trace, config)
     if getattr(args, "html", None):
         where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
         if not write_html(args.html, job, verdict, trace_id=trace.trace_id_hex, destination=where,
@@ -88,21 +94,20 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
     return EXIT_NOT_DELIVERED
 
 
-def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace) -> str:
+def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: ExportConfig) -> str:
     spans = f"{len(trace.spans)} spans"
     if outcome.status == "file":
         return (f"Trace {trace.trace_id_hex} ({spans}) written to {outcome.destination}\n"
-                f"  open it in Jaeger (Search > Upload JSON), or send it on: fr-otel replay {outcome.destination} "
-                "--endpoint HOST:4317")
+                f"  open it in Jaeger (Search > Upload JSON), or send it on: {replay_command(outcome.destination)}")
     if outcome.status == "sent":
         return (f"Trace {trace.trace_id_hex} ({spans}) sent to {outcome.destination}\n"
                 f"  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}")
     if outcome.status == "disabled":
         return f"Trace {trace.trace_id_hex} not exported: OTEL_SDK_DISABLED=true"
-    why = outcome.result.error if outcome.result and outcome.result.error else outcome.destination
+    why = failure_reason(outcome, config)
     if outcome.path:
         return (f"export to {outcome.destination} incomplete ({why}); trace {trace.trace_id_hex} spooled to "
-                f"{outcome.path}: send it later with fr-otel replay {outcome.path}")
+                f"{outcome.path}: send it later with {replay_command(outcome.path, config)}")
     return f"export of trace {trace.trace_id_hex} failed: {why}"
 
 
@@ -129,6 +134,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if result.ok:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
         return EXIT_OK
+    hint = export_hint(result.error, config)
     error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent, {result.spans_spooled} still "
-          f"in their files ({result.error})")
+          f"in their files ({result.error}){'; ' + hint if hint else ''}")
     return EXIT_NOT_DELIVERED

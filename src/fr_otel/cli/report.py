@@ -28,9 +28,8 @@ DEFAULT_OUTPUT = "incident.html"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "report", help="write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"
-    )
+    summary = "write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"
+    parser = sub.add_parser("report", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
     add_input_args(parser)
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
                         help="where the page goes; '-' for stdout (default: %(default)s)")
@@ -39,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def add_html_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE",
-                        help="also write the incident as a self-contained HTML page to FILE (see fr-otel report)")
+                        help="also write the incident as a self-contained HTML page to FILE (see fr-otel report; "
+                        "default: none)")
 
 
 def write_html(

@@ -28,6 +28,7 @@ from ._common import (
     EXIT_OK,
     EXIT_UNUSABLE,
     add_export_args,
+    add_quiet_arg,
     error,
     export_config,
 )
@@ -44,11 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("directory", nargs="?", metavar="DIR",
                         help=f"folder NCCL dumps into (default: the folder of ${DUMP_PREFIX_ENVS[0]}, else "
                         f"${DUMP_PREFIX_ENVS[1]}, else ~/.cache/torch)")
-    parser.add_argument("--prefix", help="dump file name prefix; the rest of the name is the rank (default: the "
-                        "file part of those variables, else any name ending in a rank number)")
+    parser.add_argument("--prefix", metavar="NAME", help="dump file name prefix; the rest of the name is the rank "
+                        "(default: the file part of those variables, else any name ending in a rank number)")
     expect = parser.add_mutually_exclusive_group()
-    expect.add_argument("--world-size", type=int, metavar="N", help="expect ranks 0..N-1")
-    expect.add_argument("--expect-ranks", metavar="RANKS", help="expect these ranks, e.g. 0-7,16-23 (this node's)")
+    expect.add_argument("--world-size", type=int, metavar="N",
+                        help="expect ranks 0..N-1 (default: the world size the dumps' pg_config describes)")
+    expect.add_argument("--expect-ranks", metavar="RANKS",
+                        help="expect these ranks, e.g. 0-7,16-23 (this node's; default: as --world-size)")
     parser.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
                         help="a dump is complete once unchanged this long (default: %(default)s)")
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
@@ -57,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="seconds between looks at the folder (default: %(default)s)")
     parser.add_argument("--once", action="store_true", help="exit after the first incident (exit code as export)")
     parser.add_argument("--state", metavar="FILE", help=f"state file (default: DIR/{STATE_NAME})")
+    add_quiet_arg(parser)
     add_export_args(parser)
     add_trace_args(parser)
     parser.set_defaults(func=run)
