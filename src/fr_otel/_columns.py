@@ -21,7 +21,7 @@ from itertools import compress, count, repeat
 from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable
 
-from .dump import GroupHistory
+from .dump import GroupHistory, P2PChannel
 
 __all__ = ["Summary", "summarise", "comparable_fingerprint", "TAIL_PER_GROUP"]
 
@@ -47,6 +47,7 @@ class Summary:
     tail_index: list[int]  # positions (record order) of entries to keep whole
     fingerprints: dict[int, tuple]
     latest_ns: int
+    from_start: bool = False
 
 
 def _all_of(values: list[Any], kind: type) -> bool:
@@ -129,7 +130,10 @@ def _split(
         first = raw[mine[0]]
         p2p = g_p2p[lo:hi]
         n_p2p = sum(p2p)
+        channels: dict[str, P2PChannel] = {}
         if n_p2p:
+            channels = _p2p_channels(raw, list(compress(mine, p2p)), g_done, g_created, g_fp,
+                                     list(compress(range(lo, hi), p2p)))
             keep = list(map(not_, p2p))
             pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col[lo:hi], keep))  # noqa: E731
         else:
@@ -143,6 +147,7 @@ def _split(
             created_ns=array("q", pick(g_created)),
             fingerprint=array("q", pick(g_fp)),
             p2p_count=n_p2p,
+            p2p=channels,
         )
     pending = list(compress(positions, map(not_, done)))
     tail.update(pending[-_MAX_TAIL_IN_FLIGHT:])
@@ -150,5 +155,32 @@ def _split(
     # Completion times only matter near the end: the newest ones are in the tail.
     done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if isinstance(t, int)]
     latest = max(max(created, default=0), max(done_at, default=0))
-    return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest)
+    first_id = raw[0].get("record_id") if raw else None
+    return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest,
+                   from_start=first_id == 0)
+
+
+_P2P_NAME = itemgetter("profiling_name")
+_RECORD_ID = methodcaller("get", "record_id", -1)
+
+
+def _p2p_channels(
+    raw: list[dict[str, Any]], positions: list[int], g_done: list[bool], g_created: list[int],
+    g_fp: list[int], sorted_at: list[int],
+) -> dict[str, P2PChannel]:
+    """A group's send/recv split by channel (``send 1->2``); only groups that carry p2p pay for it."""
+    entries = list(map(raw.__getitem__, positions))
+    names = [n.partition(":")[2] or n for n in map(_P2P_NAME, entries)]
+    record_ids = list(map(_RECORD_ID, entries))
+    out: dict[str, P2PChannel] = {}
+    for name in dict.fromkeys(names):
+        idx = [i for i, n in enumerate(names) if n == name]
+        at = [sorted_at[i] for i in idx]
+        out[name] = P2PChannel(
+            done=bytes(map(g_done.__getitem__, at)),
+            created_ns=array("q", map(g_created.__getitem__, at)),
+            fingerprint=array("q", map(g_fp.__getitem__, at)),
+            record_id=array("q", (record_ids[i] if isinstance(record_ids[i], int) else -1 for i in idx)),
+        )
+    return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from .dump import Frame
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
+from .p2p import add_p2p_waits
 from .straggler import find_stragglers
 from .verdict import (
     DEFAULT_STRAGGLER_THRESHOLD_S,
@@ -25,9 +26,11 @@ from .verdict import (
     Culprit,
     Evidence,
     GroupState,
+    Incomplete,
     InFlight,
     Verdict,
 )
+from .ranks import compress_ranks
 from .waits import WaitGraph, add_waits
 
 # The result types live in .verdict; they are re-exported here, where users look first.
@@ -45,13 +48,15 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
-    mismatch = find_mismatches(job)
-    for rank, ev in mismatch:
-        evidence.setdefault(rank, []).append(ev)
-
     graph = WaitGraph()
     for state in states:
         add_waits(job, state, graph, evidence)
+    p2p = add_p2p_waits(job, graph, evidence)
+
+    mismatch = find_mismatches(job) + p2p.mismatches
+    for rank, ev in mismatch:
+        evidence.setdefault(rank, []).append(ev)
+    graph.stalled = {r for r, evs in evidence.items() if any(e.kind == "not_completed" and e.direct for e in evs)}
     culprits_from_graph, cycle_notes = graph.culprits()
     notes.extend(cycle_notes)
     hang_culprits = set(culprits_from_graph) | {
@@ -62,7 +67,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
     mismatch_culprits = {r for r, _ in mismatch}
     chosen = hang_culprits | mismatch_culprits
-    stuck = any(_stalled(s) for s in states)
+    stuck = any(_stalled(s) for s in states) or p2p.pending > 0
     verdict: str
     if mismatch_culprits:
         verdict = "desync"
@@ -71,12 +76,27 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     elif stuck or graph.unexplained:
         verdict = "inconclusive"
         notes.extend(graph.unexplained)
+        if p2p.pending:
+            notes.append(f"{p2p.pending} send/recv pair(s) or op(s) in flight, and no rank can be singled out "
+                         "as the one the others wait on")
     else:
         stragglers = find_stragglers(job, options)
         for rank, ev in stragglers:
             evidence.setdefault(rank, []).append(ev)
         chosen = {r for r, _ in stragglers}
         verdict = "straggler" if chosen else "healthy"
+    incomplete = None
+    if job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy"):
+        waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
+                               | {r for s in states if s.in_flight for r in s.in_flight.entered}))
+        incomplete = Incomplete(len(job.dumps), job.world_size, waiting, job.missing_ranks)
+        suspects = f"; the analysis would point at rank(s) {compress_ranks(sorted(chosen))}" if chosen else ""
+        notes.append(
+            f"evidence incomplete: only {len(job.dumps)} of {job.world_size} ranks' dumps are present "
+            f"(missing: {compress_ranks(job.missing_ranks)}); rank(s) {compress_ranks(waiting) or 'none'} "
+            f"are seen waiting{suspects}, but the absent ranks' state is unknown"
+        )
+        verdict, chosen = "inconclusive", set()
     if len(job.dumps) < 2 and verdict in ("healthy", "straggler"):
         verdict = "inconclusive"
         notes.append("fewer than two ranks' dumps: nothing to compare across ranks")
@@ -99,6 +119,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         reference_ns=reference,
         reference_source=reference_source,
         backends=tuple(sorted(job.backends)),
+        incomplete=incomplete,
     )
 
 
@@ -145,7 +166,9 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
         return state
     seq = min(pending)
     entered = tuple(sorted(r for r, p in known.items() if p.enqueued >= seq and p.completed < seq))
-    not_entered = tuple(sorted(r for r in pg.ranks if progress[r] is None or progress[r].enqueued < seq))  # type: ignore[union-attr]
+    # Never assert the state of a rank whose dump is absent (or silent on this group).
+    not_entered = tuple(sorted(r for r, p in known.items() if p.enqueued < seq))
+    unknown = tuple(sorted(r for r in pg.ranks if progress[r] is None))
     found = [e for r in entered for e in job.entries_at(r, pg.name, seq)]
     state.in_flight = InFlight(
         seq=seq,
@@ -154,6 +177,7 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
         entered=entered,
         not_entered=not_entered,
         timeout_ms=found[0].timeout_ms if found else None,
+        unknown=unknown,
     )
     return state
 
@@ -169,8 +193,8 @@ def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
     )
     primary = ordered[0]
     pg = job.groups.get(primary.group)
-    op = None
-    if primary.seq is not None:
+    op = primary.op
+    if op is None and primary.seq is not None:
         for r in (rank, *primary.waiting):
             found = job.entries_at(r, primary.group, primary.seq)
             if found:
@@ -187,6 +211,7 @@ def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
         waiting_ranks=primary.waiting,
         last_frame=_last_user_frame(job, rank),
         related=tuple(_dedupe_evidence(ordered[1:])),
+        peer=primary.peer,
     )
 
 

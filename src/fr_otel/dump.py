@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 from .rank_process import RankProcess
 
-__all__ = ["Frame", "Entry", "Progress", "PgConfig", "GroupHistory", "RankDump"]
+__all__ = ["Frame", "Entry", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump"]
 
 
 class Frame(NamedTuple):
@@ -81,6 +81,20 @@ class PgConfig(NamedTuple):
 
 
 @dataclass(slots=True)
+class P2PChannel:
+    """One rank's send/recv of one kind to one peer in one group (``send 1->2``), in record order.
+
+    Kept apart from the collectives: p2p counters are per rank and never comparable
+    across ranks; pairing goes by order within the channel (see :mod:`fr_otel.p2p`).
+    """
+
+    done: bytes  # 1 where completed (backend-aware)
+    created_ns: array  # 'q'
+    fingerprint: array  # 'q': op, sizes, dtypes hashed (see RankDump.fingerprints)
+    record_id: array  # 'q': finds the pending ones among the dump's tail entries
+
+
+@dataclass(slots=True)
 class GroupHistory:
     """One rank's collectives (not p2p) of one group, as columns in record order.
 
@@ -97,6 +111,7 @@ class GroupHistory:
     created_ns: array  # 'q': time_created_ns
     fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
     p2p_count: int = 0  # send/recv entries of this group (not in the columns)
+    p2p: dict[str, P2PChannel] = field(default_factory=dict)  # "send 1->2" -> that channel's ops
 
 
 @dataclass(slots=True)
@@ -121,6 +136,7 @@ class RankDump:
     fingerprints: dict[int, tuple] = field(default_factory=dict)  # id -> (op, sizes..., dtypes...)
     next_created_ns: dict[int, int] = field(default_factory=dict)  # tail record_id -> next enqueue
     latest_ns: int = 0  # newest enqueue or completion time in the dump
+    from_start: bool = False  # the ring never wrapped and nothing was left out (record ids start at 0)
     has_frames: bool = False
     file_mtime_ns: int | None = None
     process: RankProcess | None = None  # where it ran, when the dump says (the live agent's payloads do)

@@ -11,6 +11,7 @@ in only-active dumps), by creation order, checked against every known pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import compress
 from operator import not_
 
@@ -34,6 +35,7 @@ class ProcessGroup:
     membership: str  # "pg_config", "entries" or "world" (the default group of an inferred world)
     local_ids: dict[int, int] = field(default_factory=dict)  # global rank -> its local pg_id
     has_p2p: bool = False  # send/recv seen: pg_status then mixes p2p and collective counters
+    recorded_name: str = ""  # the name the dumps use, when ``name`` had to add the members to be unique
 
     @property
     def label(self) -> str:
@@ -80,7 +82,7 @@ class Job:
 
     def ordered_groups(self) -> list[ProcessGroup]:
         """Groups in creation order (numeric names), then by name."""
-        return sorted(self.groups.values(), key=lambda pg: (int(pg.name) if pg.name.isdigit() else 1 << 60, pg.name))
+        return sorted(self.groups.values(), key=_order_key)
 
     def progress(self, rank: int, group: str) -> Progress | None:
         """How far ``rank`` enqueued and completed collectives of ``group``; None if unknown.
@@ -127,12 +129,51 @@ def _creation_key(name: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
+def _order_key(pg: ProcessGroup) -> tuple[int, str]:
+    created = _creation_key(pg.recorded_name or pg.name)
+    return (1 << 60 if created is None else created, pg.name)
+
+
+def _rename_split_group(
+    name: str, sets: dict[tuple[int, ...], str], dumps: dict[int, RankDump], problems: list[str]
+) -> None:
+    """Give each rank's records of a shared group name the key of the member set it belongs to."""
+    for rank, dump in dumps.items():
+        if name not in dump.histories and not any(e.pg_name == name for e in dump.tail):
+            continue
+        own = dump.pg_config.get(name)
+        ranks = own.ranks if own is not None and own.ranks and rank in own.ranks else None
+        if ranks is None:
+            ranks = next((r for r in sets if rank in r), None)
+        if ranks is None:
+            problems.append(f"{dump.path}: rank {rank} recorded group {name}, but no member set of that name "
+                            "holds it; left unpaired")
+            continue
+        key = f"{name}[{compress_ranks(ranks)}]"
+        if name in dump.histories:
+            dump.histories[key] = dump.histories.pop(name)
+            dump.histories[key].name = key
+        rename = partial(_renamed, name, key)
+        dump.tail = rename(dump.tail)
+        if dump._entries is not None:
+            dump._entries = rename(dump._entries)
+        if dump._loader is not None:
+            loader = dump._loader
+            dump._loader = lambda loader=loader, rename=rename: rename(loader())
+
+
+def _renamed(old: str, new: str, entries: list[Entry] | None) -> list[Entry] | None:
+    if entries is None:
+        return None
+    return [e._replace(pg_name=new) if e.pg_name == old else e for e in entries]
+
+
 def build_job(read: ReadResult) -> Job:
     """Tie per-rank dumps into one job model (pure data; problems are appended, never raised)."""
     problems = list(read.problems)
     dumps = read.dumps
-    configs: dict[str, tuple[str, tuple[int, ...]]] = {}
     world_hint: tuple[int, ...] | None = None
+    variants: dict[str, dict[tuple[int, ...], str]] = {}  # name -> member set -> desc
     for rank, dump in sorted(dumps.items()):
         for name, cfg in dump.pg_config.items():
             if not name:
@@ -141,19 +182,26 @@ def build_job(read: ReadResult) -> Job:
                 if cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
                     world_hint = cfg.ranks
                 continue
-            if not cfg.ranks:
-                continue
-            seen = configs.get(name)
-            if seen is None:
-                configs[name] = (cfg.desc, cfg.ranks)
-            elif seen[1] != cfg.ranks:
-                problems.append(
-                    f"{dump.path}: pg_config gives group {name} ranks [{compress_ranks(cfg.ranks)}], "
-                    f"other ranks say [{compress_ranks(seen[1])}]; using the first"
-                )
+            if cfg.ranks:
+                variants.setdefault(name, {}).setdefault(cfg.ranks, cfg.desc)
+    configs: dict[str, tuple[str, tuple[int, ...]]] = {}
+    recorded: dict[str, str] = {}
+    for name, sets in variants.items():
+        if len(sets) == 1:
+            (ranks, desc), = sets.items()
+            configs[name] = (desc, ranks)
+            continue
+        # One name, several member sets (user-named split groups, older torch): distinct
+        # groups, as PyTorch's analyzer keys them (name + members); never merged.
+        for ranks, desc in sets.items():
+            key = f"{name}[{compress_ranks(ranks)}]"
+            configs[key] = (desc, ranks)
+            recorded[key] = name
+        _rename_split_group(name, sets, dumps, problems)
 
     groups: dict[str, ProcessGroup] = {
-        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config")
+        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config",
+                           recorded_name=recorded.get(name, name))
         for name, (desc, ranks) in configs.items()
     }
     _add_inferred_groups(groups, dumps, problems)
@@ -237,7 +285,7 @@ def _pair_local_ids(
 ) -> dict[int, tuple[int, ...]]:
     """Name every pg_status slot: from entries, else by creation order (checked)."""
     unnamed: dict[int, tuple[int, ...]] = {}
-    orderable = all(_creation_key(n) is not None for n in groups)
+    orderable = all(_creation_key(pg.recorded_name or pg.name) is not None for pg in groups.values())
     by_rank: dict[int, list[ProcessGroup]] = {}
     for pg in groups.values():
         for r in pg.ranks:
@@ -250,7 +298,7 @@ def _pair_local_ids(
             continue
         member_of = by_rank.get(rank, [])
         if orderable and len(member_of) == len(slots):
-            ordered = sorted(member_of, key=lambda pg: _creation_key(pg.name) or 0)
+            ordered = sorted(member_of, key=lambda pg: _creation_key(pg.recorded_name or pg.name) or 0)
             pairing = dict(zip(slots, ordered))
             if all(pairing[s].name == n for s, n in known.items()):
                 for slot, pg in pairing.items():

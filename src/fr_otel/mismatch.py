@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from .dump import GroupHistory
@@ -21,9 +22,27 @@ from .verdict import Evidence
 __all__ = ["find_mismatches"]
 
 
+def _coalesced(fp: Any) -> bool:
+    return bool(fp) and isinstance(fp[0], tuple)
+
+
+def _describe_pair(mine: Any, theirs: Any) -> tuple[str, str]:
+    """Both sides' calls; in a coalesced group, the first op that differs (not the group's first op)."""
+    if _coalesced(mine) or _coalesced(theirs):
+        a = mine if _coalesced(mine) else (mine,)
+        b = theirs if _coalesced(theirs) else (theirs,)
+        for i in range(max(len(a), len(b))):
+            x = a[i] if i < len(a) else None
+            y = b[i] if i < len(b) else None
+            if x != y:
+                where = f" (op {i + 1} of a coalesced group)"
+                return ((_describe(x) if x else "nothing") + where, (_describe(y) if y else "nothing") + where)
+    return _describe(mine), _describe(theirs)
+
+
 def _describe(fp: Any) -> str:
     """``all_reduce [4,4] Float`` for a comparable fingerprint (or the first of a coalesced group)."""
-    if fp and isinstance(fp[0], tuple):
+    if _coalesced(fp):
         fp = fp[0]
     op, in_sizes, in_dtypes, out_sizes, out_dtypes = fp
     sizes = in_sizes or out_sizes
@@ -107,7 +126,7 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
 
 
 def _with_suffix(ev: Evidence, suffix: str) -> Evidence:
-    return Evidence(ev.kind, ev.group, ev.seq, ev.text + suffix, ev.waiting, ev.sole, ev.direct)
+    return replace(ev, text=ev.text + suffix)
 
 
 def _suspect_seqs(spans: dict[int, _Span], per_rank: dict[int, dict[int, int]]) -> set[int]:
@@ -148,9 +167,10 @@ def _blame_mismatch(pg: ProcessGroup, seq: int, at: dict[int, int], lookup: dict
         ranks = sorted(r for r, f in at.items() if f == fid)
         others = sorted(r for r, f in at.items() if f != fid)
         other_fp = top if fid != top else ranked[1][0]
+        mine, theirs = _describe_pair(lookup[fid], lookup[other_fp])
         text = (
-            f"at #{seq} on {pg.label}, rank(s) {compress_ranks(ranks)} called {_describe(lookup[fid])} "
-            f"where rank(s) {compress_ranks(others if tie else majority_ranks)} called {_describe(lookup[other_fp])}"
+            f"at #{seq} on {pg.label}, rank(s) {compress_ranks(ranks)} called {mine} "
+            f"where rank(s) {compress_ranks(others if tie else majority_ranks)} called {theirs}"
         )
         if tie:
             text += " (a tie: the dumps cannot tell which side diverged)"

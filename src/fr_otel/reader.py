@@ -297,6 +297,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         fingerprints=summary.fingerprints,
         next_created_ns=created_next,
         latest_ns=summary.latest_ns,
+        from_start=summary.from_start,
         has_frames=any(e.frames for e in tail),
         file_mtime_ns=mtime,
         process=process_from_raw(raw.get(PROCESS_KEY), "agent"),

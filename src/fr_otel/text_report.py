@@ -26,6 +26,8 @@ def render_verdict(v: Verdict) -> str:
     loaded = f"{v.ranks_loaded} of {v.world_size}" if v.world_size else str(v.ranks_loaded)
     backend = "/".join(v.backends) or "unknown backend"
     head = f"fr-otel: {_HEADLINES[v.verdict]}"
+    if v.incomplete is not None:
+        head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
     if v.culprits:
         head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
     lines.append(head)
@@ -50,6 +52,8 @@ def render_verdict(v: Verdict) -> str:
                 when = "when dumped" if v.reference_source == "dump_files" else "before the last recorded activity"
                 age = f", in flight {(v.reference_ns - f.since_ns) / 1e9:.1f} s {when}"
             missing = f"; not entered: {compress_ranks(f.not_entered)}" if f.not_entered else ""
+            if f.unknown:
+                missing += f"; state unknown (no dump or no record): {compress_ranks(f.unknown)}"
             lines.append(
                 f"  {g.group.label}: {f.op or 'collective'} #{f.seq}, entered by {compress_ranks(f.entered)}"
                 f"{missing}{age}"

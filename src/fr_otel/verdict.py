@@ -13,7 +13,7 @@ from .job import ProcessGroup
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
-    "GroupState", "Verdict",
+    "GroupState", "Incomplete", "Verdict",
 ]
 
 # Strongest evidence first: one record per rank keeps its strongest kind.
@@ -42,6 +42,8 @@ class Evidence:
     waiting: tuple[int, ...] = ()  # ranks directly waiting on this one here
     sole: bool = False  # the only rank the waiting ranks wait for here
     direct: bool = False  # seen in the rank's own state, not inferred from who waits on it
+    op: str | None = None  # the send/recv call (``nccl:send 1->2``) when the evidence is point-to-point
+    peer: int | None = None  # the other side's global rank of that send/recv
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class Culprit:
     waiting_ranks: tuple[int, ...]
     last_frame: Frame | None
     related: tuple[Evidence, ...] = ()
+    peer: int | None = None  # point-to-point evidence: the global rank on the other side
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,10 +71,11 @@ class Culprit:
             "evidence": self.evidence,
             "op": self.op,
             "waiting_ranks": list(self.waiting_ranks),
+            "peer": self.peer,
             "last_frame": self.last_frame._asdict() if self.last_frame else None,
             "related": [
                 {"kind": e.kind, "process_group": e.group, "collective_seq_id": e.seq, "evidence": e.text,
-                 "waiting_ranks": list(e.waiting)}
+                 "waiting_ranks": list(e.waiting), "op": e.op, "peer": e.peer}
                 for e in self.related
             ],
         }
@@ -85,8 +89,9 @@ class InFlight:
     op: str | None
     since_ns: int | None  # earliest enqueue among the ranks that entered it
     entered: tuple[int, ...]
-    not_entered: tuple[int, ...]
+    not_entered: tuple[int, ...]  # members known (from their own dump) not to have enqueued it
     timeout_ms: int | None
+    unknown: tuple[int, ...] = ()  # members whose state is unknown: no dump, or no record of the group
 
 
 @dataclass(slots=True)
@@ -122,9 +127,24 @@ class GroupState:
                 "age_s": (latest_ns - f.since_ns) / 1e9 if latest_ns and f.since_ns else None,
                 "entered": list(f.entered),
                 "not_entered": list(f.not_entered),
+                "unknown": list(f.unknown),
                 "timeout_ms": f.timeout_ms,
             }
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Incomplete:
+    """Fewer than half the ranks' dumps are present: who is seen waiting, whose dumps are absent."""
+
+    dumps_present: int
+    world_size: int
+    waiting_ranks: tuple[int, ...]
+    missing_ranks: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dumps_present": self.dumps_present, "world_size": self.world_size,
+                "waiting_ranks": list(self.waiting_ranks), "missing_ranks": list(self.missing_ranks)}
 
 
 @dataclass(slots=True)
@@ -142,6 +162,7 @@ class Verdict:
     reference_ns: int | None = None  # "now" for ages: when the dumps were written, if known
     reference_source: str = "none"  # "dump_files" | "latest_activity" | "none"
     backends: tuple[str, ...] = ()
+    incomplete: Incomplete | None = None  # set when too few dumps are present to name anyone
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -155,6 +176,7 @@ class Verdict:
             "backends": list(self.backends),
             "reference_ns": self.reference_ns,
             "reference_source": self.reference_source,
+            "incomplete": self.incomplete.to_dict() if self.incomplete else None,
         }
         if include_groups:
             out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]

@@ -1,7 +1,8 @@
 """Who waits for whom: the cross-group wait graph and its culprits.
 
 Within a group, a rank with a collective in flight waits for every member that
-has not enqueued it. Edges go through (group, seq, why) hubs, so N waiters on M
+has not enqueued it; a pending send/recv waits for the peer that never posted its
+counterpart (edges added by :mod:`fr_otel.p2p`). Edges go through (group, seq, why) hubs, so N waiters on M
 laggards cost N + M edges, not N × M. Culprits are the ranks in *sink*
 components that someone waits on: waited for, and waiting for no one (a cycle of
 ranks waiting on each other is a sink too: collectives issued in different
@@ -26,35 +27,46 @@ class WaitGraph:
     def __init__(self) -> None:
         self.edges: dict[Any, set[Any]] = {}
         # hub -> (kind, describe(culprit, waiting ranks text))
-        self.hubs: dict[tuple[str, int, str], tuple[str, Callable[[int, str], str]]] = {}
+        self.hubs: dict[tuple[str, int | None, str], tuple[str, Callable[[int, str], str], str | None]] = {}
         self.mutual_hubs: set[Any] = set()
         self.unexplained: list[str] = []
+        # Ranks whose own device or network stalled (direct evidence): what they in turn
+        # wait on is a consequence, so their outgoing edges do not make them less of a cause.
+        self.stalled: set[int] = set()
 
     def add(
-        self, waiter: int, hub: tuple[str, int, str], targets: list[int], kind: str, describe: Callable[[int, str], str]
+        self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: str,
+        describe: Callable[[int, str], str], op: str | None = None,
     ) -> None:
+        """``waiter`` waits (through ``hub``) on ``targets``; ``op`` names a send/recv hub's call."""
         self.edges.setdefault(waiter, set()).add(hub)
         self.edges.setdefault(hub, set()).update(targets)
         for t in targets:
             self.edges.setdefault(t, set())
-        self.hubs.setdefault(hub, (kind, describe))
+        self.hubs.setdefault(hub, (kind, describe, op))
 
     def evidence_for(self, rank: int) -> list[Evidence]:
         out = []
-        for hub, (kind, describe) in self.hubs.items():
+        for hub, (kind, describe, op) in self.hubs.items():
             targets = self.edges[hub]
             if rank in targets and hub not in self.mutual_hubs:
                 waiters = tuple(sorted(w for w, hubs in self.edges.items() if isinstance(w, int) and hub in hubs))
                 text = describe(rank, compress_ranks(waiters))
-                out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1))
+                peer = waiters[0] if op is not None and len(waiters) == 1 else None
+                out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1, op=op, peer=peer))
         return out
 
     def culprits(self) -> tuple[list[int], list[str]]:
         """Ranks in sink components that someone waits on; notes about cycles."""
         notes: list[str] = []
         blamed: list[int] = []
-        waited_on_anywhere = {t for hub, targets in self.edges.items() if isinstance(hub, tuple) for t in targets}
-        for comp in _sink_components(self.edges):
+        # Waited on through a mutual hub (all inside one collective or transfer) blames no one.
+        waited_on_anywhere = {
+            t for hub, targets in self.edges.items()
+            if isinstance(hub, tuple) and hub not in self.mutual_hubs for t in targets
+        }
+        edges = {n: (set() if n in self.stalled else out) for n, out in self.edges.items()}
+        for comp in _sink_components(edges):
             ranks = sorted(n for n in comp if isinstance(n, int))
             hubs = [n for n in comp if isinstance(n, tuple)]
             waited_on = [r for r in ranks if r in waited_on_anywhere]
@@ -62,7 +74,7 @@ class WaitGraph:
                 continue
             if hubs and all(h in self.mutual_hubs for h in hubs):
                 continue  # everyone inside one collective: a note, not a culprit
-            if len(ranks) > 1 and hubs:
+            if len(waited_on) > 1 and hubs:
                 notes.append(
                     f"ranks {compress_ranks(ranks)} wait for each other in a cycle "
                     "(collectives issued in different orders on different groups)"

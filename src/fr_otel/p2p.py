@@ -1,0 +1,240 @@
+"""Send/recv: pair each pending op with its counterpart and say who waits on whom.
+
+Within a group, the k-th ``send a->b`` of local rank a pairs with the k-th
+``recv b<-a`` of local rank b (PyTorch's analyzer pairs them the same way); local
+ranks map to global ranks through the group's members. When both ranks' dumps
+hold their whole history (record ids start at 0) the pairing is by absolute
+order; otherwise (a wrapped ring, an only-active dump) completed ops are taken as
+paired and the pending ones pair in order. ``recv b<-?`` (any source) takes any
+pending send to b that no specific recv took. Then, per pending op:
+
+- its counterpart was never posted: a wait edge to the peer (``not_enqueued``;
+  ``missing_dump`` when the peer's dump is absent);
+- the peer completed the counterpart, this rank did not: its device or network
+  stalled (``not_completed``, direct);
+- both posted, neither completed: stuck inside the transfer, blamed like a
+  collective every member entered (a mutual edge and a note, no culprit alone).
+
+Matched pairs whose sizes or dtypes differ are a ``mismatch`` with both calls in
+the evidence. p2p counters are never compared across ranks (they are per rank).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .dump import Entry, P2PChannel
+from .job import Job, ProcessGroup
+from .verdict import Evidence
+from .waits import WaitGraph
+
+__all__ = ["P2PFindings", "add_p2p_waits"]
+
+_CHANNEL = re.compile(r"^(send|recv) (\d+)(->|<-)(\d+|\?)$")
+
+
+@dataclass(slots=True)
+class P2PFindings:
+    """What the send/recv analysis adds besides wait edges."""
+
+    mismatches: list[tuple[int, Evidence]] = field(default_factory=list)
+    pending: int = 0  # send/recv in flight anywhere (work is stuck: never "healthy")
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Op:
+    rank: int  # global rank that posted it
+    peer: int | None  # global rank of the other side; None for any source
+    name: str  # "send 1->2"
+    index: int  # position within its channel
+    done: bool
+    created_ns: int
+    fingerprint: int
+    record_id: int
+
+
+def _ops(rank: int, name: str, ch: P2PChannel, peer: int | None) -> list[_Op]:
+    return [_Op(rank, peer, name, i, bool(d), c, f, r)
+            for i, (d, c, f, r) in enumerate(zip(ch.done, ch.created_ns, ch.fingerprint, ch.record_id))]
+
+
+def _pending_from(ops: list[_Op]) -> int:
+    """Index of the oldest pending op (everything before it completed, as far as the ring shows)."""
+    for op in ops:
+        if not op.done:
+            return op.index
+    return len(ops)
+
+
+def add_p2p_waits(job: Job, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> P2PFindings:
+    """Pair send/recv in every group that carries them; add edges, direct evidence, mismatches."""
+    found = P2PFindings()
+    for pg in job.ordered_groups():
+        if pg.has_p2p:
+            _group(job, pg, graph, evidence, found)
+    return found
+
+
+def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, list[Evidence]],
+           found: P2PFindings) -> None:
+    members = pg.ranks
+    sends: dict[tuple[int, int], list[_Op]] = {}
+    recvs: dict[tuple[int, int], list[_Op]] = {}
+    any_recvs: dict[int, list[_Op]] = {}
+    for rank in members:
+        dump = job.dumps.get(rank)
+        h = dump.histories.get(pg.name) if dump is not None else None
+        if h is None:
+            continue
+        for name, ch in h.p2p.items():
+            m = _CHANNEL.match(name)
+            if m is None:
+                continue
+            kind, me, _, other = m.groups()
+            if int(me) >= len(members) or members[int(me)] != rank:
+                continue  # the recorded local rank does not fit the member list: do not guess
+            if other == "?":
+                any_recvs[rank] = _ops(rank, name, ch, None)
+                continue
+            if int(other) >= len(members):
+                continue
+            peer = members[int(other)]
+            if kind == "send":
+                sends[(rank, peer)] = _ops(rank, name, ch, peer)
+            else:
+                recvs[(peer, rank)] = _ops(rank, name, ch, peer)
+
+    leftover_sends: dict[int, list[_Op]] = {}
+    for src, dst in sorted(set(sends) | set(recvs)):
+        s_ops, r_ops = sends.get((src, dst), []), recvs.get((src, dst), [])
+        absolute = (dst not in any_recvs and _from_start(job, src) and _from_start(job, dst))
+        if absolute:
+            pairs = list(zip(s_ops, r_ops))
+            rest_s, rest_r = s_ops[len(r_ops):], r_ops[len(s_ops):]
+        else:
+            ps, pr = s_ops[_pending_from(s_ops):], r_ops[_pending_from(r_ops):]
+            pairs = list(zip(ps, pr))
+            rest_s, rest_r = ps[len(pr):], pr[len(ps):]
+        for s, r in pairs:
+            _pair(job, pg, s, r, graph, evidence, found)
+        leftover_sends.setdefault(dst, []).extend(s for s in rest_s if not s.done)
+        for r in rest_r:
+            if not r.done:
+                _unmatched(job, pg, r, src, graph, found)
+
+    for dst, anys in sorted(any_recvs.items()):
+        waiting = sorted(leftover_sends.pop(dst, []), key=lambda o: o.created_ns)
+        pending = anys[_pending_from(anys):]
+        for s, r in zip(waiting, pending):
+            _pair(job, pg, s, r, graph, evidence, found)
+        leftover_sends[dst] = waiting[len(pending):]
+        for r in pending[len(waiting):]:
+            if not r.done:
+                _unmatched(job, pg, r, None, graph, found)
+    for dst, left in sorted(leftover_sends.items()):
+        for s in left:
+            _unmatched(job, pg, s, dst, graph, found)
+
+
+def _from_start(job: Job, rank: int) -> bool:
+    dump = job.dumps.get(rank)
+    return dump is not None and dump.from_start
+
+
+def _where(pg: ProcessGroup) -> str:
+    return pg.label
+
+
+def _entry(job: Job, op: _Op) -> Entry | None:
+    dump = job.dumps.get(op.rank)
+    if dump is None:
+        return None
+    for e in dump.tail:
+        if e.record_id == op.record_id and e.is_p2p:
+            return e
+    return None
+
+
+def _call(job: Job, op: _Op) -> str:
+    """``send 1->2 [4096,1,5120] BFloat16`` from the op's entry (sizes when the tail holds it)."""
+    fp = job.dumps[op.rank].fingerprints.get(op.fingerprint)
+    if not fp:
+        return op.name
+    _, in_sizes, in_dtypes, out_sizes, out_dtypes = fp
+    sizes = in_sizes or out_sizes
+    dtypes = in_dtypes or out_dtypes
+    text = ",".join("[" + ",".join(map(str, s)) + "]" for s in sizes) or "[]"
+    return f"{op.name} {text} {'/'.join(dtypes)}".strip()
+
+
+def _shape(job: Job, op: _Op) -> tuple:
+    fp = job.dumps[op.rank].fingerprints.get(op.fingerprint)
+    if not fp:
+        return ()
+    _, in_sizes, in_dtypes, out_sizes, out_dtypes = fp
+    return (in_sizes or out_sizes, in_dtypes or out_dtypes)
+
+
+def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence: dict[int, list[Evidence]],
+          found: P2PFindings) -> None:
+    if _shape(job, s) != _shape(job, r) and _shape(job, s) and _shape(job, r):
+        text = (f"on {_where(pg)}, rank {s.rank}'s {_call(job, s)} met rank {r.rank}'s {_call(job, r)} "
+                "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
+        for who, other in ((s, r), (r, s)):
+            found.mismatches.append((who.rank, Evidence("mismatch", pg.name, None, text, (other.rank,), False, True,
+                                                        op=_profiling(job, who), peer=other.rank)))
+    if s.done and r.done:
+        return
+    found.pending += 1
+    if s.done != r.done:
+        stuck, other = (r, s) if s.done else (s, r)
+        evidence.setdefault(stuck.rank, []).append(Evidence(
+            "not_completed", pg.name, None,
+            f"rank {stuck.rank} posted {stuck.name} on {_where(pg)} but has not completed it, while rank "
+            f"{other.rank} completed the matching {other.name}: its device or network stalled",
+            (), True, True, op=_profiling(job, stuck), peer=other.rank))
+        return
+    hub = (pg.name, None, f"p2p {s.rank}>{r.rank} {s.index}")
+    graph.add(s.rank, hub, [r.rank], "not_completed", lambda q, w: "")
+    graph.add(r.rank, hub, [s.rank], "not_completed", lambda q, w: "")
+    graph.mutual_hubs.add(hub)
+    graph.unexplained.append(
+        f"group {_where(pg)}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
+        "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
+        "out a rank"
+    )
+
+
+def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: WaitGraph,
+               found: P2PFindings) -> None:
+    """A pending op whose counterpart was never posted: the poster waits on the peer."""
+    found.pending += 1
+    counterpart = "recv" if op.name.startswith("send") else "send"
+    where = _where(pg)
+    call = op.name + (" (any source)" if peer is None else "")
+    targets = [peer] if peer is not None else [q for q in pg.ranks if q != op.rank]
+    present = [q for q in targets if q in job.dumps]
+    absent = [q for q in targets if q not in job.dumps]
+    prof = _profiling(job, op)
+    if present:
+        key = (pg.name, None, f"p2p {op.rank} {op.name} {op.index}")
+        graph.add(op.rank, key, present, "not_enqueued",
+                  lambda q, w, call=call, c=counterpart: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on "
+                  f"{where}; rank {q} never posted the matching {c}", op=prof)
+    if absent:
+        key = (pg.name, None, f"p2p-missing {op.rank} {op.name} {op.index}")
+        graph.add(op.rank, key, absent, "missing_dump",
+                  lambda q, w, call=call: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on {where}; "
+                  f"there is no dump from rank {q}, so whether it posted the matching op is unknown",
+                  op=prof)
+
+
+def _dir(call: str) -> str:
+    return "to" if call.startswith("send") else "from"
+
+
+def _profiling(job: Job, op: _Op) -> str:
+    e = _entry(job, op)
+    return e.profiling_name if e is not None else op.name
