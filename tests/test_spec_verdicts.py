@@ -324,3 +324,25 @@ def test_json_output_carries_the_p2p_peer_and_op(tmp_path: Path, fmt: str) -> No
     assert culprit["rank"] == 2 and culprit["peer"] in (1, 3) and culprit["op"].startswith("nccl:")
     assert {"op", "peer"} <= set(culprit["related"][0])
     assert out["incomplete"] is None
+
+
+def test_torchcomms_dumps_are_found_and_read(tmp_path: Path) -> None:
+    """torchcomms writes ``torchcomm_fr_trace_<rank>`` JSON with ``ncclx:`` op names: analyze reads them."""
+    b = DumpBuilder(4, backend="ncclx")
+    pp = b.group("1", "PIPELINE_MODEL_PARALLEL_GROUP", [0, 1, 2, 3])
+    warm_up(b)
+    b.send(pp, 1, 2, done=False)
+    folder = b.write(tmp_path / "tc", fmt="json", prefix="torchcomm_fr_trace_")
+    v = analyze(build_job(read_dumps(folder)))
+    assert v.ranks_loaded == 4 and v.backends == ("ncclx",) and v.problems == []
+    assert blamed(v) == [(2, "not_enqueued")] and v.culprits[0].op == "ncclx:send 1->2"
+
+
+def test_watch_finds_torchcomms_dumps_from_its_variable(tmp_path: Path) -> None:
+    """``$TORCHCOMM_FR_DUMP_TEMP_FILE`` gives watch its folder and prefix when torch's own is unset."""
+    from fr_otel.watch import dump_location
+
+    env = {"TORCHCOMM_FR_DUMP_TEMP_FILE": str(tmp_path / "torchcomm_fr_trace_")}
+    assert dump_location(None, None, env) == (tmp_path, "torchcomm_fr_trace_")
+    env["TORCH_FR_DUMP_TEMP_FILE"] = "/nccl/comm_lib_trace_rank_"
+    assert dump_location(None, None, env) == (Path("/nccl"), "comm_lib_trace_rank_")

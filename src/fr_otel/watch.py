@@ -54,8 +54,9 @@ __all__ = [
 ]
 
 STATE_NAME = ".fr-otel-watch.json"
-#: Where NCCL writes its automatic dumps: the current name first, then the old one.
-DUMP_PREFIX_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+#: Where NCCL writes its automatic dumps: the current name first, then the old one; then
+#: torchcomms' FlightRecorderHook (JSON, ``<prefix><rank>``, default ``torchcomm_fr_trace_``).
+DUMP_PREFIX_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCHCOMM_FR_DUMP_TEMP_FILE")
 DEFAULT_DUMP_PREFIX = "~/.cache/torch/comm_lib_trace_rank_"
 DEFAULT_SETTLE_S = 2.0
 DEFAULT_DEADLINE_S = 60.0
@@ -72,7 +73,8 @@ def dump_location(
     """The folder to watch and the dump file name prefix (None: any name ending in a rank).
 
     Without ``directory`` both come from NCCL's own setting (``TORCH_FR_DUMP_TEMP_FILE``, else
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, else torch's default): a path prefix whose dirname is
+    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), else torchcomms' (``TORCHCOMM_FR_DUMP_TEMP_FILE``),
+    else torch's default: a path prefix whose dirname is
     the folder and basename the file prefix. With ``directory``, that basename is still used
     when the setting points into the same folder.
     """
