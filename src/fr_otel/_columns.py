@@ -155,9 +155,10 @@ def _split(
     # Completion times only matter near the end: the newest ones are in the tail.
     done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if isinstance(t, int)]
     latest = max(max(created, default=0), max(done_at, default=0))
-    first_id = raw[0].get("record_id") if raw else None
+    # The whole history: record ids 0..n-1 with none left out (not wrapped, not only-active).
+    ids = (raw[0].get("record_id"), raw[-1].get("record_id")) if raw else (None, None)
     return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest,
-                   from_start=first_id == 0)
+                   from_start=ids == (0, len(raw) - 1))
 
 
 _P2P_NAME = itemgetter("profiling_name")
