@@ -17,7 +17,7 @@ import marshal
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable
 
@@ -50,15 +50,6 @@ class Summary:
     from_start: bool = False
 
 
-def _all_of(values: list[Any], kind: type) -> bool:
-    return set(map(type, values)) <= {kind}
-
-
-def _bools(values: list[Any]) -> list[Any]:
-    """Real dumps hold bools already; coerce only when they do not."""
-    return values if _all_of(values, bool) else list(map(bool, values))
-
-
 def comparable_fingerprint(raw: tuple) -> tuple:
     """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
     name, in_sizes, in_dtypes, out_sizes, out_dtypes = raw
@@ -78,41 +69,63 @@ def _fingerprint_id(comparable: tuple) -> int:
     return int.from_bytes(digest, "big")
 
 
+class _FingerprintIds(dict):
+    """marshal bytes -> fingerprint id, remembered for the life of the process (every rank of a
+    job repeats the same few calls): the Python work runs once per distinct call, not per entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meaning: dict[int, tuple] = {}
+
+    def forget_if_full(self) -> None:
+        """Bound the memory (called between dumps, never while one is being indexed)."""
+        if len(self) >= _MAX_REMEMBERED:
+            self.clear()
+            self.meaning.clear()
+
+    def __missing__(self, encoded: bytes) -> int:
+        comparable = comparable_fingerprint(marshal.loads(encoded))
+        gid = _fingerprint_id(comparable)
+        self.meaning[gid] = comparable
+        self[encoded] = gid
+        return gid
+
+    def meanings(self, ids: list[int]) -> dict[int, tuple]:
+        return {gid: self.meaning[gid] for gid in set(ids)}
+
+
+_MAX_REMEMBERED = 1 << 16
+_FINGERPRINTS = _FingerprintIds()
+
+
 def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
     """Columns per group from well-formed raw entries; None if any is malformed (use the slow path)."""
+    _FINGERPRINTS.forget_if_full()
     try:
         groups = list(map(_GROUP, raw))
         names = list(map(_NAME, groups))
         seq = list(map(_SEQ, raw))
         created = list(map(_CREATED, raw))
-        is_p2p = _bools(list(map(_IS_P2P, raw)))
-        done = _bools(list(map(_RETIRED, raw))) if gloo else list(map("completed".__eq__, map(_STATE, raw)))
-        fp_raw = list(map(_FP, raw))
-        fp_bytes = list(map(marshal.dumps, fp_raw, repeat(2, len(fp_raw))))
-    except (KeyError, TypeError, IndexError, ValueError):
+        is_p2p = bytes(map(bool, map(_IS_P2P, raw)))
+        done = bytes(map(bool, map(_RETIRED, raw)) if gloo else map("completed".__eq__, map(_STATE, raw)))
+        # One marshal pass; the id of each distinct call is computed once per process.
+        global_ids = list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, map(_FP, raw), repeat(2))))
+        "".join(names)  # TypeError unless every group name is a str
+        seq_col = array("q", seq)  # TypeError or OverflowError unless every value is an int that fits
+        created_col = array("q", created)
+    except (KeyError, TypeError, IndexError, ValueError, OverflowError):
         return None
-    if not (_all_of(names, str) and _all_of(seq, int) and _all_of(created, int)):
-        return None
-    local: dict[bytes, int] = {}
-    local_ids = list(map(local.setdefault, fp_bytes, count()))
-    fingerprints: dict[int, tuple] = {}
-    to_global: dict[int, int] = {}
-    for encoded, lid in local.items():
-        comparable = comparable_fingerprint(marshal.loads(encoded))
-        gid = _fingerprint_id(comparable)
-        fingerprints[gid] = comparable
-        to_global[lid] = gid
-    global_ids = list(map(to_global.__getitem__, local_ids))
+    fingerprints = _FINGERPRINTS.meanings(global_ids)
 
     try:
-        return _split(raw, names, seq, created, is_p2p, done, global_ids, fingerprints)
+        return _split(raw, names, seq_col, created_col, is_p2p, done, global_ids, fingerprints)
     except (KeyError, TypeError, IndexError, ValueError):
         return None
 
 
 def _split(
-    raw: list[dict[str, Any]], names: list[str], seq: list[int], created: list[int], is_p2p: list[bool],
-    done: list[bool], global_ids: list[int], fingerprints: dict[int, tuple],
+    raw: list[dict[str, Any]], names: list[str], seq: array, created: array, is_p2p: bytes,
+    done: bytes, global_ids: list[int], fingerprints: dict[int, tuple],
 ) -> Summary:
     histories: dict[str, GroupHistory] = {}
     tail: set[int] = set()
