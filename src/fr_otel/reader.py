@@ -151,10 +151,19 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
     # Small batches handed out as workers free up: no worker waits on a slow sibling, and
     # results stream back instead of arriving as one big pickle per worker. Workers send
     # columns and tails only; full entries are re-read on demand.
+    # This process parses too (one worker fewer: one interpreter less in memory, and its
+    # results need no trip through a pipe), taking batches from the end while the pool
+    # takes them from the front; a batch the pool already holds cannot be cancelled.
     size = max(1, min(_BATCH_FILES, len(chosen) // (4 * n_workers)))
     batches = [chosen[i : i + size] for i in range(0, len(chosen), size)]
-    with ProcessPoolExecutor(max_workers=n_workers) as pool:
-        parsed = [item for batch in pool.map(_parse_batch, batches) for item in batch]
+    done: list[list[_Parsed] | None] = [None] * len(batches)
+    with ProcessPoolExecutor(max_workers=n_workers - 1) as pool:
+        futures = [pool.submit(_parse_batch, batch) for batch in batches]
+        for i in range(len(batches) - 1, -1, -1):
+            if not futures[i].cancel():
+                break
+            done[i] = _parse_batch(batches[i])
+        parsed = [item for i, f in enumerate(futures) for item in (done[i] if done[i] is not None else f.result())]
     for dump, _ in parsed:
         if dump is not None:
             dump._loader = partial(_load_entries, dump.path, dump.rank)

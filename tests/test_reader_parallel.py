@@ -1,0 +1,28 @@
+"""Reading on all cores gives the same dumps as reading in one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fr_otel import reader
+from fr_otel.reader import read_dumps
+
+
+def _model(result: reader.ReadResult) -> dict[int, tuple]:
+    return {r: (d.histories, [e for e in d.tail], d.pg_status, d.pg_config, d.fingerprints, d.latest_ns, d.entries)
+            for r, d in result.dumps.items()}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_parallel_read_with_this_process_parsing_too_equals_a_serial_read(nvrx: Path, workers: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pool workers plus this process (batches taken from both ends) give the same columns, tails and entries."""
+    serial = read_dumps(nvrx / "lock_gil_1st", workers=1)
+    monkeypatch.setattr(reader, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(reader, "_BATCH_FILES", 1)
+    parallel = read_dumps(nvrx / "lock_gil_1st", workers=workers)
+    assert len(parallel.dumps) == len(serial.dumps) == 16
+    assert parallel.problems == serial.problems
+    assert _model(parallel) == _model(serial)
