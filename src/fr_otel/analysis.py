@@ -14,10 +14,14 @@ data; printing is the CLI's job.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .dump import Frame
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
+from .steps import step_of_collective
+from .stop_order import StopOrder, order_stops
 from .straggler import find_stragglers
 from .verdict import (
     DEFAULT_STRAGGLER_THRESHOLD_S,
@@ -107,6 +111,19 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
     culprits = [_culprit(job, rank, evidence[rank]) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
+    steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
+    for state in states:
+        if state.in_flight is not None and steps:
+            state.in_flight.step = step_of_collective(job, state.group.name, state.in_flight.seq)
+    stop = order_stops(job, culprits, job.hosts) if verdict == "hang" and culprits else None
+    culprits = _placed(job, culprits, stop, steps)
+    if verdict in ("hang", "desync") and not steps:
+        notes.append("training step unknown: no rank counted steps (the live agent does; offline, a steps.json "
+                     "beside the dumps)")
+    by_host: dict[str, list[int]] = {}
+    for c in culprits:
+        if c.host:
+            by_host.setdefault(c.host, []).append(c.rank)
     return Verdict(
         verdict=verdict,
         culprits=culprits,
@@ -120,7 +137,30 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         reference_source=reference_source,
         backends=tuple(sorted(job.backends)),
         incomplete=incomplete,
+        stop_order=stop,
+        nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
+        steps=steps,
     )
+
+
+def _placed(job: Job, culprits: list[Culprit], stop: StopOrder | None, steps: dict[int, int]) -> list[Culprit]:
+    """Each culprit with its host, step and stop time; first to stop first when that is known."""
+    out = [
+        replace(
+            c,
+            host=job.hosts.get(c.rank),
+            step=steps.get(c.rank),
+            collective_step=(step_of_collective(job, c.group_name, c.collective_seq_id)
+                             if steps and c.collective_seq_id is not None and c.peer is None else None),
+            stopped_ns=stop.stopped_ns.get(c.rank) if stop else None,
+            stopped_after_s=stop.delay_s(c.rank) if stop else None,
+        )
+        for c in culprits
+    ]
+    if stop is not None and stop.ordered:
+        position = {r: i for i, r in enumerate(stop.ranks)}
+        out.sort(key=lambda c: position.get(c.rank, len(position)))
+    return out
 
 
 def _dedupe(items: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from .rank_process import RankProcess
+from .steps import StepLog
 
 __all__ = ["Frame", "Entry", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump"]
 
@@ -140,6 +141,7 @@ class RankDump:
     has_frames: bool = False
     file_mtime_ns: int | None = None
     process: RankProcess | None = None  # where it ran, when the dump says (the live agent's payloads do)
+    steps: StepLog | None = None  # training steps, when the live agent counted them
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry]] | None = None
 

@@ -10,7 +10,7 @@ in only-active dumps), by creation order, checked against every known pair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import compress
 from operator import not_
@@ -18,7 +18,7 @@ from operator import not_
 from .dump import Entry, GroupHistory, Progress, RankDump
 from .rank_process import RankProcess
 from .ranks import compress_ranks
-from .reader import ReadResult
+from .reader import ReadResult, host_from_name
 
 __all__ = ["ProcessGroup", "Job", "build_job"]
 
@@ -58,6 +58,11 @@ class Job:
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        """Rank -> the host it ran on, where any source says."""
+        return {r: p.host for r, p in self.processes.items() if p.host}
 
     @property
     def backends(self) -> set[str]:
@@ -115,6 +120,21 @@ class Job:
                 completed=max(status.completed, from_entries.completed),
             )
         return from_entries
+
+
+def _processes(dumps: dict[int, RankDump]) -> dict[int, RankProcess]:
+    """Where each rank ran: what the dump (agent payload, ranks.json) says, else the host in
+    its file name (``nccl_trace_rank_node02_5``)."""
+    out: dict[int, RankProcess] = {}
+    for rank, d in dumps.items():
+        host = host_from_name(d.path)
+        if d.process is not None and (d.process.host or host is None):
+            out[rank] = d.process
+        elif d.process is not None:
+            out[rank] = replace(d.process, host=host)
+        elif host is not None:
+            out[rank] = RankProcess(host=host, source="file name")
+    return out
 
 
 def _progress_from_entries(h: GroupHistory) -> Progress:
@@ -221,7 +241,7 @@ def build_job(read: ReadResult) -> Job:
         missing_ranks=missing,
         problems=problems,
         unnamed_local_ids=unnamed,
-        processes={rank: d.process for rank, d in dumps.items() if d.process is not None},
+        processes=_processes(dumps),
     )
 
 

@@ -29,8 +29,11 @@ from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
 from .ranks import compress_ranks
 from .safe_pickle import ForbiddenPickle, load_restricted
+from .rank_map import RANKS_FILE, read_rank_map
+from .steps import PAYLOAD_KEY as STEPS_KEY
+from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
 
-__all__ = ["ReadResult", "read_dumps", "read_dump_file", "parse_dump_bytes", "rank_from_name"]
+__all__ = ["ReadResult", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes", "rank_from_name"]
 
 SUPPORTED_MAJOR = 2
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
@@ -68,6 +71,35 @@ def rank_from_name(name: str, prefix: str | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# What dump file names put around the host: NCCL's and the agent's prefixes, NVRx's ``_dump_``.
+_NAME_MARKERS = ("comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
+def host_from_name(path: str) -> str | None:
+    """The host a dump file name carries (``nccl_trace_rank_node02_5`` -> ``node02``), or None.
+
+    The rank is the trailing number; what is left once the known prefixes and separators
+    are gone is the host, if it is a valid host name (letters, digits, dots, dashes).
+    """
+    name = os.path.basename(path)
+    match = _RANK_SUFFIX.search(name)
+    if not match:
+        return None
+    rest, before = name[: match.start()].strip("_-."), None
+    while rest != before:
+        before = rest
+        for marker in _NAME_MARKERS:
+            low = rest.lower()
+            if low.startswith(marker) and (len(rest) == len(marker) or rest[len(marker)] in "_-."):
+                rest = rest[len(marker):].strip("_-.")
+            elif low.endswith(marker) and (len(rest) == len(marker) or rest[-len(marker) - 1] in "_-."):
+                rest = rest[: -len(marker)].strip("_-.")
+    if not rest or not _HOST.fullmatch(rest) or rest.isdigit():
+        return None
+    return rest
+
+
 def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tuple[list[tuple[int, str]], list[str]]:
     found: list[tuple[int, str]] = []
     problems: list[str] = []
@@ -81,6 +113,8 @@ def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tu
                 wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
                 problems.append(f"{path}: no dump files (no file name {wanted})")
             found.extend(ranked)  # type: ignore[arg-type]
+        elif path.is_file() and path.name in _SIDECARS:
+            continue  # read by _attach_sidecars
         elif path.is_file():
             rank = rank_from_name(path.name, prefix)
             if rank is None:
@@ -130,7 +164,30 @@ def read_dumps(
         if dump is not None:
             result.dumps[dump.rank] = dump
     _check_versions(result)
+    _attach_sidecars(result, list(paths))
     return result
+
+
+_SIDECARS = (RANKS_FILE, STEPS_FILE)
+
+
+def _attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]]) -> None:
+    """``ranks.json`` and ``steps.json`` beside the dumps fill in what the dump files lack:
+    each rank's host and pid, and its training steps."""
+    folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}
+    for folder in sorted(folders):
+        ranks_path = os.path.join(folder, RANKS_FILE)
+        if os.path.isfile(ranks_path):
+            for rank, where in read_rank_map(ranks_path, result.problems).items():
+                dump = result.dumps.get(rank)
+                if dump is not None and dump.process is None:
+                    dump.process = where
+        steps_path = os.path.join(folder, STEPS_FILE)
+        if os.path.isfile(steps_path):
+            for rank, log in read_steps_file(steps_path, result.problems).items():
+                dump = result.dumps.get(rank)
+                if dump is not None and dump.steps is None:
+                    dump.steps = log
 
 
 _Parsed = tuple["RankDump | None", list[str]]
@@ -310,6 +367,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         has_frames=any(e.frames for e in tail),
         file_mtime_ns=mtime,
         process=process_from_raw(raw.get(PROCESS_KEY), "agent"),
+        steps=step_log_from_raw(raw.get(STEPS_KEY)),
         _entries=entries,
     )
 

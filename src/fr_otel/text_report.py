@@ -5,7 +5,7 @@ from __future__ import annotations
 from .analysis import Culprit, Verdict
 from .ranks import compress_ranks
 
-__all__ = ["render_verdict"]
+__all__ = ["render_verdict", "step_sentence"]
 
 MAX_CULPRITS = 12
 MAX_GROUP_LINES = 10
@@ -32,6 +32,10 @@ def render_verdict(v: Verdict) -> str:
         head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
     lines.append(head)
     lines.append(f"  {loaded} ranks loaded ({backend})")
+    if v.stop_order is not None and v.stop_order.sentence():
+        lines.append(f"  {v.stop_order.sentence()}")
+    for host, ranks in v.nodes[:MAX_GROUP_LINES]:
+        lines.append(f"  {host}: ranks {compress_ranks(ranks)} — look at the node")
     for c in v.culprits[:MAX_CULPRITS]:
         lines.extend(_culprit_lines(c))
     if len(v.culprits) > MAX_CULPRITS:
@@ -54,8 +58,9 @@ def render_verdict(v: Verdict) -> str:
             missing = f"; not entered: {compress_ranks(f.not_entered)}" if f.not_entered else ""
             if f.unknown:
                 missing += f"; state unknown (no dump or no record): {compress_ranks(f.unknown)}"
+            step = f", step {f.step}" if f.step is not None else ""
             lines.append(
-                f"  {g.group.label}: {f.op or 'collective'} #{f.seq}, entered by {compress_ranks(f.entered)}"
+                f"  {g.group.label}: {f.op or 'collective'} #{f.seq}{step}, entered by {compress_ranks(f.entered)}"
                 f"{missing}{age}"
             )
         if len(stuck) > MAX_GROUP_LINES:
@@ -77,7 +82,10 @@ def _culprit_lines(c: Culprit) -> list[str]:
     where = f"{c.group_desc} ({c.group_name})" if c.group_desc and c.group_desc != c.group_name else c.group_name
     seq = f" #{c.collective_seq_id}" if c.collective_seq_id is not None else ""
     op = f" {c.op}" if c.op else ""
-    out = ["", f"  rank {c.rank}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
+    host = f" (host {c.host})" if c.host else ""
+    out = ["", f"  rank {c.rank}{host}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
+    if c.step is not None or c.collective_step is not None:
+        out.append(f"    {step_sentence(c)}")
     if c.related:
         shown = c.related[:3]
         for e in shown:
@@ -89,3 +97,14 @@ def _culprit_lines(c: Culprit) -> list[str]:
         f = c.last_frame
         out.append(f"    its last collective was called from {f.filename}:{f.line} in {f.name}")
     return out
+
+
+def step_sentence(c: Culprit) -> str:
+    """``all_reduce #26 belongs to step 13; rank 2 is still in step 12`` (the parts known)."""
+    parts = []
+    if c.collective_step is not None and c.collective_seq_id is not None:
+        parts.append(f"{c.op.partition(':')[2] or c.op if c.op else 'collective'} #{c.collective_seq_id} belongs to "
+                     f"step {c.collective_step}")
+    if c.step is not None:
+        parts.append(f"rank {c.rank} is {'still ' if c.collective_step is not None else ''}in step {c.step}")
+    return "; ".join(parts) or "training step unknown"

@@ -6,10 +6,13 @@ Plain data with ``to_dict()`` for the public JSON schema; no logic beyond format
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .dump import Frame, Progress
 from .job import ProcessGroup
+
+if TYPE_CHECKING:
+    from .stop_order import StopOrder
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
@@ -61,6 +64,11 @@ class Culprit:
     last_frame: Frame | None
     related: tuple[Evidence, ...] = ()
     peer: int | None = None  # point-to-point evidence: the global rank on the other side
+    host: str | None = None  # where the rank ran, when anything says
+    step: int | None = None  # the training step the rank is in (its own counter)
+    collective_step: int | None = None  # the step the blamed collective belongs to
+    stopped_ns: int | None = None  # its last recorded activity in the blamed groups (its own clock)
+    stopped_after_s: float | None = None  # after the first culprit stopped; None when the order is unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +86,11 @@ class Culprit:
                  "waiting_ranks": list(e.waiting), "op": e.op, "peer": e.peer}
                 for e in self.related
             ],
+            "host": self.host,
+            "step": self.step,
+            "collective_step": self.collective_step,
+            "stopped_ns": self.stopped_ns,
+            "stopped_after_s": self.stopped_after_s,
         }
 
 
@@ -92,6 +105,7 @@ class InFlight:
     not_entered: tuple[int, ...]  # members known (from their own dump) not to have enqueued it
     timeout_ms: int | None
     unknown: tuple[int, ...] = ()  # members whose state is unknown: no dump, or no record of the group
+    step: int | None = None  # the training step it belongs to, when steps were counted
 
 
 @dataclass(slots=True)
@@ -129,6 +143,7 @@ class GroupState:
                 "not_entered": list(f.not_entered),
                 "unknown": list(f.unknown),
                 "timeout_ms": f.timeout_ms,
+                "step": f.step,
             }
         return out
 
@@ -163,6 +178,9 @@ class Verdict:
     reference_source: str = "none"  # "dump_files" | "latest_activity" | "none"
     backends: tuple[str, ...] = ()
     incomplete: Incomplete | None = None  # set when too few dumps are present to name anyone
+    stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
+    nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # hosts with several culprits
+    steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -177,6 +195,9 @@ class Verdict:
             "reference_ns": self.reference_ns,
             "reference_source": self.reference_source,
             "incomplete": self.incomplete.to_dict() if self.incomplete else None,
+            "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
+            "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],
+            "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
         }
         if include_groups:
             out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]

@@ -1,0 +1,50 @@
+"""``ranks.json``: which host, process and local rank each rank ran as, written beside the dumps.
+
+Dump files say nothing about where they came from (unless the host is in their name), so
+the live agent's incident coordinator writes this map next to the dumps it collected, and
+``fr-otel analyze`` of that folder reads it back. Shape::
+
+    {"version": 1, "ranks": {"2": {"host": "node02", "pid": 4242, "local_rank": 2}, ...}}
+
+The file is untrusted input like the dumps: only well-typed values are kept, and a bad
+file costs one problem line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._json_file import read_json_file
+from .rank_process import RankProcess, process_from_raw
+
+__all__ = ["RANKS_FILE", "read_rank_map", "rank_map_json"]
+
+#: Its name ends in no rank number, so the reader never takes it for a dump.
+RANKS_FILE = "ranks.json"
+
+
+def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
+    """The file's content (only the known fields of each rank)."""
+    return {"version": 1, "ranks": {str(r): p.as_json() for r, p in sorted(processes.items()) if p.known}}
+
+
+def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
+    """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
+    doc = read_json_file(path, problems, "hosts from it unknown")
+    if doc is None:
+        return {}
+    ranks = doc.get("ranks")
+    if not isinstance(ranks, dict):
+        problems.append(f"{path}: no 'ranks' mapping; ignored")
+        return {}
+    out: dict[int, RankProcess] = {}
+    bad = 0
+    for key, value in ranks.items():
+        process = process_from_raw(value, RANKS_FILE) if str(key).isdigit() else None
+        if process is None:
+            bad += 1
+        else:
+            out[int(key)] = process
+    if bad:
+        problems.append(f"{path}: {bad} malformed rank entr{'y' if bad == 1 else 'ies'} ignored")
+    return out

@@ -1,0 +1,202 @@
+"""Which culprit stopped first, on which node, at which training step: spec tests on
+synthetic NCCL-shaped dumps (no torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fr_otel import analyze, build_job, read_dumps
+from fr_otel.reader import host_from_name
+from fr_otel.steps import StepCounter, StepLog, step_log_from_raw
+from fr_otel.text_report import render_verdict
+
+S = 1_000_000_000
+T0 = 1_760_000_000 * S  # 2025-10-09 08:53:20 UTC
+
+
+def _entry(rid: int, pg: str, desc: str, seq: int, created: int, done: bool) -> dict:
+    return {
+        "record_id": rid, "pg_id": int(pg), "process_group": (pg, desc), "collective_seq_id": seq, "p2p_seq_id": 0,
+        "op_id": seq, "profiling_name": "nccl:all_reduce", "is_p2p": False,
+        "state": "completed" if done else "scheduled", "retired": done, "time_created_ns": created,
+        "time_discovered_started_ns": created if done else None,
+        "time_discovered_completed_ns": created + 1_000_000 if done else None, "duration_ms": 1.0 if done else None,
+        "timeout_ms": 600_000, "input_sizes": [[1024]], "input_dtypes": ["Float"], "output_sizes": [[1024]],
+        "output_dtypes": ["Float"], "thread_name": "main", "thread_id": "1", "frames": [],
+    }
+
+
+GROUPS = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("pair_A", (0, 1)), "2": ("pair_B", (2, 3))}
+
+
+def write_job(folder: Path, *, stop: dict[int, float], skew: dict[int, float] | None = None,
+              names: dict[int, str] | None = None, steps: bool = False) -> Path:
+    """Four ranks: 5 healthy world all_reduces (1 s apart, a few ms of jitter), then per pair
+    8 all_reduces; rank r in ``stop`` enqueues its pair's #8 at T0 + 10 s + stop[r] and nothing
+    after, while its partner enqueues #9 and waits. ``skew`` shifts a rank's whole clock;
+    ``steps`` gives each rank a step counter (one step per world all_reduce, then step 5)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    skew = skew or {}
+    for rank in range(4):
+        off = int(skew.get(rank, 0) * S)
+        jitter = rank * 2_000_000  # 0-6 ms: ordinary arrival differences
+        entries = []
+        for seq in range(1, 6):
+            entries.append(_entry(len(entries), "0", "default_pg", seq, T0 + seq * S + jitter + off, True))
+        pg = "1" if rank < 2 else "2"
+        desc = GROUPS[pg][0]
+        last = 8 if rank in stop else 9
+        for seq in range(1, last + 1):
+            created = T0 + 6 * S + seq * 100_000_000 + jitter + off
+            if rank in stop and seq == 8:
+                created = T0 + 10 * S + int(stop[rank] * S) + off
+            entries.append(_entry(len(entries), pg, desc, seq, created, seq < 9))
+        if rank not in stop:
+            entries[-1]["time_created_ns"] = T0 + 11 * S + off
+        dump = {
+            "version": "2.10", "comm_lib_version": "2.21.5", "entries": entries,
+            "pg_config": {n: {"name": n, "desc": d, "ranks": str(list(r))} for n, (d, r) in GROUPS.items()
+                          if rank in r},
+            "pg_status": {"0": {"last_enqueued_collective": 5, "last_started_collective": 5,
+                                "last_completed_collective": 5},
+                          pg: {"last_enqueued_collective": last, "last_started_collective": last,
+                               "last_completed_collective": 8}},
+        }
+        if steps:
+            starts = [[k, T0 + k * S + 500_000_000 + off] for k in range(0, 5)] + [[5, T0 + 5 * S + 500_000_000 + off]]
+            dump["fr_otel_steps"] = {"step": 5, "source": "optimizer", "starts": starts}
+        name = (names or {}).get(rank, f"nccl_trace_rank_{rank}")
+        (folder / name).write_text(json.dumps(dump))
+    return folder
+
+
+def test_culprits_are_ordered_by_when_they_stopped_with_delays(tmp_path: Path) -> None:
+    """Rank 3 stopped 0.41 s before rank 1: it comes first, rank 1 carries its delay, and the
+    report says so in one line."""
+    hosts = {0: "nccl_trace_rank_node01_0", 1: "nccl_trace_rank_node01_1", 2: "nccl_trace_rank_node02_2",
+             3: "nccl_trace_rank_node02_3"}
+    v = analyze(build_job(read_dumps(write_job(tmp_path, stop={1: 0.41, 3: 0.0}, names=hosts))))
+    assert v.verdict == "hang"
+    assert [c.rank for c in v.culprits] == [3, 1]
+    assert v.stop_order is not None and v.stop_order.ordered and v.stop_order.first == 3
+    first, second = v.culprits
+    assert first.stopped_after_s == 0.0 and abs(second.stopped_after_s - 0.41) < 1e-6  # type: ignore[operator]
+    assert second.stopped_ns - first.stopped_ns == 410_000_000  # type: ignore[operator]
+    text = render_verdict(v)
+    assert "rank 3 stopped first, 08:53:30.001 UTC; rank 1 0.410 s later" in text
+    out = v.to_dict()
+    assert out["stop_order"] == {"ranks": [3, 1], "ordered": True, "first": 3, "note": None}
+    assert [c["host"] for c in out["culprits"]] == ["node02", "node01"]
+    assert out["nodes"] == []  # two hosts, one culprit each
+
+
+def test_skewed_clocks_say_cannot_order_instead_of_a_wrong_order(tmp_path: Path) -> None:
+    """Rank 3 truly stopped 0.5 s before rank 1, but its clock runs 2 s ahead: the healthy
+    world collectives show the skew, so the verdict refuses to order them."""
+    names = {r: f"nccl_trace_rank_node0{1 + r // 2}_{r}" for r in range(4)}
+    v = analyze(build_job(read_dumps(write_job(tmp_path, stop={1: 0.5, 3: 0.0}, skew={2: 2.0, 3: 2.0}, names=names))))
+    assert {c.rank for c in v.culprits} == {1, 3}
+    assert v.stop_order is not None and not v.stop_order.ordered and v.stop_order.first is None
+    assert "cannot be told" in (v.stop_order.note or "") and "node01" in (v.stop_order.note or "")
+    assert all(c.stopped_after_s is None for c in v.culprits)
+    assert "order of stopping unknown" in render_verdict(v)
+    assert "rank 3 stopped first" not in render_verdict(v) and "rank 1 stopped first" not in render_verdict(v)
+
+
+def test_one_host_one_clock_orders_even_close_stops(tmp_path: Path) -> None:
+    """Culprits on one host share a clock: 1 ms apart still orders them."""
+    names = {r: f"node07_nccl_trace_rank_{r}" for r in range(4)}
+    v = analyze(build_job(read_dumps(write_job(tmp_path, stop={1: 0.001, 3: 0.0}, names=names))))
+    assert v.stop_order is not None and v.stop_order.ordered and v.stop_order.ranks == (3, 1)
+
+
+def test_host_is_parsed_from_dump_file_names() -> None:
+    """The host in NCCL-style names is kept; names without one give none."""
+    assert host_from_name("/dumps/nccl_trace_rank_node02_5") == "node02"
+    assert host_from_name("node02_nccl_trace_rank_5.json") == "node02"
+    assert host_from_name("comm_lib_trace_rank_gpu-a1.cluster_12.pkl") == "gpu-a1.cluster"
+    for plain in ("_dump_9", "fr_trace_rank_3", "nccl_trace_rank_12", "trace_12", "rank 2 (live)"):
+        assert host_from_name(plain) is None, plain
+
+
+def test_culprits_sharing_a_host_are_reported_as_a_node(tmp_path: Path) -> None:
+    """Ranks 1 and 3 both on node07: the verdict names the node once."""
+    names = {0: "nccl_trace_rank_node01_0", 1: "nccl_trace_rank_node07_1", 2: "nccl_trace_rank_node02_2",
+             3: "nccl_trace_rank_node07_3"}
+    v = analyze(build_job(read_dumps(write_job(tmp_path, stop={1: 0.2, 3: 0.0}, names=names))))
+    assert v.nodes == [("node07", (1, 3))]
+    assert v.to_dict()["nodes"] == [{"host": "node07", "ranks": [1, 3]}]
+    assert "node07: ranks 1,3 — look at the node" in render_verdict(v)
+    assert "rank 3 (host node07): not_enqueued" in render_verdict(v)
+
+
+def test_ranks_json_beside_the_dumps_names_hosts(tmp_path: Path) -> None:
+    """Plain file names, a ranks.json beside them: hosts come from the map."""
+    folder = write_job(tmp_path, stop={1: 0.2})
+    (folder / "ranks.json").write_text(json.dumps({"version": 1, "ranks": {
+        str(r): {"host": f"vm{r // 2}", "pid": 100 + r, "local_rank": r % 2} for r in range(4)}}))
+    v = analyze(build_job(read_dumps(folder)))
+    assert [(c.rank, c.host) for c in v.culprits] == [(1, "vm0")]
+    assert v.problems == []
+
+
+def test_collective_maps_to_its_step_and_the_culprit_is_still_in_it(tmp_path: Path) -> None:
+    """Every rank counted steps: the in-flight all_reduce belongs to step 5, the culprit is
+    in step 5, and the JSON and report say so."""
+    v = analyze(build_job(read_dumps(write_job(tmp_path, stop={1: 0.2}, steps=True))))
+    (c,) = v.culprits
+    assert (c.rank, c.collective_seq_id, c.collective_step, c.step) == (1, 9, 5, 5)
+    assert v.steps == {0: 5, 1: 5, 2: 5, 3: 5}
+    out = v.to_dict()
+    assert out["culprits"][0]["step"] == 5 and out["culprits"][0]["collective_step"] == 5
+    assert out["steps"]["known"] is True
+    stuck = next(g for g in out["groups"] if g["name"] == "1")
+    assert stuck["in_flight"]["step"] == 5
+    assert "all_reduce #9 belongs to step 5; rank 1 is still in step 5" in render_verdict(v)
+
+
+def test_steps_json_beside_the_dumps_gives_offline_analysis_the_step(tmp_path: Path) -> None:
+    """The agent's step map, written beside plain dumps, gives `analyze` the same step; a bad
+    map is one problem line; no map: the step is unknown, and the verdict says so."""
+    folder = write_job(tmp_path / "plain", stop={1: 0.2})
+    v = analyze(build_job(read_dumps(folder)))
+    assert v.culprits[0].step is None and any("training step unknown" in n for n in v.notes)
+    starts = [[k, T0 + k * S + 500_000_000] for k in range(6)]
+    (folder / "steps.json").write_text(json.dumps({"version": 1, "ranks": {
+        str(r): {"step": 5, "source": "optimizer", "starts": starts} for r in range(4)}}))
+    v = analyze(build_job(read_dumps(folder)))
+    assert (v.culprits[0].step, v.culprits[0].collective_step) == (5, 5)
+    (folder / "steps.json").write_text("{not json")
+    v = analyze(build_job(read_dumps(folder)))
+    assert v.culprits[0].step is None
+    assert [p for p in v.problems if "steps.json" in p] == [
+        f"{folder / 'steps.json'}: invalid JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1)); training steps unknown"]
+
+
+def test_step_counter_counts_one_optimizer_and_yields_to_explicit_steps() -> None:
+    """The hook counts the first optimizer's steps only; fr_otel.step(n) takes over for good."""
+    counter = StepCounter()
+    assert counter.log() is None
+    counter.arm()
+    a, b = object(), object()
+    for _ in range(3):
+        counter.optimizer_stepped(a, (), {})
+        counter.optimizer_stepped(b, (), {})
+    log = counter.log()
+    assert log is not None and (log.step, log.source) == (3, "optimizer")
+    assert [s for s, _ in log.starts] == [0, 1, 2, 3]
+    counter.set(100)
+    counter.optimizer_stepped(a, (), {})
+    log = counter.log()
+    assert log is not None and (log.step, log.source) == (100, "fr_otel.step")
+    assert log.step_at(log.starts[-1][1]) == 100 and log.step_at(log.starts[0][1] - 1) is None
+
+
+def test_untrusted_step_logs_keep_only_sound_values() -> None:
+    """Wrong types, unordered times and bools are dropped, not trusted."""
+    assert step_log_from_raw({"step": "5", "starts": []}) is None
+    assert step_log_from_raw({"step": True, "starts": []}) is None
+    log = step_log_from_raw({"step": 3, "starts": [[1, 10], [2, 5], ["x", 20], [3, 30]], "source": 7})
+    assert log == StepLog(3, ((1, 10), (3, 30)), "")
