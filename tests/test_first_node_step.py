@@ -200,3 +200,32 @@ def test_untrusted_step_logs_keep_only_sound_values() -> None:
     assert step_log_from_raw({"step": True, "starts": []}) is None
     log = step_log_from_raw({"step": 3, "starts": [[1, 10], [2, 5], ["x", 20], [3, 30]], "source": 7})
     assert log == StepLog(3, ((1, 10), (3, 30)), "")
+
+
+def test_trace_and_html_carry_step_host_and_first_to_stop(tmp_path: Path) -> None:
+    """The root span names the step, the hosts and the first rank to stop; rank, entry and
+    collective spans carry `pytorch.training.step`; the HTML card says it in words."""
+    from fr_otel import attributes as A
+    from fr_otel.html_report import render
+    from fr_otel.spans import build_trace
+
+    names = {r: f"nccl_trace_rank_node0{1 + r // 2}_{r}" for r in range(4)}
+    job = build_job(read_dumps(write_job(tmp_path, stop={1: 0.3, 3: 0.0}, names=names, steps=True)))
+    v = analyze(job)
+    spans = build_trace(job, v).spans
+    root = next(s for s in spans if s.name == "fr_otel.incident")
+    assert root.attributes[A.TRAINING_STEP] == 5
+    assert list(root.attributes[A.CULPRIT_HOSTS]) == ["node02", "node01"]
+    assert root.attributes[A.FIRST_STOPPED] == 3
+    rank1 = next(s for s in spans if s.name == "rank" and s.attributes[A.RANK] == 1)
+    assert rank1.attributes[A.TRAINING_STEP] == 5 and rank1.resource.attributes["host.name"] == "node01"
+    assert abs(rank1.attributes[A.STOPPED_AFTER_S] - 0.3) < 1e-6
+    stuck = next(s for s in spans if s.attributes.get(A.SPAN_ROLE) == "collective"
+                 and s.attributes[A.PG_NAME] == "1" and s.attributes[A.SEQ_ID] == 9)
+    assert stuck.attributes[A.TRAINING_STEP] == 5
+    early = next(s for s in spans if s.attributes.get(A.SPAN_ROLE) == "entry" and s.attributes[A.SEQ_ID] == 2
+                 and s.attributes[A.PG_NAME] == "0")
+    assert early.attributes[A.TRAINING_STEP] == 1  # enqueued at T0 + 2 s: step 1 began at T0 + 1.5 s
+    html = render(job, v)
+    assert "all_reduce #9 belongs to step 5; rank 1 is still in step 5" in html
+    assert "<code>node01</code>" in html and "rank 3 stopped first" in html

@@ -15,7 +15,8 @@ __all__ = [
     "ENTERED_RANKS", "MISSING_RANKS", "COMPLETED_RANKS", "MISMATCH", "VERDICT", "CULPRIT_RANKS", "CULPRIT_KINDS",
     "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
     "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
-    "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE",
+    "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
+    "CULPRIT_HOSTS", "CULPRIT_NODES", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
 ]
 
 # What the recorder says (span and resource attributes)
@@ -40,6 +41,7 @@ OUTPUT_SIZES = "pytorch.distributed.output_sizes"
 INPUT_DTYPES = "pytorch.distributed.input_dtypes"
 OUTPUT_DTYPES = "pytorch.distributed.output_dtypes"
 DURATION_MS = "pytorch.distributed.duration_ms"
+TRAINING_STEP = "pytorch.training.step"  # the training step a rank is in / a collective belongs to
 
 # What fr-otel concluded
 SPAN_ROLE = "fr_otel.span"  # incident | rank | entry | collective
@@ -66,6 +68,11 @@ HISTORY_EXPORTED = "fr_otel.history.exported"
 HISTORY_FIRST_SEQ = "fr_otel.history.first_seq"
 HISTORY_LAST_SEQ = "fr_otel.history.last_seq"
 STACK = "fr_otel.stack"
+CULPRIT_HOSTS = "fr_otel.culprit_hosts"  # per culprit, "" where unknown
+CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several culprits
+FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits
+STOP_ORDER_NOTE = "fr_otel.stop_order.note"  # why the culprits cannot be ordered
+STOPPED_AFTER_S = "fr_otel.stopped_after_s"  # a culprit: seconds after the first culprit stopped
 
 # Generic OpenTelemetry names
 THREAD_ID = "thread.id"

@@ -31,6 +31,8 @@ from .dump import Entry, Frame, Progress
 from .incident_export import replay_command
 from .job import Job
 from .ranks import compress_ranks
+from .stop_order import format_clock
+from .text_report import step_sentence
 
 __all__ = ["render", "write_report"]
 
@@ -179,6 +181,10 @@ def _header(f: Facts, culprit_text: str) -> str:
 def _verdict_section(f: Facts) -> str:
     v = f.verdict
     out = ['<section id="verdict"><h2>Verdict</h2>']
+    if v.stop_order is not None and v.stop_order.sentence():
+        out.append(f'<p class="stop-order">{esc(v.stop_order.sentence(), 600)}</p>')
+    for host, ranks in v.nodes:
+        out.append(f'<p class="node"><b>{esc(host, 120)}</b>: ranks {esc(compress_ranks(ranks))} — look at the node</p>')
     if not v.culprits:
         out.append(f'<div class="card noculprit"><p>No culprit rank: {esc(_VERDICT_MEANING.get(v.verdict, ""))}.</p>')
         out.append(f'<p class="next"><b>Next step</b> {_general_next_step(f)}</p></div>')
@@ -217,6 +223,15 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
     if c.waiting_ranks:
         who = "Its peers (called differently)" if c.kind == "mismatch" else "Waited on by"
         facts.append((who, esc(compress_ranks(c.waiting_ranks, limit=16))))
+    if c.host:
+        facts.append(("Host", f"<code>{esc(c.host, 120)}</code>"))
+    if c.step is not None or c.collective_step is not None:
+        facts.append(("Training step", esc(step_sentence(c), 300)))
+    if c.stopped_ns is not None:
+        when = format_clock(c.stopped_ns)
+        if c.stopped_after_s is not None:
+            when += " — first to stop" if c.stopped_after_s == 0 else f" — {c.stopped_after_s:.3f} s after the first"
+        facts.append(("Stopped", esc(when)))
     if c.last_frame is not None:
         facts.append(("Last call site", _frame_html(c.last_frame)))
     parts = [

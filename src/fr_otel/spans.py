@@ -232,6 +232,17 @@ class _Builder:
                 attrs[A.SEQ_ID] = c.collective_seq_id
             if c.op:
                 attrs[A.OP] = c.op
+            step = c.collective_step if c.collective_step is not None else c.step
+            if step is not None:
+                attrs[A.TRAINING_STEP] = step
+        if any(c.host for c in v.culprits):
+            attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in v.culprits]
+        if v.nodes:
+            attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
+        if v.stop_order is not None and v.stop_order.first is not None:
+            attrs[A.FIRST_STOPPED] = v.stop_order.first
+        elif v.stop_order is not None and v.stop_order.note:
+            attrs[A.STOP_ORDER_NOTE] = _clip(v.stop_order.note, 500)
         for key, value in self.options.root_attributes:
             attrs.setdefault(key, value)
         notes = [*v.notes, *self.notes]
@@ -352,6 +363,10 @@ class _Builder:
             attrs[A.DURATION_MS] = float(e.duration_ms)
         if estimated:
             attrs[A.END_ESTIMATED] = True
+        steps = self.job.dumps[rank].steps
+        step = steps.step_at(e.time_created_ns) if steps is not None else None
+        if step is not None:
+            attrs[A.TRAINING_STEP] = step
         events: list[Event] = []
         status = Status(StatusCode.UNSET)
         if not e.completed:
@@ -414,7 +429,11 @@ class _Builder:
             attrs[A.IS_CULPRIT] = True
             attrs[A.CULPRIT_KIND] = culprit.kind
             attrs[A.CULPRIT_EVIDENCE] = _clip(culprit.evidence)
+            if culprit.stopped_after_s is not None:
+                attrs[A.STOPPED_AFTER_S] = culprit.stopped_after_s
             status = Status(StatusCode.ERROR, f"culprit: {culprit.kind}")
+        if dump.steps is not None:
+            attrs[A.TRAINING_STEP] = dump.steps.step
         return ReadableSpan(
             name="rank",
             context=self._ctx(span_id),
@@ -462,6 +481,10 @@ class _Builder:
                 A.COMPLETED_RANKS: completed,
                 A.MISSING_RANKS: missing,
             }
+            step = next((s for s in (self.job.dumps[r].steps.step_at(e.time_created_ns)  # type: ignore[union-attr]
+                                     for r, e, _ in seen if self.job.dumps[r].steps is not None) if s is not None), None)
+            if step is not None:
+                attrs[A.TRAINING_STEP] = step
             status = Status(StatusCode.UNSET)
             if (group, seq) in mismatched:
                 attrs[A.MISMATCH] = True

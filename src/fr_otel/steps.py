@@ -51,12 +51,15 @@ class StepLog:
 
     def step_at(self, ns: int) -> int | None:
         """The step running at ``ns`` (this rank's clock); None before the oldest start kept."""
-        times = [t for _, t in self.starts]
-        i = bisect.bisect_right(times, ns)
+        i = bisect.bisect_right(self.starts, ns, key=_start_time)
         return self.starts[i - 1][0] if i else None
 
     def as_json(self) -> dict[str, Any]:
         return {"step": self.step, "source": self.source, "starts": [list(s) for s in self.starts]}
+
+
+def _start_time(start: tuple[int, int]) -> int:
+    return start[1]
 
 
 class StepCounter:
