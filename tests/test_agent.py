@@ -120,19 +120,21 @@ def _check_one_trace(rx: OtlpGrpcReceiver, ranks: set[int]) -> tuple[str, dict]:
 
 
 @pytest.mark.skipif(find_prometheus() is None, reason="needs Debian's prometheus binary")
-def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: list[Job]) -> None:
-    """Rank 2 stalls before an all_reduce: Prometheus sees the age rise on ranks 0, 1, 3,
-    the PromQL names rank 2, fr_incidents_total counts the incident with its trace id as
-    exemplar, and one trace with spans of all four ranks and the verdict arrives while the
-    job is still stuck; then the job recovers and ends normally."""
+def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: list[Job], run_cli) -> None:
+    """Rank 2 stalls before the all_reduce of training step 20: Prometheus sees the age rise on
+    ranks 0, 1, 3 and every rank's fr_training_step at 20, the PromQL names rank 2,
+    fr_incidents_total counts the incident with its trace id as exemplar, and one trace with
+    spans of all four ranks and the verdict (step 20, rank 2's host, rank 2 first to stop)
+    arrives while the job is still stuck; then the job recovers and ends normally, and an
+    offline analysis and report of the dump folder say the same step and host."""
     from fr_otel.agent.metrics import culprit_query
 
     stall_s, ws = 25, 4
     base = free_port_block(ws)
     with OtlpGrpcReceiver() as rx, PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)],
                                                     scrape_interval="1s") as prom:
-        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="10",
-                       TRAIN_LOOP_STALL_SECONDS=str(stall_s), TRAIN_LOOP_STEPS="20", TRAIN_LOOP_GLOO_TIMEOUT="60",
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="20",
+                       TRAIN_LOOP_STALL_SECONDS=str(stall_s), TRAIN_LOOP_STEPS="24", TRAIN_LOOP_GLOO_TIMEOUT="60",
                        FR_OTEL_METRICS_PORT=str(base), FR_OTEL_STALL_SECONDS="4",
                        OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
         job = Job(_torchrun(ws), env, tmp_path)
@@ -151,6 +153,8 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
 
         named = prom.wait_for(culprit_query(2), timeout=30)
         assert {s.labels["rank"] for s in named} == {"2"}
+        steps = {s.labels["rank"]: s.value for s in prom.query("fr_training_step")}
+        assert steps == {"0": 20.0, "1": 20.0, "2": 20.0, "3": 20.0}  # every optimizer step counted, none lost
 
         assert wait_for(lambda: _incident_root(rx) is not None, timeout=40, interval=0.1), job.output[-4000:]
         arrived = time.time()
@@ -162,15 +166,29 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
         assert arrived - t0 < stall_s  # while the job was still stuck, long before its 60 s timeout
         assert root["fr_otel.verdict"] == "hang" and root["fr_otel.culprit_ranks"] == [2]
         assert root["fr_otel.incident.reason"] == "stall"
+        host = socket.gethostname()
+        assert root["pytorch.training.step"] == 20 and root["fr_otel.culprit_hosts"] == [host]
+        assert root["fr_otel.first_stopped_rank"] == 2
         exemplars = wait_for(lambda: any(e.labels.get("trace_id") == trace_id
                                          for e in prom.exemplars("fr_incidents_total", t0 - 60, time.time() + 5)),
                              timeout=15, interval=0.5)
         assert exemplars, "no exemplar with the incident's trace id"
 
         assert job.wait() == 0, job.output[-4000:]  # the stall ended; training finished normally
+    assert f"culprits: rank 2 (not_enqueued, host {host}, step 20)" in job.output
     dumps = tmp_path / "out" / "dumps" / trace_id
-    assert sorted(p.name for p in dumps.iterdir()) == [f"fr_trace_rank_{r}" for r in range(ws)]
+    assert sorted(p.name for p in dumps.iterdir()) == [*(f"fr_trace_rank_{r}" for r in range(ws)), "ranks.json",
+                                                       "steps.json"]
     assert pickle.loads((dumps / "fr_trace_rank_0").read_bytes())["version"]  # torch's own pickle, as is
+    offline = run_cli("analyze", str(dumps), "--json")
+    verdict = json.loads(offline.stdout)
+    (culprit,) = verdict["culprits"]
+    assert (culprit["rank"], culprit["step"], culprit["collective_step"], culprit["host"]) == (2, 20, 20, host)
+    assert verdict["stop_order"]["first"] == 2 and verdict["steps"]["by_rank"] == {str(r): 20 for r in range(ws)}
+    html = tmp_path / "report.html"
+    assert run_cli("report", str(dumps), "-o", str(html)).returncode == 0
+    text = html.read_text()
+    assert "belongs to step 20; rank 2 is still in step 20" in text and f"<code>{host}</code>" in text
 
 
 def test_zero_code_change_with_collector_down_and_a_failing_agent(tmp_path: Path, jobs: list[Job]) -> None:

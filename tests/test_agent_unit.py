@@ -37,6 +37,8 @@ SNAPSHOT = Snapshot(
     ),
     health=Health(polls=120, errors=1, export_failures=0, incidents=2, last_poll_s=1_700_000_000.25,
                   last_incident_trace_id="8148d8a67990f3e495f51437477419ba", last_incident_s=1_699_999_990.5),
+    step=13,
+    step_started_ns=NOW_NS - 2_250_000_000,
 )
 
 
@@ -84,6 +86,12 @@ fr_agent_last_poll_timestamp_seconds{rank="3"} 1.70000000025e+09
 # HELP fr_recorder_enabled 1 when the Flight Recorder records (capacity > 0).
 # TYPE fr_recorder_enabled gauge
 fr_recorder_enabled{rank="3"} 1.0
+# HELP fr_training_step The training step this rank is in (optimizer steps counted since the agent started, or fr_otel.step(n)).
+# TYPE fr_training_step gauge
+fr_training_step{rank="3"} 13.0
+# HELP fr_training_step_age_seconds Seconds since this rank's current training step began (keeps growing while the step does not end).
+# TYPE fr_training_step_age_seconds gauge
+fr_training_step_age_seconds{rank="3"} 2.25
 """
 
 

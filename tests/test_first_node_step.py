@@ -229,3 +229,26 @@ def test_trace_and_html_carry_step_host_and_first_to_stop(tmp_path: Path) -> Non
     html = render(job, v)
     assert "all_reduce #9 belongs to step 5; rank 1 is still in step 5" in html
     assert "<code>node01</code>" in html and "rank 3 stopped first" in html
+
+
+def test_torch_optimizer_post_hook_counts_steps_with_no_code_change() -> None:
+    """PyTorch's global optimizer hook feeds the counter: three SGD steps, step 3."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    counter = StepCounter()
+    counter.arm()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(counter.optimizer_stepped)
+    try:
+        w = torch.nn.Parameter(torch.ones(2))
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            w.sum().backward()
+            opt.step()
+    finally:
+        handle.remove()
+    log = counter.log()
+    assert log is not None and log.step == 3 and [s for s, _ in log.starts] == [0, 1, 2, 3]

@@ -54,6 +54,8 @@ CONTRACT_METRICS = {
     "fr_agent_export_failures_total": {"rank"},
     "fr_agent_last_poll_timestamp_seconds": {"rank"},
     "fr_recorder_enabled": {"rank"},
+    "fr_training_step": {"rank"},
+    "fr_training_step_age_seconds": {"rank"},
 }
 
 # Values Grafana's built-in variables take when an expression is evaluated outside Grafana.

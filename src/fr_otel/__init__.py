@@ -14,6 +14,7 @@ from .analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .job import Job, ProcessGroup, build_job
 from .reader import ReadResult, read_dumps
+from .steps import step
 
 __version__ = "0.1.0"
 
@@ -47,6 +48,7 @@ __all__ = [
     "build_job",
     "read_dumps",
     "start",
+    "step",
     "stop",
     "__version__",
 ]

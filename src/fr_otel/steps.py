@@ -97,6 +97,16 @@ class StepCounter:
         self.step = int(n)
         self._starts.append((self.step, time.time_ns()))
 
+    @property
+    def started_ns(self) -> int | None:
+        """When the current step began (epoch ns), once a step was counted."""
+        if not self.source:
+            return None
+        try:
+            return self._starts[-1][1]
+        except IndexError:
+            return None
+
     def log(self) -> StepLog | None:
         """What the counter knows, or None while no step was ever counted (a job without an
         optimizer, or still in its first step, has no step to report)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from ..ids import job_identity
 from ..otlp_config import ExportConfig
 from ..rank_process import this_process
+from ..steps import COUNTER
 from .config import AgentConfig
 from .flush import dump_root, flush_incident, publish_final
 from .health import HealthTracker
@@ -41,6 +43,7 @@ __all__ = ["Agent"]
 log = logging.getLogger("fr_otel.agent")
 
 _EXIT_STORE_TIMEOUT_S = 2.0
+_ARM_POLL_S = 0.05
 _SEQUEL_WINDOW_S = 60.0
 
 
@@ -82,6 +85,7 @@ class Agent:
         self._idle = threading.Condition()
         self._hooks: ExitHooks | None = None
         self._exiting = False
+        self._step_hook: Any = None  # torch's handle of the optimizer post-step hook (False: none in this torch)
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -90,6 +94,7 @@ class Agent:
 
     def start(self) -> None:
         with self.health.guard("start"):
+            self._arm_steps()
             if process_group_ready() is not None:
                 self.tick()  # ready now: /metrics is up when start() returns
         self._thread = threading.Thread(target=self._run, name="fr-otel-poller", daemon=True)
@@ -108,6 +113,10 @@ class Agent:
         process instead of waiting up to half a second for it.
         """
         self._stop.set()
+        if self._step_hook:
+            with self.health.guard("removing the step hook"):
+                self._step_hook.remove()
+            self._step_hook = None
         if self._hooks is not None:
             with self.health.guard("removing exit hooks"):
                 self._hooks.uninstall()
@@ -136,19 +145,50 @@ class Agent:
     def snapshot(self) -> Snapshot | None:
         if self.rank is None:
             return None
-        return Snapshot(self.info, self.recorder_enabled, self.tracker.statuses, self.health.snapshot())
+        return Snapshot(self.info, self.recorder_enabled, self.tracker.statuses, self.health.snapshot(),
+                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns)
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
 
     # -- the poll -----------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._stop.wait(self.config.poll_interval):
-            with self.health.guard("poll"):
-                self.tick()
+        interval = self.config.poll_interval
+        next_poll = time.monotonic() + interval
+        while True:
+            # Until the step hook is in, look for torch.optim often (one dict lookup): the
+            # first training steps must count. The poll itself keeps its interval.
+            wait = next_poll - time.monotonic()
+            if self._step_hook is None:
+                wait = min(wait, _ARM_POLL_S)
+            if self._stop.wait(max(wait, 0.0)):
+                return
+            if self._step_hook is None:
+                with self.health.guard("registering the step hook"):
+                    self._arm_steps()
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + interval
+                with self.health.guard("poll"):
+                    self.tick()
+
+    def _arm_steps(self) -> None:
+        """Count training steps with no code change: PyTorch's global optimizer post-step hook,
+        registered as soon as the application has imported ``torch.optim`` (never imported here)."""
+        if self._step_hook is not None:
+            return
+        mod = sys.modules.get("torch.optim.optimizer")
+        if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            return
+        register = getattr(mod, "register_optimizer_step_post_hook", None)
+        if register is None:
+            self._step_hook = False  # this torch has no global hook: fr_otel.step(n) still works
+            return
+        COUNTER.arm()
+        self._step_hook = register(COUNTER.optimizer_stepped)
 
     def tick(self) -> None:
         """One poll; the thread calls it every ``poll_interval``."""
+        self._arm_steps()
         if self.dist is None:
             dist = process_group_ready()
             if dist is None:

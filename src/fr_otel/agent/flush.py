@@ -15,6 +15,7 @@ file (``fr-otel replay``). Everything is bounded by a deadline.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -23,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..ids import trace_id_for
 from ..ranks import compress_ranks
+from ..rank_map import RANKS_FILE, rank_map_json
 from ..reader import ReadResult
+from ..steps import COUNTER, STEPS_FILE, steps_file_json
 from .payload import decode_payload, encode_payload
 
 if TYPE_CHECKING:
@@ -70,7 +73,7 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
     with agent.health.guard("sending the recorder to the incident's coordinator"):
         agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
                                                                        agent.config.incident_entries, dumped_at,
-                                                                       agent.process))
+                                                                       agent.process, COUNTER.log()))
     agent.health.incident(trace_hex)
     if owner:
         coordinate(agent, k, meta, trace_hex, deadline)
@@ -106,6 +109,13 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
                             "(stuck with the GIL held, or dead)")
     job = build_job(read)
     verdict = analyze(job)
+    folder = dump_path(agent, trace_hex).parent
+    with agent.health.guard("writing ranks.json and steps.json beside the dumps"):
+        # Dump files say neither where a rank ran nor its training step: these let a later
+        # `fr-otel analyze` of the folder say both.
+        _write_atomic(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode())
+        if any(d.steps is not None for d in job.dumps.values()):
+            _write_atomic(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode())
     root = [
         ("fr_otel.incident.number", k),
         ("fr_otel.incident.reason", str(meta.get("reason", ""))),
@@ -120,7 +130,9 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
                             deadline_s=min(remaining, agent.export_config.timeout_s))
     if not outcome.ok:
         agent.health.export_failed()
-    culprits = ", ".join(f"rank {c.rank} ({c.kind})" for c in verdict.culprits[:8]) or "none named"
+    culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
+    if verdict.stop_order is not None and verdict.stop_order.sentence():
+        culprits += f" ({verdict.stop_order.sentence()})"
     why = failure_reason(outcome, agent.export_config)
     where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
              "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
@@ -135,6 +147,11 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
         agent.channel.cleanup(k, list(payloads))
 
 
+def _brief(c: Any) -> str:
+    """``rank 2 (not_enqueued, host vm, step 20)`` for the log line."""
+    parts = [c.kind] + ([f"host {c.host}"] if c.host else []) + ([f"step {c.step}"] if c.step is not None else [])
+    return f"rank {c.rank} ({', '.join(parts)})"
+
 
 #: Entries per group in a rank's exit copy: every rank leaves one, so it stays small (~KBs).
 FINAL_ENTRIES = 8
@@ -148,4 +165,4 @@ def publish_final(agent: Agent) -> None:
     raw = agent.recorder.full_bytes(stacks=True)
     keep = min(agent.config.incident_entries, FINAL_ENTRIES)
     agent.channel.publish_final(int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, time.time_ns(),
-                                                                      agent.process))
+                                                                      agent.process, COUNTER.log()))

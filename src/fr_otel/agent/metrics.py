@@ -21,6 +21,8 @@ fr_agent_errors_total                          counter  rank
 fr_agent_export_failures_total                 counter  rank
 fr_agent_last_poll_timestamp_seconds           gauge    rank
 fr_recorder_enabled                            gauge    rank
+fr_training_step                               gauge    rank (only once a step was counted)
+fr_training_step_age_seconds                   gauge    rank (only once a step was counted)
 =============================================  =======  ====================================
 """
 
@@ -54,6 +56,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "fr_agent_export_failures_total",
     "fr_agent_last_poll_timestamp_seconds",
     "fr_recorder_enabled",
+    "fr_training_step",
+    "fr_training_step_age_seconds",
 )
 
 
@@ -135,6 +139,16 @@ class FrCollector(Collector):
                                     labels=["rank"])
         enabled.add_metric([rank], 1.0 if snap.recorder_enabled else 0.0)
         yield enabled
+        if snap.step is not None:
+            step = GaugeMetricFamily("fr_training_step", "The training step this rank is in (optimizer steps "
+                                     "counted since the agent started, or fr_otel.step(n)).", labels=["rank"])
+            step.add_metric([rank], snap.step)
+            yield step
+        if snap.step is not None and snap.step_started_ns is not None:
+            age = GaugeMetricFamily("fr_training_step_age_seconds", "Seconds since this rank's current training "
+                                    "step began (keeps growing while the step does not end).", labels=["rank"])
+            age.add_metric([rank], round(max(now_ns - snap.step_started_ns, 0) / 1e9, 3))
+            yield age
 
 
 def culprit_query(threshold_s: float = 60.0, job_label: str = "job") -> str:

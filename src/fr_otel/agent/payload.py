@@ -21,6 +21,8 @@ from ..dump import RankDump
 from ..rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..rank_process import RankProcess
 from ..reader import parse_dump_bytes
+from ..steps import PAYLOAD_KEY as STEPS_KEY
+from ..steps import StepLog
 from .recorder import GroupInfo, entry_completed, gc_paused
 
 __all__ = ["decode_payload", "encode_payload", "pg_config_for", "trim_entries"]
@@ -52,13 +54,15 @@ def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any
 
 
 def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,
-                   process: RankProcess) -> bytes:
+                   process: RankProcess, steps: StepLog | None = None) -> bytes:
     """Trim and re-label one of this process's own dumps for the store; say where it runs."""
     with gc_paused():
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
         data["pg_config"] = pg_config_for(groups)
         data[PROCESS_KEY] = process.as_json()
+        if steps is not None:
+            data[STEPS_KEY] = steps.as_json()
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 

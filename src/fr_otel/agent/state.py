@@ -75,3 +75,5 @@ class Snapshot:
     recorder_enabled: bool
     groups: tuple[GroupStatus, ...] = ()
     health: Health = field(default_factory=Health)
+    step: int | None = None  # the training step this rank is in; None while no step was counted
+    step_started_ns: int | None = None  # when that step began (epoch ns)
