@@ -21,6 +21,12 @@ a real Prometheus scraping every 5 s, a real OTLP receiver. From the stall's sta
     python bench/bench_agent.py                 # both parts
     python bench/bench_agent.py --quick         # fewer phases, one detection run
     python bench/bench_agent.py --part overhead --capacity 20000 --phases 16
+**Counting training steps.** In one process, no agent threads: the step counter's
+optimizer post-step hook called directly (ns per call), and ``optimizer.step()`` of the
+benchmark's MLP with the hook registered and not, in alternating phases side by side.
+
+    python bench/bench_agent.py --part steps    # the hook's cost only (seconds, no torchrun)
+
 Benchmarks print numbers; they are not tests.
 """
 
@@ -272,13 +278,47 @@ def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[st
 
 # --------------------------------------------------------------------------- main
 
+def step_hook_cost(hidden: int, phases: int = 20, steps: int = 2000) -> dict[str, float]:
+    """The optimizer post-step hook that counts steps: its own cost, and opt.step() with and without it."""
+    import timeit
+
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from fr_otel.steps import StepCounter
+
+    torch.set_num_threads(1)
+    counter = StepCounter()
+    counter.arm()
+    model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(torch.randn(64, hidden)).pow(2).mean().backward()
+    n = 200_000
+    hook_ns = min(timeit.repeat(lambda: counter.optimizer_stepped(opt, (), {}), number=n, repeat=5)) / n * 1e9
+    off: list[float] = []
+    on: list[float] = []
+    for i in range(phases):
+        for hooked in ((False, True) if i % 2 == 0 else (True, False)):
+            handle = register_optimizer_step_post_hook(counter.optimizer_stepped) if hooked else None
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                opt.step()
+            (on if hooked else off).append((time.perf_counter() - t0) / steps)
+            if handle is not None:
+                handle.remove()
+    diffs = sorted(b - a for a, b in zip(off, on))
+    return {"hook_ns": hook_ns, "opt_step_us_off": statistics.median(off) * 1e6,
+            "opt_step_us_on": statistics.median(on) * 1e6, "diff_us_median": diffs[len(diffs) // 2] * 1e6}
+
+
 def fmt(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("overhead", "detection", "all"), default="all")
+    ap.add_argument("--part", choices=("overhead", "detection", "steps", "all"), default="all")
     ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
     ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
     ap.add_argument("--steps", type=int, default=1000, help="training steps per phase")
@@ -332,6 +372,13 @@ def main() -> int:
         print("  step-time overhead: median over adjacent on/off phase pairs (interval: 95% over pairs);")
         print("  agent CPU: the poller thread's CPU time plus one /metrics rendering per second, per second of "
               "training")
+    if args.part in ("steps", "all"):
+        r = step_hook_cost(args.hidden)
+        results["steps"] = r
+        print(f"steps: the counting hook costs {r['hook_ns']:.0f} ns per call; optimizer.step() of the MLP (width "
+              f"{args.hidden}) {r['opt_step_us_off']:.1f} us without it, {r['opt_step_us_on']:.1f} us with it "
+              f"(median difference over phase pairs {r['diff_us_median']:+.2f} us, "
+              f"{r['diff_us_median'] / r['opt_step_us_off']:+.2%} of the optimizer step)")
     if args.part in ("detection", "all"):
         print("detection: 4 ranks, rank 2 stalls; threshold 10 s, Prometheus scrape 5 s; seconds from the stall to")
         print(f"{'run':>4} {'(a) /metrics':>13} {'(b) PromQL':>11} {'(c) trace':>10}")

@@ -33,7 +33,10 @@ from .rank_map import RANKS_FILE, read_rank_map
 from .steps import PAYLOAD_KEY as STEPS_KEY
 from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
 
-__all__ = ["ReadResult", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes", "rank_from_name"]
+__all__ = [
+    "ReadResult", "attach_sidecars", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes",
+    "rank_from_name",
+]
 
 SUPPORTED_MAJOR = 2
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
@@ -114,7 +117,7 @@ def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tu
                 problems.append(f"{path}: no dump files (no file name {wanted})")
             found.extend(ranked)  # type: ignore[arg-type]
         elif path.is_file() and path.name in _SIDECARS:
-            continue  # read by _attach_sidecars
+            continue  # read by attach_sidecars
         elif path.is_file():
             rank = rank_from_name(path.name, prefix)
             if rank is None:
@@ -164,14 +167,14 @@ def read_dumps(
         if dump is not None:
             result.dumps[dump.rank] = dump
     _check_versions(result)
-    _attach_sidecars(result, list(paths))
+    attach_sidecars(result, list(paths))
     return result
 
 
 _SIDECARS = (RANKS_FILE, STEPS_FILE)
 
 
-def _attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]]) -> None:
+def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]]) -> None:
     """``ranks.json`` and ``steps.json`` beside the dumps fill in what the dump files lack:
     each rank's host and pid, and its training steps."""
     folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}

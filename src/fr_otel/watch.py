@@ -35,7 +35,7 @@ from .incident_export import ExportOutcome, deliver_trace, failure_reason, repla
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .ranks import compress_ranks
-from .reader import ReadResult, rank_from_name, read_dump_file
+from .reader import ReadResult, attach_sidecars, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
 
 __all__ = [
@@ -435,7 +435,9 @@ class DumpWatcher:
         try:
             from .spans import build_trace  # the OpenTelemetry SDK loads only when there is something to export
 
-            job = build_job(ReadResult(dumps=dumps, problems=problems))
+            read = ReadResult(dumps=dumps, problems=problems)
+            attach_sidecars(read, [self.settings.directory])  # ranks.json, steps.json, when someone wrote them
+            job = build_job(read)
             verdict = analyze(job, self.analysis)
             trace = build_trace(job, verdict, replace(self.trace, incident=label))
         except Exception as exc:  # noqa: BLE001 - one bad incident must not stop the watcher
