@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ._text import one_line
 
-__all__ = ["read_json_file"]
+__all__ = ["read_json_file", "read_rank_map_file"]
 
 _MAX_FILE_BYTES = 64 << 20  # a map of 100k ranks is ~20 MB
+T = TypeVar("T")
 
 
 def read_json_file(path: str, problems: list[str], consequence: str) -> dict[str, Any] | None:
@@ -31,3 +32,25 @@ def read_json_file(path: str, problems: list[str], consequence: str) -> dict[str
         problems.append(f"{path}: not a JSON object; {consequence}")
         return None
     return doc
+
+
+def read_rank_map_file(path: str, problems: list[str], consequence: str,
+                       parse: Callable[[Any], T | None]) -> dict[int, T]:
+    """``{"ranks": {"<rank>": value}}``: rank -> ``parse(value)``; bad items cost one line in all."""
+    doc = read_json_file(path, problems, consequence)
+    ranks = doc.get("ranks") if doc is not None else None
+    if doc is not None and not isinstance(ranks, dict):
+        problems.append(f"{path}: no 'ranks' mapping; {consequence}")
+    if not isinstance(ranks, dict):
+        return {}
+    out: dict[int, T] = {}
+    bad = 0
+    for key, value in ranks.items():
+        item = parse(value) if str(key).isdigit() else None
+        if item is None:
+            bad += 1
+        else:
+            out[int(key)] = item
+    if bad:
+        problems.append(f"{path}: {bad} malformed rank entr{'y' if bad == 1 else 'ies'} ignored")
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._json_file import read_json_file
+from ._json_file import read_rank_map_file
 from .rank_process import RankProcess, process_from_raw
 
 __all__ = ["RANKS_FILE", "read_rank_map", "rank_map_json"]
@@ -30,21 +30,4 @@ def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
 
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
     """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
-    doc = read_json_file(path, problems, "hosts from it unknown")
-    if doc is None:
-        return {}
-    ranks = doc.get("ranks")
-    if not isinstance(ranks, dict):
-        problems.append(f"{path}: no 'ranks' mapping; ignored")
-        return {}
-    out: dict[int, RankProcess] = {}
-    bad = 0
-    for key, value in ranks.items():
-        process = process_from_raw(value, RANKS_FILE) if str(key).isdigit() else None
-        if process is None:
-            bad += 1
-        else:
-            out[int(key)] = process
-    if bad:
-        problems.append(f"{path}: {bad} malformed rank entr{'y' if bad == 1 else 'ies'} ignored")
-    return out
+    return read_rank_map_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))

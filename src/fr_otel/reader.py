@@ -179,18 +179,14 @@ def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]])
     each rank's host and pid, and its training steps."""
     folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}
     for folder in sorted(folders):
-        ranks_path = os.path.join(folder, RANKS_FILE)
-        if os.path.isfile(ranks_path):
-            for rank, where in read_rank_map(ranks_path, result.problems).items():
+        for name, read, field_name in ((RANKS_FILE, read_rank_map, "process"), (STEPS_FILE, read_steps_file, "steps")):
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                continue
+            for rank, value in read(path, result.problems).items():  # type: ignore[operator]
                 dump = result.dumps.get(rank)
-                if dump is not None and dump.process is None:
-                    dump.process = where
-        steps_path = os.path.join(folder, STEPS_FILE)
-        if os.path.isfile(steps_path):
-            for rank, log in read_steps_file(steps_path, result.problems).items():
-                dump = result.dumps.get(rank)
-                if dump is not None and dump.steps is None:
-                    dump.steps = log
+                if dump is not None and getattr(dump, field_name) is None:
+                    setattr(dump, field_name, value)
 
 
 _Parsed = tuple["RankDump | None", list[str]]

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._json_file import read_json_file
+from ._json_file import read_rank_map_file
 
 if TYPE_CHECKING:
     from .job import Job
@@ -196,21 +196,4 @@ def steps_file_json(job: Job) -> dict[str, Any]:
 
 def read_steps_file(path: str, problems: list[str]) -> dict[int, StepLog]:
     """Rank -> :class:`StepLog` from a ``steps.json``; one problem line when it is unusable."""
-    doc = read_json_file(path, problems, "training steps unknown")
-    if doc is None:
-        return {}
-    ranks = doc.get("ranks")
-    if not isinstance(ranks, dict):
-        problems.append(f"{path}: no 'ranks' mapping; training steps unknown")
-        return {}
-    out: dict[int, StepLog] = {}
-    bad = 0
-    for key, value in ranks.items():
-        log = step_log_from_raw(value)
-        if log is None or not str(key).isdigit():
-            bad += 1
-            continue
-        out[int(key)] = log
-    if bad:
-        problems.append(f"{path}: {bad} malformed rank entr{'y' if bad == 1 else 'ies'} ignored")
-    return out
+    return read_rank_map_file(path, problems, "training steps unknown", step_log_from_raw)
