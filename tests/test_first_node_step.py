@@ -252,3 +252,34 @@ def test_torch_optimizer_post_hook_counts_steps_with_no_code_change() -> None:
         handle.remove()
     log = counter.log()
     assert log is not None and log.step == 3 and [s for s, _ in log.starts] == [0, 1, 2, 3]
+
+
+def test_watch_reads_the_step_map_and_hosts_beside_the_dumps(tmp_path: Path) -> None:
+    """`fr-otel watch` picks up steps.json and ranks.json beside NCCL-named dumps: the
+    exported root span names the step and the culprit's host."""
+    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.otlp_file import read_jsonl
+    from fr_otel.spans import TraceOptions
+    from fr_otel.watch import DumpWatcher, WatchSettings
+
+    folder = write_job(tmp_path / "dumps", stop={1: 0.2})
+    starts = [[k, T0 + k * S + 500_000_000] for k in range(6)]
+    (folder / "steps.json").write_text(json.dumps({"version": 1, "ranks": {
+        str(r): {"step": 5, "source": "optimizer", "starts": starts} for r in range(4)}}))
+    (folder / "ranks.json").write_text(json.dumps({"version": 1, "ranks": {
+        str(r): {"host": f"vm{r}", "pid": 100 + r} for r in range(4)}}))
+    now = [0.0]
+    watcher = DumpWatcher(WatchSettings(folder, prefix="nccl_trace_rank_", settle_s=0.5, out_dir=str(tmp_path / "out")),
+                          ExportConfig(), TraceOptions(job_id="job-A"), wall=lambda: T0 / S + 20 + now[0],
+                          monotonic=lambda: now[0])
+    incident = None
+    for _ in range(5):
+        incident = watcher.poll() or incident
+        now[0] += 1.0
+    assert incident is not None and incident.culprits == [1], incident
+    spans = [s for request in read_jsonl(Path(incident.destination)) for rs in request.resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    root = next(s for s in spans if s.name == "fr_otel.incident")
+    attrs = {a.key: a.value for a in root.attributes}
+    assert attrs["pytorch.training.step"].int_value == 5
+    assert [v.string_value for v in attrs["fr_otel.culprit_hosts"].array_value.values] == ["vm1"]
