@@ -153,7 +153,8 @@ def test_collective_maps_to_its_step_and_the_culprit_is_still_in_it(tmp_path: Pa
     assert out["steps"]["known"] is True
     stuck = next(g for g in out["groups"] if g["name"] == "1")
     assert stuck["in_flight"]["step"] == 5
-    assert "all_reduce #9 belongs to step 5; rank 1 is still in step 5" in render_verdict(v)
+    assert ("all_reduce #9 belongs to step 5; rank 1 is still in step 5; rank 0 waiting on it is in step 5"
+            in render_verdict(v))
 
 
 def test_steps_json_beside_the_dumps_gives_offline_analysis_the_step(tmp_path: Path) -> None:

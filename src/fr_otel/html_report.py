@@ -226,7 +226,7 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
     if c.host:
         facts.append(("Host", f"<code>{esc(c.host, 120)}</code>"))
     if c.step is not None or c.collective_step is not None:
-        facts.append(("Training step", esc(step_sentence(c), 300)))
+        facts.append(("Training step", esc(step_sentence(c, f.verdict.steps), 400)))
     if c.stopped_ns is not None:
         when = format_clock(c.stopped_ns)
         if c.stopped_after_s is not None:

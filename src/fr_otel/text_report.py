@@ -37,7 +37,7 @@ def render_verdict(v: Verdict) -> str:
     for host, ranks in v.nodes[:MAX_GROUP_LINES]:
         lines.append(f"  {host}: ranks {compress_ranks(ranks)} — look at the node")
     for c in v.culprits[:MAX_CULPRITS]:
-        lines.extend(_culprit_lines(c))
+        lines.extend(_culprit_lines(c, v.steps))
     if len(v.culprits) > MAX_CULPRITS:
         rest = v.culprits[MAX_CULPRITS:]
         kinds = sorted({c.kind for c in rest})
@@ -78,14 +78,14 @@ def render_verdict(v: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _culprit_lines(c: Culprit) -> list[str]:
+def _culprit_lines(c: Culprit, steps: dict[int, int]) -> list[str]:
     where = f"{c.group_desc} ({c.group_name})" if c.group_desc and c.group_desc != c.group_name else c.group_name
     seq = f" #{c.collective_seq_id}" if c.collective_seq_id is not None else ""
     op = f" {c.op}" if c.op else ""
     host = f" (host {c.host})" if c.host else ""
     out = ["", f"  rank {c.rank}{host}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
     if c.step is not None or c.collective_step is not None:
-        out.append(f"    {step_sentence(c)}")
+        out.append(f"    {step_sentence(c, steps)}")
     if c.related:
         shown = c.related[:3]
         for e in shown:
@@ -99,12 +99,20 @@ def _culprit_lines(c: Culprit) -> list[str]:
     return out
 
 
-def step_sentence(c: Culprit) -> str:
-    """``all_reduce #26 belongs to step 13; rank 2 is still in step 12`` (the parts known)."""
+def step_sentence(c: Culprit, steps: dict[int, int] | None = None) -> str:
+    """``all_reduce #26 belongs to step 13; rank 2 is still in step 12; ranks 0-1,3 waiting on it
+    are in step 13`` (the parts known; ``steps``: rank -> its step)."""
     parts = []
     if c.collective_step is not None and c.collective_seq_id is not None:
         parts.append(f"{c.op.partition(':')[2] or c.op if c.op else 'collective'} #{c.collective_seq_id} belongs to "
                      f"step {c.collective_step}")
     if c.step is not None:
         parts.append(f"rank {c.rank} is {'still ' if c.collective_step is not None else ''}in step {c.step}")
+    by_step: dict[int, list[int]] = {}
+    for r in c.waiting_ranks:
+        if steps and r in steps:
+            by_step.setdefault(steps[r], []).append(r)
+    for s, ranks in sorted(by_step.items())[:3]:
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {compress_ranks(ranks)} waiting on it "
+                     f"{'are' if len(ranks) > 1 else 'is'} in step {s}")
     return "; ".join(parts) or "training step unknown"
