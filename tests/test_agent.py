@@ -189,7 +189,7 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     assert run_cli("report", str(dumps), "-o", str(html)).returncode == 0
     text = html.read_text()
     assert "belongs to step 20; rank 2 is still in step 20; ranks 0-1,3 waiting on it are in step 20" in text
-    assert f"<code>{host}</code>" in text
+    assert f"<code>{host}</code>" in text and "first to stop" in text
 
 
 def test_zero_code_change_with_collector_down_and_a_failing_agent(tmp_path: Path, jobs: list[Job]) -> None:
