@@ -266,10 +266,22 @@ def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = Tr
 
 
 def parse_dump_bytes(data: bytes, rank: int, source: str = "<memory>", *, dumped_at_ns: int | None = None,
-                     problems: list[str] | None = None) -> RankDump | None:
-    """Parse a dump held in memory (e.g. ``torch._C._distributed_c10d._dump_fr_trace()``'s bytes)."""
-    return _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns,
-                         problems if problems is not None else [], True)
+                     problems: list[str] | None = None, full: bool = True) -> RankDump | None:
+    """Parse a dump held in memory (e.g. ``torch._C._distributed_c10d._dump_fr_trace()``'s bytes).
+
+    ``full=False`` keeps columns and the tail only (thousands of dumps at once); ``entries``
+    then parses ``data`` again.
+    """
+    dump = _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns,
+                         problems if problems is not None else [], full)
+    if dump is not None and not full:
+        dump._loader = partial(_entries_from_bytes, data, rank, source, dumped_at_ns)
+    return dump
+
+
+def _entries_from_bytes(data: bytes, rank: int, source: str, dumped_at_ns: int | None) -> list[Entry] | None:
+    dump = parse_dump_bytes(data, rank, source, dumped_at_ns=dumped_at_ns, problems=[])
+    return dump.entries if dump is not None else None
 
 
 def _parse_stream(
@@ -378,26 +390,46 @@ def _backend(raw_entries: list[Any], comm_lib: str) -> str:
     return "nccl" if comm_lib else "unknown"
 
 
+_RANKS_SEEN: dict[str, tuple[int, ...] | None] = {}
+_RANKS_SEEN_CHARS = 1 << 24  # a bound on the text kept as keys
+
+
 def _parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """``"[0, 1, 4]"`` (or a real list) -> (0, 1, 4); None when not a clean list of ranks."""
+    """``"[0, 1, 4]"`` (or a real list) -> (0, 1, 4); None when not a clean list of ranks.
+
+    Every rank's dump repeats the world group's members (16k numbers at 16k ranks): each
+    distinct string is parsed once per process.
+    """
     if isinstance(value, str):
-        text = value.strip()
-        if not (text.startswith("[") and text.endswith("]")):
-            return None
-        inner = text[1:-1].strip()
-        if not inner:
-            return ()
-        try:
-            items = [int(x) for x in inner.split(",")]
-        except ValueError:
-            return None
-    elif isinstance(value, (list, tuple)):
+        if value in _RANKS_SEEN:
+            return _RANKS_SEEN[value]
+        if len(value) * (len(_RANKS_SEEN) + 1) > _RANKS_SEEN_CHARS:
+            _RANKS_SEEN.clear()
+        parsed = _RANKS_SEEN[value] = _parse_ranks_text(value)
+        return parsed
+    if isinstance(value, (list, tuple)):
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
             return None
         items = list(value)
     else:
         return None
     if any(x < 0 for x in items):
+        return None
+    return tuple(sorted(set(items)))
+
+
+def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
+    text = value.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    inner = text[1:-1].strip()
+    if not inner:
+        return ()
+    try:
+        items = list(map(int, inner.split(",")))
+    except ValueError:
+        return None
+    if min(items) < 0:
         return None
     return tuple(sorted(set(items)))
 

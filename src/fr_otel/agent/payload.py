@@ -82,4 +82,5 @@ def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) 
         problems.append(f"{source}: corrupt payload: {exc}")
         return None
     with gc_paused():
-        return parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems)
+        # Columns and tails only: a coordinator holds thousands of these; entries on demand.
+        return parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems, full=False)
