@@ -32,6 +32,7 @@ from typing import Any
 __all__ = ["STORE_TIMEOUT_S", "IncidentChannel", "connect_channel"]
 
 STORE_TIMEOUT_S = 5.0
+_FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
 
 class IncidentChannel:
@@ -85,10 +86,23 @@ class IncidentChannel:
         return self._fetch([(r, f"final/{r}") for r in ranks])
 
     def _fetch(self, keys: list[tuple[int, str]]) -> dict[int, bytes]:
+        """Two round trips per batch when every key of it is there (``check`` of all, then
+        ``multi_get``: never a blocking read of a key that may not come); key by key otherwise."""
         out: dict[int, bytes] = {}
-        for rank, key in keys:
-            if self.store.check([key]):
-                out[rank] = bytes(self.store.get(key))
+        for i in range(0, len(keys), _FETCH_BATCH):
+            part = keys[i : i + _FETCH_BATCH]
+            names = [key for _, key in part]
+            if len(part) > 1 and self.store.check(names):
+                try:
+                    values = self.store.multi_get(names)
+                except (AttributeError, RuntimeError, NotImplementedError):  # a store without multi_get
+                    values = None
+                if values is not None and len(values) == len(part):
+                    out.update((rank, bytes(v)) for (rank, _), v in zip(part, values))
+                    continue
+            for rank, key in part:
+                if self.store.check([key]):
+                    out[rank] = bytes(self.store.get(key))
         return out
 
 

@@ -1,0 +1,30 @@
+"""The incident channel over a real TCPStore: fetching many payloads never waits on a missing one."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from fr_otel.agent.incident import IncidentChannel
+from fr_otel.testing.ports import unused_tcp_port
+
+
+def test_fetch_returns_every_payload_present_in_batches_and_skips_absent_ones_at_once() -> None:
+    """600 ranks, 2 never published: fetch gives the 598 exact payloads, and absent keys cost no store timeout."""
+    port = unused_tcp_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=3))
+    channel = IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
+    absent = {5, 599}  # batches of 256: the middle one is whole (multi_get), the others not
+    for rank in range(600):
+        if rank not in absent:
+            channel.publish(1, rank, f"payload of rank {rank}".encode() * (rank % 7 + 1))
+    assert channel.arrived(1) == 598
+    began = time.monotonic()
+    got = channel.fetch(1, list(range(600)))
+    assert time.monotonic() - began < 2.0  # a blocking get on an absent key would wait the 3 s timeout
+    assert set(got) == set(range(600)) - absent
+    assert all(got[r] == f"payload of rank {r}".encode() * (r % 7 + 1) for r in got)
+    del server
