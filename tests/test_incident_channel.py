@@ -28,3 +28,22 @@ def test_fetch_returns_every_payload_present_in_batches_and_skips_absent_ones_at
     assert set(got) == set(range(600)) - absent
     assert all(got[r] == f"payload of rank {r}".encode() * (r % 7 + 1) for r in got)
     del server
+
+
+def test_a_payload_names_every_member_of_a_16k_rank_world_in_a_few_bytes() -> None:
+    """Members travel as runs: the world group of 16384 ranks costs bytes, not 100 KB, and decodes whole."""
+    import pickle
+
+    from fr_otel.agent.payload import decode_payload, encode_payload
+    from fr_otel.agent.recorder import GroupInfo
+    from fr_otel.rank_process import RankProcess
+
+    world = tuple(range(16384))
+    dp = tuple(range(5, 16384, 8))
+    raw = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []})
+    groups = [GroupInfo("0", "default_pg", world, 0), GroupInfo("7", "dp", dp, 1)]
+    assert len(encode_payload(raw, groups[:1], 64, 1, RankProcess(host="h", pid=1))) < 1024  # was ~40 KB
+    payload = encode_payload(raw, groups, 64, 1, RankProcess(host="h", pid=1))
+    dump = decode_payload(payload, 5, "rank 5", problems := [])
+    assert dump is not None and not problems
+    assert dump.pg_config["0"].ranks == world and dump.pg_config["7"].ranks == dp

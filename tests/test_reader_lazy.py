@@ -28,3 +28,11 @@ def test_member_lists_parse_alike_every_time_and_bad_ones_stay_refused() -> None
     for bad in ("[1, -2]", "[a]", "1, 2", "[1,,2]"):
         assert _parse_ranks(bad) is None and _parse_ranks(bad) is None
     assert _parse_ranks("[]") == ()
+
+
+def test_member_lists_written_as_runs_read_as_the_full_sets_and_absurd_runs_are_refused() -> None:
+    """"[0-3, 8, 10-11]" (the agent's payloads) is the ranks it names; a descending or 10**12-long run is None."""
+    assert _parse_ranks("[0-3, 8, 10-11]") == (0, 1, 2, 3, 8, 10, 11)
+    assert _parse_ranks("[0-16383]") == tuple(range(16384))
+    for bad in ("[5-3]", "[0-1000000000000]", "[-3]", "[1-]", "[-]", "[1-2-3]"):
+        assert _parse_ranks(bad) is None, bad

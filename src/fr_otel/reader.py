@@ -428,10 +428,34 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
     try:
         items = list(map(int, inner.split(",")))
     except ValueError:
-        return None
+        items = _expand_runs(inner)  # fr-otel's own payloads write runs: "[0-16383]"
+        if items is None:
+            return None
     if min(items) < 0:
         return None
     return tuple(sorted(set(items)))
+
+
+_MAX_RUN_RANKS = 1 << 24
+
+
+def _expand_runs(inner: str) -> list[int] | None:
+    """``"0-3, 8"`` -> [0, 1, 2, 3, 8]; None unless every item is a rank or an ascending run
+    (and the whole stays under 16M ranks: a hostile "0-10**12" is refused, not expanded)."""
+    items: list[int] = []
+    for part in inner.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            if not dash:
+                items.append(int(first))
+                continue
+            a, b = int(first), int(last)
+        except ValueError:
+            return None
+        if not first or b < a or len(items) + b - a >= _MAX_RUN_RANKS:
+            return None
+        items.extend(range(a, b + 1))
+    return items
 
 
 def _pg_config(value: Any, path: str, problems: list[str]) -> dict[str, PgConfig]:
