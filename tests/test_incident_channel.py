@@ -47,3 +47,21 @@ def test_a_payload_names_every_member_of_a_16k_rank_world_in_a_few_bytes() -> No
     dump = decode_payload(payload, 5, "rank 5", problems := [])
     assert dump is not None and not problems
     assert dump.pg_config["0"].ranks == world and dump.pg_config["7"].ranks == dp
+
+
+def test_a_decoded_payload_gives_its_entries_on_demand_from_the_compressed_bytes(nvrx) -> None:
+    """The coordinator keeps columns and tails; .entries re-reads the payload and equals a full parse of it."""
+    import zlib
+
+    from fr_otel.agent.payload import _HEADER, decode_payload, encode_payload
+    from fr_otel.agent.recorder import GroupInfo
+    from fr_otel.rank_process import RankProcess
+    from fr_otel.reader import parse_dump_bytes
+
+    raw = (nvrx / "lock_gil_1st" / "_dump_3").read_bytes()
+    payload = encode_payload(raw, [GroupInfo("0", "default_pg", tuple(range(16)), 0)], 8, 7, RankProcess(pid=3))
+    dump = decode_payload(payload, 3, "rank 3", [])
+    assert dump is not None and dump._entries is None
+    full = parse_dump_bytes(zlib.decompress(payload[_HEADER.size:]), 3, "rank 3", dumped_at_ns=7)
+    assert full is not None and len(full.entries) > 8
+    assert dump.entries == full.entries

@@ -501,8 +501,17 @@ def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress
     return out
 
 
+_SHAPES: dict[tuple, tuple] = {}  # one tuple object per distinct sizes/dtypes value in the process
+
+
+def _shared(value: tuple) -> tuple:
+    if len(_SHAPES) > 65536:
+        _SHAPES.clear()
+    return _SHAPES.setdefault(value, value)
+
+
 def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(map(tuple, value)) if value else ()
+    return _shared(tuple(map(tuple, value))) if value else ()
 
 
 def _time(value: Any) -> int | None:
@@ -564,9 +573,9 @@ def _to_entry(e: dict[str, Any], gloo: bool, stacks: dict[tuple[int, ...], tuple
         e.get("duration_ms"),
         e.get("timeout_ms"),
         _sizes(e.get("input_sizes")),
-        tuple(e.get("input_dtypes") or ()),
+        _shared(tuple(e.get("input_dtypes") or ())),
         _sizes(e.get("output_sizes")),
-        tuple(e.get("output_dtypes") or ()),
+        _shared(tuple(e.get("output_dtypes") or ())),
         str(e.get("thread_name", "")),
         str(e.get("thread_id", "")),
         stack,

@@ -14,10 +14,11 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
+from functools import partial
 from collections.abc import Iterable
 from typing import Any
 
-from ..dump import RankDump
+from ..dump import Entry, RankDump
 from ..ranks import compress_ranks
 from ..rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..rank_process import RankProcess
@@ -85,5 +86,16 @@ def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) 
         problems.append(f"{source}: corrupt payload: {exc}")
         return None
     with gc_paused():
-        # Columns and tails only: a coordinator holds thousands of these; entries on demand.
-        return parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems, full=False)
+        # Columns and tails only: a coordinator holds thousands of these. Entries on demand,
+        # from the compressed payload (the coordinator holds it anyway), not the 5x larger body.
+        dump = parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems, full=False)
+    if dump is not None:
+        dump._loader = partial(_payload_entries, payload, rank, source)
+    return dump
+
+
+def _payload_entries(payload: bytes, rank: int, source: str) -> list[Entry] | None:
+    magic, dumped_at_ns = _HEADER.unpack_from(payload)
+    dump = parse_dump_bytes(zlib.decompress(payload[_HEADER.size:]), rank, source, dumped_at_ns=dumped_at_ns,
+                            problems=[])
+    return dump.entries if dump is not None else None
