@@ -144,6 +144,18 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
     known = {r: p for r, p in state.progress.items() if p is not None}
     unknown = [r for r, p in state.progress.items() if p is None]
     label = pg.label
+    # Who is behind depends on the sequence number only, and thousands of waiters share one:
+    # each list is computed once per (question, seq), not once per waiter (O(N^2) at 16k ranks).
+    memo: dict[tuple[str, int], list[int]] = {}
+
+    def ranks_where(question: str, seq: int) -> list[int]:
+        found = memo.get((question, seq))
+        if found is None:
+            test = {"enqueued_before": lambda pq: pq.enqueued < seq, "completed": lambda pq: pq.completed >= seq,
+                    "behind": lambda pq: pq.completed < seq - 1}[question]
+            found = memo[(question, seq)] = [q for q, pq in known.items() if test(pq)]
+        return found
+
     for r, p in sorted(known.items()):
         if p.completed >= p.enqueued:
             continue
@@ -151,7 +163,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         op = _op_at(job, r, pg.name, seq)
         inside = f"{op} #{seq} on {label}"
 
-        laggards = [q for q, pq in known.items() if pq.enqueued < seq]
+        laggards = ranks_where("enqueued_before", seq)
         if laggards:
             graph.add(r, (pg.name, seq, "enq"), laggards, "not_enqueued",
                       lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} never "
@@ -169,7 +181,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
                           lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q}'s dump "
                           "holds no record of this group")
             continue
-        completers = [q for q, pq in known.items() if pq.completed >= seq]
+        completers = ranks_where("completed", seq)
         if completers:
             evidence.setdefault(r, []).append(Evidence(
                 "not_completed", pg.name, seq,
@@ -177,7 +189,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
                 f"{compress_ranks(completers)} completed it: its device or network stalled",
                 (), True, True))
             continue
-        behind = [q for q, pq in known.items() if pq.completed < seq - 1]
+        behind = ranks_where("behind", seq)
         if behind:
             graph.add(r, (pg.name, seq, "behind"), behind, "not_completed",
                       lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} has not "
