@@ -324,6 +324,158 @@ def test_recording_rule_names() -> None:
         assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z_]+", name), f"{name}: level:metric:operations"
 
 
+THRESHOLD_PREFIX = "threshold:"
+
+
+def threshold_rules() -> dict[str, str]:
+    """The threshold recording rules: name -> its constant (``vector(N)``)."""
+    return {rule["record"]: rule["expr"] for rule in load_rules() if rule.get("record", "").startswith(THRESHOLD_PREFIX)}
+
+
+def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
+    """Every threshold is one constant recording rule; alerts compare against it and their
+    annotations print it through a query (no number written twice), and name the training job."""
+    thresholds = threshold_rules()
+    assert len(thresholds) >= 5
+    for name, expr in thresholds.items():
+        assert re.fullmatch(r"vector\(\d+(\.\d+)?\)", expr.strip()), f"{name}: a constant, vector(N)"
+    used: set[str] = set()
+    for rule in alert_rules():
+        name, expr, ann = rule["alert"], rule["expr"], rule["annotations"]
+        text = ann["summary"] + " " + ann["description"]
+        assert "$labels.training_job" in ann["summary"] and "$labels.training_job" in ann["description"], name
+        read = {t for t in thresholds if t in expr}
+        used |= read
+        for t in read:
+            assert f"query `{t}`" in text, f"{name}: its annotations do not print {t}"
+        # No literal threshold in the text: numbers only through templates.
+        outside = re.sub(r"\{\{.*?\}\}", " ", text)
+        assert not re.search(r"\d+\s*(s|m|%|seconds|minutes)\b", outside), f"{name}: a hard-coded number: {outside}"
+        nonzero = re.search(r"[><]=?\s*(?!0(?![.\d]))\d", expr)  # "> 0" / "== 0" are no thresholds
+        assert not nonzero, f"{name}: compare against a threshold:* series, not a number"
+    assert used == set(thresholds) - {"threshold:fr_blame_floor:seconds"}
+
+
+def test_alerts_on_recorded_series_are_evaluated_after_them_in_one_group() -> None:
+    """Prometheus runs a group's rules in order at one timestamp: an alert that reads a recorded
+    series (thresholds aside: constants) sits in that series' group, after it, so its value is
+    current within one evaluation interval instead of lagging a chain of groups."""
+    groups = load_yaml(RULES_FILE)["groups"]
+    where: dict[str, tuple[str, int]] = {}
+    for group in groups:
+        for i, rule in enumerate(group["rules"]):
+            if "record" in rule:
+                where[rule["record"]] = (group["name"], i)
+    checked = 0
+    for group in groups:
+        for i, rule in enumerate(group["rules"]):
+            for name in metric_names(rule["expr"]) & set(where):
+                if name.startswith(THRESHOLD_PREFIX):
+                    continue
+                checked += 1
+                assert where[name][0] == group["name"] and where[name][1] < i, \
+                    f"{rule.get('alert') or rule.get('record')} reads {name} from group {where[name][0]}"
+    assert checked >= 10
+
+
+LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_rank_lagging:seconds": "20",
+           "threshold:fr_collective_near_timeout:ratio": "0.5", "threshold:fr_agent_stale:seconds": "30",
+           "threshold:fr_blame_floor:seconds": "5"}
+
+
+def _lowered_rules_test() -> dict:
+    """A promtool test of the rules with LOWERED thresholds: each alert fires where only the lower
+    threshold makes it fire, and its annotation prints the lowered value. Ages grow 15 s per 15 s
+    step (age = evaluation time), timeouts are 600 s."""
+    def series(name: str, values: str, rank: str, **labels: str) -> dict:
+        base = {"job": "fr-otel", "training_job": "llama-7b", "instance": f"node-a:{9740 + int(rank)}", "rank": rank,
+                **labels}
+        return {"series": name + "{" + ",".join(f'{k}="{v}"' for k, v in base.items()) + "}", "values": values}
+
+    group = {"pg_name": "0", "pg_desc": "default_pg"}
+    inputs = []
+    for rank in "0123":
+        stuck = rank != "2"
+        inputs.append(series("fr_last_enqueued_seq", "100x40" if stuck else "99x40", rank, **group))
+        inputs.append(series("fr_inflight_collective_age_seconds", "0+15x40" if stuck else "0x40", rank, **group))
+        inputs.append(series("fr_inflight_collective_timeout_seconds", "600x40" if stuck else "0x40", rank, **group))
+    inputs.append(series("fr_agent_last_poll_timestamp_seconds", "0+15x10 150x30", "1"))
+    pg_labels = {"severity": "warning", "job": "fr-otel", "training_job": "llama-7b", **group}
+    url = RUNBOOK_URL
+
+    def case(t: str, alert: str, expected: list[dict]) -> dict:
+        return {"eval_time": t, "alertname": alert, "exp_alerts": expected}
+
+    return {
+        "rule_files": ["fr-otel-rules.yml"],
+        "evaluation_interval": "15s",
+        "group_eval_order": [g["name"] for g in load_yaml(RULES_FILE)["groups"]],
+        "tests": [{
+            "name": "lowered thresholds fire earlier and say so",
+            "interval": "15s",
+            "input_series": inputs,
+            "alert_rule_test": [
+                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 120 s: from 3m15s).
+                case("1m30s", "FrOtelCollectiveStalled", []),
+                case("2m", "FrOtelCollectiveStalled", [{"exp_labels": pg_labels, "exp_annotations": {
+                    "summary": "A collective has been in flight for over 30s in group 0 of training job llama-7b",
+                    "description": "The oldest in-flight collective of process group 0 (default_pg) in training job "
+                                   "llama-7b has waited 2m 0s (threshold 30s). Its members are blocked; see "
+                                   "FrOtelRankLagging for the rank(s) they wait for.",
+                    "runbook_url": url + "frotelcollectivestalled"}}]),
+                # age > 20 from 30s, for 1m: firing from 1m30s (the shipped 60 s: from 2m15s).
+                case("1m15s", "FrOtelRankLagging", []),
+                case("1m45s", "FrOtelRankLagging", [{"exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"},
+                                                     "exp_annotations": {
+                    "summary": "Rank 2 is holding up process group 0 of training job llama-7b",
+                    "description": "Rank 2 (node-a:9742) of training job llama-7b has enqueued 1 collective(s) fewer "
+                                   "than the most advanced member of process group 0 (default_pg), whose other "
+                                   "members have waited over 20s: they are waiting for rank 2.",
+                    "runbook_url": url + "frotelranklagging"}}]),
+                # age / 600 > 0.5 from 5m15s, for 30s: firing from 5m45s (the shipped 80 %: from 8m45s).
+                case("5m30s", "FrOtelCollectiveNearTimeout", []),
+                case("6m", "FrOtelCollectiveNearTimeout", [{"exp_labels": {**pg_labels, "severity": "critical"},
+                                                            "exp_annotations": {
+                    "summary": "A collective in group 0 of training job llama-7b is close to its timeout",
+                    "description": "The oldest in-flight collective of process group 0 (default_pg) in training job "
+                                   "llama-7b has used 60% of its timeout (threshold 50%). The watchdog will abort "
+                                   "the job when it reaches 100%.",
+                    "runbook_url": url + "frotelcollectiveneartimeout"}}]),
+                # polls stop at 150 s: time() - 150 > 30 from 3m15s, for 2m: firing from 5m15s.
+                case("5m", "FrOtelAgentStale", []),
+                case("5m30s", "FrOtelAgentStale", [{"exp_labels": {"severity": "warning", "job": "fr-otel",
+                                                                   "training_job": "llama-7b",
+                                                                   "instance": "node-a:9741", "rank": "1"},
+                                                    "exp_annotations": {
+                    "summary": "fr-otel agent on rank 1 of training job llama-7b stopped polling the recorder",
+                    "description": "The fr-otel agent of rank 1 (node-a:9741) of training job llama-7b answers "
+                                   "scrapes but last polled the Flight Recorder 3m 0s ago (threshold 30s): its "
+                                   "metrics are frozen.",
+                    "runbook_url": url + "frotelagentstale"}}]),
+            ],
+        }],
+    }
+
+
+def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(tmp_path: Path) -> None:
+    """Lower each threshold in its one place (the threshold:* rule), as the rules header invites:
+    the alerts fire earlier and their annotations print the new values."""
+    text = RULES_FILE.read_text(encoding="utf-8")
+    for name, value in LOWERED.items():
+        text, n = re.subn(rf"(- record: {re.escape(name)}\n\s+expr: )vector\([^)]*\)", rf"\g<1>vector({value})", text)
+        assert n == 1, name
+    (tmp_path / "fr-otel-rules.yml").write_text(text, encoding="utf-8")
+    (tmp_path / "lowered.test.yml").write_text(yaml.safe_dump(_lowered_rules_test(), sort_keys=False), encoding="utf-8")
+    result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # And the shipped thresholds do not fire at those times (the test above depends on lowering).
+    (tmp_path / "fr-otel-rules.yml").write_text(RULES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
+    assert result.returncode != 0
+    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelCollectiveNearTimeout", "FrOtelAgentStale"):
+        assert f"alertname: {alert}" in result.stdout + result.stderr, alert
+
+
 def test_every_alert_is_unit_tested_firing_pending_and_resolved() -> None:
     def seconds(duration: str) -> int:
         return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([smh])", duration))
