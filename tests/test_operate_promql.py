@@ -317,3 +317,59 @@ def test_the_exposition_is_the_contract(prometheus_url: str, scenario: Scenario)
 def test_prometheus_config_file_is_what_the_test_runs(scenario: Scenario) -> None:
     """The rules the test loads are the shipped ones (not a copy)."""
     assert RULES_FILE == Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "fr-otel-rules.yml"
+
+
+# ------------------------------------------------------------------------------------------------
+# (c) job-level things are counted once per job, whatever the world size
+# ------------------------------------------------------------------------------------------------
+#: Every panel, annotation and rule that counts job-level things (incidents, stalled groups, ranks
+#: behind), with what it must show for the scenario: one hung job with one incident, one stalled
+#: group and one rank behind, on 4 ranks. (dashboard or None for a rule, title, refId, value,
+#: overrides of dashboard variables.)
+JOB_LEVEL = [
+    ("fr-otel-overview.json", "Incidents in range", "A", 1, {}),
+    ("fr-otel-overview.json", "Incidents (exemplars open the trace)", "A", 1, {"__rate_interval": "10m"}),
+    ("fr-otel-overview.json", "annotation 'fr-otel incidents'", None, 1, {"__rate_interval": "10m"}),
+    ("fr-otel-infra.json", "annotation 'fr-otel incidents'", None, 1, {"__rate_interval": "10m"}),
+    ("fr-otel-rank.json", "annotation 'fr-otel incidents'", None, 1, {"__rate_interval": "10m"}),
+    ("fr-otel-rank.json", "Incidents in range", "A", 1, {}),
+    ("fr-otel-overview.json", "Ranks behind", "A", 1, {}),
+    ("fr-otel-overview.json", "Ranks behind, per group", "A", 1, {}),
+    ("fr-otel-overview.json", "Groups stalled", "A", 1, {"stall_s": "5"}),
+    ("fr-otel-infra.json", "Ranks the others wait for, per host", "A", 1, {}),
+    ("fr-otel-rank.json", "Groups waiting on it", "A", 1, {}),
+    (None, "job:fr_ranks_behind:count", None, 1, {}),
+]
+
+
+def _job_level_expr(dashboard: str | None, title: str, ref: str | None, overrides: dict[str, str], rank: str) -> str:
+    if dashboard is None:
+        return dict(rule_exprs())[title]
+    values = variable_values(DASHBOARDS[dashboard], {"rank": rank, **overrides})
+    if ref is None:
+        (expr,) = [e for where, e in dashboard_exprs(DASHBOARDS[dashboard]) if where == title]
+    else:
+        (target,) = [t for t in _panel(dashboard, title)["targets"] if t["refId"] == ref]
+        expr = target["expr"]
+    return substitute(expr, values)
+
+
+def test_job_level_panels_count_each_thing_once_per_job(prometheus_url: str, scenario: Scenario) -> None:
+    """On the real 4-rank hang: one incident shows as 1 (every rank counts it in its own
+    fr_incidents_total, so a sum would show 4), one stalled group as 1, one rank behind as 1."""
+    assert scenario.world_size > 1
+    incidents = "count(fr_incidents_total >= 1)"
+    deadline = time.monotonic() + 30
+    while not ((r := _result(prometheus_url, incidents)) and float(r[0]["value"][1]) == scenario.world_size):
+        assert time.monotonic() < deadline, f"not every rank counted the incident: {r}"
+        time.sleep(1)
+    (naive,) = _result(prometheus_url, "sum(fr_incidents_total)")
+    assert float(naive["value"][1]) == scenario.world_size, "each rank counts the incident: a sum is wrong"
+    wrong = []
+    for dashboard, title, ref, expected, overrides in JOB_LEVEL:
+        expr = _job_level_expr(dashboard, title, ref, overrides, scenario.culprit_rank)
+        rows = _result(prometheus_url, expr)
+        values = [float(s["value"][1]) for s in rows]
+        if len(values) != 1 or not expected <= values[0] < expected + 0.5:
+            wrong.append(f"{dashboard}: {title} {ref or ''}\n    {expr}\n    {values} (expected one row, {expected})")
+    assert not wrong, "job-level counts that are not per job:\n" + "\n".join(wrong)

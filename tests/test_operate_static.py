@@ -690,6 +690,23 @@ def test_trace_links_use_the_attribute_contract() -> None:
     assert any(attributes.IS_CULPRIT in q and attributes.RANK in q for q in traceql_queries)
 
 
+def test_incident_counts_take_the_max_over_a_jobs_ranks() -> None:
+    """Every rank of an incident counts it in its own fr_incidents_total: a query that totals
+    incidents across ranks takes the max per job (or reads one rank), never the sum."""
+    checked = 0
+    for name, dash in DASHBOARDS.items():
+        for where, expr in dashboard_exprs(dash):
+            if "fr_incidents_total" not in expr:
+                continue
+            checked += 1
+            per_job = re.search(r"max by \(job, training_job(, rank)?\) \(increase\(fr_incidents_total", expr)
+            one_rank = 'rank="$rank"' in expr
+            assert per_job or one_rank, f"{name} {where}: {expr}"
+            summed = re.search(r"sum(\s+by\s*\([^)]*\))?\s*\(increase\(fr_incidents_total", expr)
+            assert one_rank or not summed, f"{name} {where}: a sum over ranks"
+    assert checked >= 6
+
+
 def test_overview_has_the_panels_the_issue_asks_for() -> None:
     dash = DASHBOARDS["fr-otel-overview.json"]
     panels = {p["title"]: p for p in iter_panels(dash["panels"])}
