@@ -12,9 +12,12 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from fr_otel.progress import DELAY_S
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -270,3 +273,121 @@ def test_embedded_file_hint_names_an_endpoint_placeholder(nvrx: Path, tmp_path: 
     proc = _export(nvrx / "lock_gil_1st", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"send it on: fr-otel replay \S+\.jsonl --endpoint http://COLLECTOR:4317$", proc.stdout, re.M)
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. progress bars: on a terminal, for work over a second; never in pipes, never on stdout
+# ------------------------------------------------------------------------------------------------
+BIG_WORLD, BIG_ENTRIES, CULPRIT = 256, 3000, 3
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 256-rank hang (3000 all_reduces per rank, rank 3 one short): enough dumps that reading
+    them takes seconds (~3 s on the 2-core box). Built from a real NCCL dump's entry shape."""
+    import pickle
+
+    template = pickle.loads((REPO / "tests" / "data" / "nvrx-fr-traces" / "lock_gil_1st" / "_dump_0").read_bytes())
+    out = tmp_path_factory.mktemp("big-job")
+    members = str(list(range(BIG_WORLD)))
+    for rank in range(BIG_WORLD):
+        n = BIG_ENTRIES - (rank == CULPRIT)
+        entries = [dict(template["entries"][0], record_id=seq, pg_id=0, process_group=("0", "default_pg"),
+                        collective_seq_id=seq, p2p_seq_id=0, op_id=seq, profiling_name="nccl:all_reduce",
+                        is_p2p=False, time_created_ns=1_700_000_000_000_000_000 + seq * 1_000_000 + rank,
+                        state="scheduled" if seq == n and rank != CULPRIT else "completed")
+                   for seq in range(1, n + 1)]
+        status = {"0": {"last_enqueued_collective": n, "last_started_collective": -1,
+                        "last_completed_collective": n - (rank != CULPRIT)}}
+        doc = dict(template, pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": members}},
+                   pg_status=status, entries=entries)
+        (out / f"rank_{rank}").write_bytes(pickle.dumps(doc))
+    return out
+
+
+def _under_a_terminal(*args: str) -> tuple[int, bytes, bytes]:
+    """Run fr-otel with stderr on a real pseudo-terminal and stdout on a pipe; (status, stdout,
+    what the terminal showed)."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "fr_otel.cli", *args], stdout=subprocess.PIPE,
+                            stderr=secondary, env=_env(COLUMNS="100"))
+    os.close(secondary)
+    shown = bytearray()
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    stdout = proc.stdout.read() if proc.stdout else b""
+    return proc.wait(timeout=120), stdout, bytes(shown)
+
+
+def test_progress_bar_on_a_terminal_only_and_json_untouched(big_job: Path) -> None:
+    """analyze --json of 256 big dumps: on a terminal stderr shows a tqdm bar of files read
+    ("reading dumps ... 256/256"); in a pipe, or with --quiet, stderr stays empty; stdout is
+    byte-identical in all three."""
+    args = ("analyze", str(big_job), "--json", "--workers", "1")
+    began = time.monotonic()
+    piped = _fr_otel(*args)
+    if time.monotonic() - began < 2 * DELAY_S:
+        pytest.skip("this machine reads the job too fast for a bar to be due")
+    status, tty_stdout, shown = _under_a_terminal(*args)
+    assert status == 0, shown.decode(errors="replace")
+    text = shown.decode(errors="replace")
+    assert "reading dumps" in text and f"/{BIG_WORLD}" in text and "files" in text, text[-500:]
+    assert "\r" in text, "a live bar redraws in place"
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert piped.stdout.encode() == tty_stdout
+    verdict = json.loads(tty_stdout)
+    assert verdict["world_size"] == BIG_WORLD and verdict["ranks_loaded"] == BIG_WORLD
+    status, quiet_stdout, quiet_shown = _under_a_terminal(*args, "--quiet")
+    assert status == 0 and quiet_shown == b"" and quiet_stdout == tty_stdout
+
+
+def test_report_shows_progress_on_a_terminal_too(big_job: Path, tmp_path: Path) -> None:
+    """report reads through the same bar; its own lines still reach the terminal."""
+    status, stdout, shown = _under_a_terminal("report", str(big_job), "-o", str(tmp_path / "r.html"),
+                                              "--workers", "1")
+    text = shown.decode(errors="replace")
+    assert status == 0 and "reading dumps" in text and "HTML report written" in text, text[-500:]
+    assert (tmp_path / "r.html").stat().st_size > 0 and b"open it:" in stdout
+
+
+def test_export_reports_spans_sent_as_they_go() -> None:
+    """The export loop calls progress(spans delivered, spans) after each request it delivers,
+    ending at the total (what the bar on a terminal shows)."""
+    from fr_otel.otlp_config import resolve_export_config
+    from fr_otel.otlp_export import export_spans
+    from fr_otel.testing.otlp import OtlpGrpcReceiver, synthetic_spans
+
+    calls: list[tuple[int, int]] = []
+    spans = synthetic_spans(3000, attribute_bytes=600)
+    with OtlpGrpcReceiver() as rx:
+        config = resolve_export_config(endpoint=rx.url, environ={}, max_request_bytes=256 * 1024)
+        result = export_spans(spans, config, deadline_s=30, spool_dir=None, progress=lambda d, t: calls.append((d, t)))
+        assert result.ok and rx.span_count() == 3000
+    assert len(calls) == result.requests_sent > 3
+    assert [t for _, t in calls] == [3000] * len(calls)
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[-1] == 3000
+
+
+def test_the_light_path_does_not_import_tqdm() -> None:
+    """Reading and analysing dumps never imports tqdm; only a bar that is shown does."""
+    code = "\n".join([
+        "import sys",
+        "from fr_otel.cli import main",
+        "from fr_otel import analysis, progress, reader",
+        "assert 'tqdm' not in sys.modules, 'imported at start'",
+        "with progress.TerminalProgress(enabled=False).task('x', 'y') as update:",
+        "    update(1, 2)",
+        "assert 'tqdm' not in sys.modules, 'imported for a hidden bar'",
+    ])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr

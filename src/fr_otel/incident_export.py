@@ -20,6 +20,7 @@ from .otlp_config import ExportConfig
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from .otlp_export import ExportResult
+    from .progress import ProgressCallback
     from .spans import IncidentTrace
 
 __all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "replay_command", "OUT_DIR_ENV",
@@ -55,8 +56,10 @@ def deliver_trace(
     *,
     directory: str | os.PathLike[str] | None = None,
     deadline_s: float | None = None,
+    progress: ProgressCallback | None = None,
 ) -> ExportOutcome:
-    """Export ``trace`` to the configured endpoint, or write it to the embedded file."""
+    """Export ``trace`` to the configured endpoint, or write it to the embedded file;
+    ``progress(spans sent, spans)`` follows the sending."""
     from .otlp_export import export_spans, write_embedded
 
     folder = out_dir(directory)
@@ -80,6 +83,7 @@ def deliver_trace(
         config,
         deadline_s=deadline_s if deadline_s is not None else min(config.timeout_s, DEFAULT_DEADLINE_S),
         spool_dir=spool_dir,
+        progress=progress,
     )
     if result.ok:
         return ExportOutcome("sent", result.endpoint, None, result)

@@ -53,7 +53,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -469,6 +469,15 @@ class _Delivery:
     errors: list[str] = dataclasses.field(default_factory=list)
     stopped: str | None = None  # why nothing more will be attempted
     notes: list[str] = dataclasses.field(default_factory=list)
+    progress: Callable[[int, int], None] | None = None  # (spans delivered, spans to send)
+    spans_done: int = 0
+    spans_total: int = 0
+
+    def delivered(self, n_spans: int) -> None:
+        self.requests_sent += 1
+        self.spans_done += n_spans
+        if self.progress is not None:
+            self.progress(self.spans_done, self.spans_total)
 
     def calibrate(self, n_bytes: int, seconds: float, factor: float) -> None:
         """Lower the rendering speed estimate after ``factor * seconds`` of work on ``n_bytes``."""
@@ -519,7 +528,7 @@ def _deliver(
                 outcome = _Outcome(_Verdict.FATAL, one_line(f"{type(exc).__name__}: {exc}"))
             if outcome.verdict is _Verdict.OK:
                 delivered.append(chunk)
-                state.requests_sent += 1
+                state.delivered(chunk.n_spans)
                 if outcome.detail:
                     state.notes.append(outcome.detail)
                 break
@@ -611,6 +620,7 @@ def export_spans(
     spool_dir: str | os.PathLike[str] | None,
     spool_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ExportResult:
     """Send spans to ``config``'s collector, done within ``deadline_s``; spool the rest.
 
@@ -618,7 +628,8 @@ def export_spans(
     ``:4318``); callers that want the embedded file instead check it first.
     Undelivered chunks go to ``spool_dir/spool_name`` (default: a unique
     ``fr-otel-spool-*.jsonl``); with ``spool_dir=None`` they are reported as lost.
-    ``config.disabled`` (``OTEL_SDK_DISABLED``) makes this a no-op.
+    ``config.disabled`` (``OTEL_SDK_DISABLED``) makes this a no-op. ``progress(spans
+    delivered, spans)`` is called after each delivered request.
     """
     start = time.monotonic()
     endpoint = config.target()
@@ -627,6 +638,7 @@ def export_spans(
     state = _state(config, start, deadline_s, max_attempts)
     chunks, speedup = _encoded_chunks(spans_or_requests, config.max_request_bytes)
     state.calibrate(sum(c.size for c in chunks), time.monotonic() - start, _RENDER_VS_ENCODE * speedup)
+    state.progress, state.spans_total = progress, sum(c.n_spans for c in chunks)
     try:
         sender = _make_sender(config)
     except Exception as exc:  # unreadable certificate file, bad TLS material
@@ -679,6 +691,7 @@ def replay(
     deadline_s: float,
     remove_on_success: bool = False,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ExportResult:
     """Send the requests stored in OTLP JSON Lines files (spools or embedded outputs).
 
@@ -686,7 +699,7 @@ def replay(
     delivered file is deleted and a partly delivered one is rewritten with only the
     rest, so calling ``replay`` again until ``ok`` delivers every span exactly once.
     Without it files are untouched and ``completed_paths`` lists the delivered ones.
-    An unreadable file is skipped and named in ``error``.
+    An unreadable file is skipped and named in ``error``. ``progress`` as in :func:`export_spans`.
     """
     start = time.monotonic()
     endpoint = config.target()
@@ -701,6 +714,9 @@ def replay(
             files.append((path, read_jsonl(path)))
         except (OSError, ValueError) as exc:
             extra.append(one_line(f"skipped {exc}" if isinstance(exc, ValueError) else f"skipped {path}: {exc}"))
+    state.progress = progress
+    state.spans_total = sum(len(ss.spans) for _, requests in files for r in requests for rs in r.resource_spans
+                            for ss in rs.scope_spans)
     sent = spooled = 0
     completed: list[Path] = []
     try:

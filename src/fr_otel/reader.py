@@ -16,11 +16,11 @@ import json
 import os
 import pickle
 import re
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ._columns import summarise
 from ._text import one_line
@@ -32,6 +32,9 @@ from .safe_pickle import ForbiddenPickle, load_restricted
 from .rank_map import RANKS_FILE, read_rank_map
 from .steps import PAYLOAD_KEY as STEPS_KEY
 from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
+
+if TYPE_CHECKING:
+    from .progress import ProgressCallback
 
 __all__ = [
     "ReadResult", "attach_sidecars", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes",
@@ -151,18 +154,20 @@ def read_dumps(
     *,
     prefix: str | None = None,
     workers: int | None = None,
+    progress: ProgressCallback | None = None,
 ) -> ReadResult:
     """Read every rank's dump under ``paths``; never raises on bad input.
 
     ``workers``: processes to parse with (default: all cores, used only when the
     dumps are large enough to repay starting them; 1 = in this process).
+    ``progress(files done, files)`` is called as files are parsed.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found, problems = _discover(list(paths), prefix)
     chosen = _choose_per_rank(found, problems)
     result = ReadResult(problems=problems)
-    for dump, file_problems in _parse_all(chosen, workers):
+    for dump, file_problems in _parse_all(chosen, workers, progress):
         result.problems.extend(file_problems)
         if dump is not None:
             result.dumps[dump.rank] = dump
@@ -192,7 +197,9 @@ def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]])
 _Parsed = tuple["RankDump | None", list[str]]
 
 
-def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Parsed]:
+def _parse_all(
+    chosen: list[tuple[int, str]], workers: int | None, progress: ProgressCallback | None = None
+) -> list[_Parsed]:
     n_workers = workers if workers is not None else (os.cpu_count() or 1)
     total = 0
     for _, path in chosen:
@@ -202,7 +209,7 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
             pass
     if n_workers <= 1 or len(chosen) < 2 or total < _PARALLEL_MIN_BYTES:
         # Small jobs: build every Entry now, in this process.
-        return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES)
+        return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES, progress=progress)
     n_workers = min(n_workers, len(chosen))
     # Small batches handed out as workers free up: no worker waits on a slow sibling, and
     # results stream back instead of arriving as one big pickle per worker. Workers send
@@ -212,21 +219,33 @@ def _parse_all(chosen: list[tuple[int, str]], workers: int | None) -> list[_Pars
     # takes them from the front; a batch the pool already holds cannot be cancelled.
     size = max(1, min(_BATCH_FILES, len(chosen) // (4 * n_workers)))
     batches = [chosen[i : i + size] for i in range(0, len(chosen), size)]
-    done: list[list[_Parsed] | None] = [None] * len(batches)
+    done: dict[int, list[_Parsed]] = {}
+
+    def advance() -> None:
+        if progress is not None:
+            progress(sum(len(r) for r in done.values()), len(chosen))
+
     with ProcessPoolExecutor(max_workers=n_workers - 1) as pool:
         futures = [pool.submit(_parse_batch, batch) for batch in batches]
         for i in range(len(batches) - 1, -1, -1):
             if not futures[i].cancel():
                 break
             done[i] = _parse_batch(batches[i])
-        parsed = [item for i, f in enumerate(futures) for item in (done[i] if done[i] is not None else f.result())]
+            advance()
+        pending = {f: i for i, f in enumerate(futures) if i not in done}
+        for future in as_completed(pending):
+            done[pending[future]] = future.result()
+            advance()
+    parsed = [item for i in range(len(batches)) for item in done[i]]
     for dump, _ in parsed:
         if dump is not None:
             dump._loader = partial(_load_entries, dump.path, dump.rank)
     return parsed
 
 
-def _parse_batch(batch: list[tuple[int, str]], full: bool = False) -> list[_Parsed]:
+def _parse_batch(
+    batch: list[tuple[int, str]], full: bool = False, progress: ProgressCallback | None = None
+) -> list[_Parsed]:
     out: list[_Parsed] = []
     # Unpickling allocates millions of short-lived containers and no cycles; the cyclic
     # GC would re-scan the growing heap over and over for nothing.
@@ -236,6 +255,8 @@ def _parse_batch(batch: list[tuple[int, str]], full: bool = False) -> list[_Pars
         for rank, path in batch:
             problems: list[str] = []
             out.append((read_dump_file(path, rank, problems, full=full), problems))
+            if progress is not None:
+                progress(len(out), len(batch))
     finally:
         if was_enabled:
             gc.enable()

@@ -35,6 +35,7 @@ from .incident_export import ExportOutcome, deliver_trace, failure_reason, repla
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .ranks import compress_ranks
+from .progress import TerminalProgress
 from .reader import ReadResult, attach_sidecars, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
 
@@ -213,8 +214,10 @@ class DumpWatcher:
         *,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        progress: TerminalProgress | None = None,
     ) -> None:
         self.settings = settings
+        self._progress = progress or TerminalProgress(enabled=False)
         self.export = export
         self.trace = trace or TraceOptions()
         self.analysis = analysis or AnalysisOptions()
@@ -310,11 +313,17 @@ class DumpWatcher:
 
     def _settle(self, now_m: float) -> None:
         arrived: list[_Tracked] = []
-        for t in self._tracked.values():
-            if t.status != "settling" or now_m - t.changed < self.settings.settle_s:
-                continue
-            problems: list[str] = []
-            dump = read_dump_file(str(self.settings.directory / t.name), t.rank, problems)
+        ready = [t for t in self._tracked.values()
+                 if t.status == "settling" and now_m - t.changed >= self.settings.settle_s]
+        if not ready:
+            return
+        with self._progress.task("reading dumps", "files") as update:
+            dumps = []
+            for i, t in enumerate(ready):
+                problems: list[str] = []
+                dumps.append((read_dump_file(str(self.settings.directory / t.name), t.rank, problems), problems))
+                update(i + 1, len(ready))
+        for t, (dump, problems) in zip(ready, dumps):
             if dump is not None and dump.file_mtime_ns not in (None, t.mtime_ns):
                 t.changed = now_m  # rewritten while we read it: settle again
                 continue
@@ -450,7 +459,8 @@ class DumpWatcher:
         incident.missing = sorted(set(missing) | set(verdict.missing_ranks))
         self._record(incident, [], final=False)  # a watcher killed mid-export re-exports under this number
         try:
-            outcome = deliver_trace(trace, self.export, directory=self.settings.out_dir)
+            with self._progress.task("sending spans", "spans") as update:
+                outcome = deliver_trace(trace, self.export, directory=self.settings.out_dir, progress=update)
         except Exception as exc:  # noqa: BLE001 - recorded as failed, so it is not retried every poll
             outcome = ExportOutcome("failed", f"{type(exc).__name__}: {exc}", None, None)
         incident.status, incident.destination = outcome.status, outcome.destination

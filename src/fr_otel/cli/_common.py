@@ -11,6 +11,7 @@ from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..job import Job, build_job
 from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, resolve_export_config
+from ..progress import TerminalProgress
 from ..reader import read_dumps
 
 EXIT_OK = 0  # analysed, whatever the verdict
@@ -47,9 +48,17 @@ def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
     return AnalysisOptions(straggler_threshold_s=args.straggler_threshold)
 
 
-def load_job(paths: Sequence[str], prefix: str | None, workers: int | None) -> Job | None:
+def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
+    """Progress bars on stderr when it is a terminal, unless ``--quiet``."""
+    return TerminalProgress(enabled=False if getattr(args, "quiet", False) else None)
+
+
+def load_job(
+    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None
+) -> Job | None:
     """Read and model the dumps; None (after saying why) when not a single dump could be read."""
-    read = read_dumps(paths, prefix=prefix, workers=workers)
+    with (progress or TerminalProgress(enabled=False)).task("reading dumps", "files") as update:
+        read = read_dumps(paths, prefix=prefix, workers=workers, progress=update)
     if not read.dumps:
         for line in read.problems:
             error(line)

@@ -7,7 +7,9 @@ import sys
 
 from ..analysis import analyze
 from ..text_report import render_verdict
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json
+from ._common import (
+    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json, terminal_progress,
+)
 from .report import add_html_arg, write_html
 
 
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    job = load_job(args.paths, args.prefix, args.workers)
+    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
     if job is None:
         return EXIT_UNUSABLE
     verdict = analyze(job, analysis_options(args))

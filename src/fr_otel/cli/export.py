@@ -17,8 +17,8 @@ from ..trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_N
 if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exports
     from ..spans import IncidentTrace
 from ._common import (
-    EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, analysis_options, error,
-    export_config, load_job, print_json,
+    EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, add_quiet_arg,
+    analysis_options, error, export_config, load_job, print_json, terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     replay_p.add_argument("files", nargs="+", metavar="FILE", help="fr-otel-trace-*.jsonl or fr-otel-spool-*.jsonl")
     add_export_args(replay_p, replay=True)
     replay_p.add_argument("--keep", action="store_true", help="keep delivered files (default: delete them)")
+    add_quiet_arg(replay_p)
     replay_p.set_defaults(func=run_replay)
 
 
@@ -71,7 +72,8 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
     from ..spans import build_trace
 
     trace = build_trace(job, verdict, trace_options(args))
-    outcome = deliver_trace(trace, config, directory=args.out)
+    with terminal_progress(args).task("sending spans", "spans") as update:
+        outcome = deliver_trace(trace, config, directory=args.out, progress=update)
     if getattr(args, "json", False):
         doc = verdict.to_dict(include_groups=False)
         doc["trace_id"] = trace.trace_id_hex
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     config = export_config(args)
     if config is None:
         return EXIT_UNUSABLE
-    job = load_job(args.paths, args.prefix, args.workers)
+    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
     if job is None:
         return EXIT_UNUSABLE
     return export_and_report(job, analyze(job, analysis_options(args)), config, args)
@@ -130,7 +132,9 @@ def run_replay(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     from ..otlp_export import replay
 
-    result = replay(args.files, config, deadline_s=config.timeout_s, remove_on_success=not args.keep)
+    with terminal_progress(args).task("sending spans", "spans") as update:
+        result = replay(args.files, config, deadline_s=config.timeout_s, remove_on_success=not args.keep,
+                        progress=update)
     if result.ok:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
         return EXIT_OK

@@ -22,6 +22,7 @@ from ._common import (
     analysis_options,
     error,
     load_job,
+    terminal_progress,
 )
 
 DEFAULT_OUTPUT = "incident.html"
@@ -58,7 +59,7 @@ def write_html(
 
 
 def run(args: argparse.Namespace) -> int:
-    job = load_job(args.paths, args.prefix, args.workers)
+    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
     if job is None:
         return EXIT_UNUSABLE
     verdict = analyze(job, analysis_options(args))

@@ -31,6 +31,7 @@ from ._common import (
     add_quiet_arg,
     error,
     export_config,
+    terminal_progress,
 )
 from .export import add_trace_args, trace_options
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         stop.set()  # the export in progress finishes (bounded by --timeout), then the loop ends
 
     signal.signal(signal.SIGTERM, _on_term)
-    watcher = DumpWatcher(settings, config, trace_options(args))
+    watcher = DumpWatcher(settings, config, trace_options(args), progress=terminal_progress(args))
     names = f"{settings.prefix}<rank>" if settings.prefix else "<anything><rank>"
     expect = (f"ranks {compress_ranks(settings.expected_ranks)}" if settings.expected_ranks is not None
               else "the world size in the dumps' pg_config")
