@@ -329,7 +329,8 @@ THRESHOLD_PREFIX = "threshold:"
 
 def threshold_rules() -> dict[str, str]:
     """The threshold recording rules: name -> its constant (``vector(N)``)."""
-    return {rule["record"]: rule["expr"] for rule in load_rules() if rule.get("record", "").startswith(THRESHOLD_PREFIX)}
+    return {rule["record"]: rule["expr"] for rule in load_rules()
+            if rule.get("record", "").startswith(THRESHOLD_PREFIX)}
 
 
 def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
@@ -425,8 +426,8 @@ def _lowered_rules_test() -> dict:
                     "runbook_url": url + "frotelcollectivestalled"}}]),
                 # age > 20 from 30s, for 1m: firing from 1m30s (the shipped 60 s: from 2m15s).
                 case("1m15s", "FrOtelRankLagging", []),
-                case("1m45s", "FrOtelRankLagging", [{"exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"},
-                                                     "exp_annotations": {
+                case("1m45s", "FrOtelRankLagging", [{
+                    "exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"}, "exp_annotations": {
                     "summary": "Rank 2 is holding up process group 0 of training job llama-7b",
                     "description": "Rank 2 (node-a:9742) of training job llama-7b has enqueued 1 collective(s) fewer "
                                    "than the most advanced member of process group 0 (default_pg), whose other "
