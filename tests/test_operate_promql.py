@@ -9,9 +9,10 @@ trace_id exemplar on fr_incidents_total). Then:
       returns something for a hung job;
   (b) the key panels and the lag alert's expression name the culprit rank.
 
-The data comes from the ``scenario`` fixture: a real 4-rank gloo training job under torchrun
-with the agent on, in which rank 2 sleeps before an all_reduce the others wait in; the agent's
-incident trace goes to a real OTLP receiver, its trace id becomes the exemplar Prometheus stores.
+The data comes from the ``hung_job`` fixture: a real 4-rank gloo training job under torchrun
+with the agent on, in which rank 2 sleeps before an all_reduce the others wait in; Prometheus
+scrapes it from its start (``prometheus``); ``scenario`` is that job once the agent's incident
+trace has reached a real OTLP receiver (its trace id becomes the exemplar Prometheus stores).
 """
 
 from __future__ import annotations
@@ -89,8 +90,18 @@ def _kill_job(proc: subprocess.Popen[bytes], markers: Path) -> None:
     proc.wait()
 
 
+@dataclass
+class HungJob:
+    """The running job: its /metrics targets and the OTLP receiver its incident trace goes to."""
+
+    targets: list[str]
+    receiver: OtlpGrpcReceiver
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+def hung_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HungJob]:
     """A real hung job: 4 gloo ranks running the agent (metrics on base + LOCAL_RANK, incidents on,
     exported to a real OTLP receiver); rank 2 sleeps before its all_reduce, the others wait in it."""
     if importlib.util.find_spec("torch") is None:
@@ -115,14 +126,35 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD),
              str(TRAIN_LOOP)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            # The incident trace arrives once the stall passes the agent's threshold (10 s).
-            if not wait_for(lambda: len(rx.trace_ids()) == 1 or proc.poll() is not None, timeout=120):
-                pytest.fail(f"no incident trace; job log:\n{(tmp / 'job.log').read_text(errors='replace')[-3000:]}")
-            yield Scenario(targets=[f"127.0.0.1:{base + r}" for r in range(WORLD)], culprit_rank=str(STALL_RANK),
-                           culprit_group="0", world_size=WORLD, incident_trace_id=next(iter(rx.trace_ids())))
+            yield HungJob([f"127.0.0.1:{base + r}" for r in range(WORLD)], rx, proc, tmp / "job.log")
         finally:
             _kill_job(proc, markers)
             log.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(hung_job: HungJob, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A real Prometheus (exemplar storage on) scraping every rank each second with the shipped
+    rules loaded, from the job's start: it sees every counter from 0, as in production."""
+    if find_prometheus() is None:
+        pytest.fail("prometheus is not installed (scripts/setup-system.sh installs Debian's prometheus)")
+    server = PrometheusServer(hung_job.targets, job="fr-otel", labels={"training_job": TRAINING_JOB},
+                              scrape_interval="1s", rule_files=[RULES_FILE],
+                              workdir=tmp_path_factory.mktemp("prometheus"), startup_timeout=60)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def scenario(hung_job: HungJob, prometheus: PrometheusServer) -> Scenario:
+    """The hung job once its incident trace has arrived (the stall passed the agent's 10 s)."""
+    rx, proc = hung_job.receiver, hung_job.proc
+    if not wait_for(lambda: len(rx.trace_ids()) == 1 or proc.poll() is not None, timeout=120):
+        pytest.fail(f"no incident trace; job log:\n{hung_job.log.read_text(errors='replace')[-3000:]}")
+    if not rx.trace_ids():
+        pytest.fail(f"the job ended without an incident:\n{hung_job.log.read_text(errors='replace')[-3000:]}")
+    return Scenario(targets=hung_job.targets, culprit_rank=str(STALL_RANK), culprit_group="0", world_size=WORLD,
+                    incident_trace_id=next(iter(rx.trace_ids())))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,23 +178,16 @@ def _result(url: str, expr: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def prometheus_url(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus (exemplar storage on) scraping the scenario's targets every second with
-    the shipped rules loaded; yields its URL once the rule chain has evaluated on the data."""
-    if find_prometheus() is None:
-        pytest.fail("prometheus is not installed (scripts/setup-system.sh installs Debian's prometheus)")
-    server = PrometheusServer(scenario.targets, job="fr-otel", labels=scenario.labels, scrape_interval="1s",
-                              rule_files=[RULES_FILE], workdir=tmp_path_factory.mktemp("prometheus"),
-                              startup_timeout=60)
-    with server:
-        world = len(scenario.targets)
-        try:
-            # Every rank scraped twice (rate() needs two samples), the blame rule evaluated.
-            server.wait_for("rate(fr_agent_polls_total[1m])", lambda r: len(r) == world, timeout=60)
-            server.wait_for("rank_pg:fr_behind:lag", timeout=30)
-        except TimeoutError as exc:
-            pytest.fail(f"{exc}\ntargets: {server.targets_health()}\n{server.log_tail()}")
-        yield server.url
+def prometheus_url(prometheus: PrometheusServer, scenario: Scenario) -> str:
+    """The Prometheus URL once the rule chain has evaluated on the hung job's data."""
+    world = len(scenario.targets)
+    try:
+        # Every rank scraped twice (rate() needs two samples), the blame rule evaluated.
+        prometheus.wait_for("rate(fr_agent_polls_total[1m])", lambda r: len(r) == world, timeout=60)
+        prometheus.wait_for("rank_pg:fr_behind:lag", timeout=30)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\ntargets: {prometheus.targets_health()}\n{prometheus.log_tail()}")
+    return prometheus.url
 
 
 # ------------------------------------------------------------------------------------------------
