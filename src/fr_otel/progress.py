@@ -4,7 +4,7 @@ Long steps (reading hundreds of dumps, sending a big trace) take a callback
 ``progress(done, total)``; the library never draws anything itself. The command line
 hands them :meth:`TerminalProgress.task`, a tqdm bar on stderr that appears only when
 stderr is a terminal, only once the step has run for :data:`DELAY_S`, and never with
-``--quiet``. stdout (``--json``) is never touched. tqdm is imported only when a bar is
+``--quiet`` (tqdm's own ``TQDM_*`` variables, e.g. ``TQDM_DELAY``, are honoured). stdout (``--json``) is never touched. tqdm is imported only when a bar is
 actually wanted, so this module costs nothing on the light path.
 """
 
@@ -51,8 +51,11 @@ class TerminalProgress:
         from tqdm import tqdm
 
         sized = _columns(self.stream) > 0  # a terminal that reports no size still gets an 80-column bar
-        bar: Any = tqdm(desc=description, unit=f" {unit}", file=self.stream, delay=DELAY_S, leave=False,
-                        dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24)
+        ours = {"delay": DELAY_S, "leave": False, "dynamic_ncols": sized, "ncols": None if sized else 80,
+                "nrows": None if sized else 24}
+        # tqdm's own TQDM_* variables (TQDM_DELAY, TQDM_NCOLS, ...) win over our choices.
+        settings = {k: v for k, v in ours.items() if f"TQDM_{k.upper()}" not in os.environ}
+        bar: Any = tqdm(desc=description, unit=f" {unit}", file=self.stream, **settings)
 
         def update(done: int, total: int) -> None:
             if bar.total != total:
