@@ -34,8 +34,8 @@ from .dump import RankDump
 from .incident_export import ExportOutcome, deliver_trace, failure_reason, replay_command
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
-from .ranks import compress_ranks
 from .progress import TerminalProgress
+from .ranks import compress_ranks
 from .reader import ReadResult, attach_sidecars, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
 
