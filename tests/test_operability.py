@@ -281,28 +281,31 @@ def test_embedded_file_hint_names_an_endpoint_placeholder(nvrx: Path, tmp_path: 
 BIG_WORLD, BIG_ENTRIES, CULPRIT = 64, 1000, 3
 
 
-@pytest.fixture(scope="module")
-def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 64-rank hang (1000 all_reduces per rank, rank 3 one short), built from a real NCCL dump's
-    entry shape."""
+def _write_hang(out: Path, world: int, entries: int) -> Path:
+    """A ``world``-rank hang (``entries`` all_reduces per rank, rank 3 one short), built from a real
+    NCCL dump's entry shape."""
     import pickle
 
     template = pickle.loads((REPO / "tests" / "data" / "nvrx-fr-traces" / "lock_gil_1st" / "_dump_0").read_bytes())
-    out = tmp_path_factory.mktemp("big-job")
-    members = str(list(range(BIG_WORLD)))
-    for rank in range(BIG_WORLD):
-        n = BIG_ENTRIES - (rank == CULPRIT)
-        entries = [dict(template["entries"][0], record_id=seq, pg_id=0, process_group=("0", "default_pg"),
-                        collective_seq_id=seq, p2p_seq_id=0, op_id=seq, profiling_name="nccl:all_reduce",
-                        is_p2p=False, time_created_ns=1_700_000_000_000_000_000 + seq * 1_000_000 + rank,
-                        state="scheduled" if seq == n and rank != CULPRIT else "completed")
-                   for seq in range(1, n + 1)]
+    members = str(list(range(world)))
+    for rank in range(world):
+        n = entries - (rank == CULPRIT)
+        rows = [dict(template["entries"][0], record_id=seq, pg_id=0, process_group=("0", "default_pg"),
+                     collective_seq_id=seq, p2p_seq_id=0, op_id=seq, profiling_name="nccl:all_reduce",
+                     is_p2p=False, time_created_ns=1_700_000_000_000_000_000 + seq * 1_000_000 + rank,
+                     state="scheduled" if seq == n and rank != CULPRIT else "completed")
+                for seq in range(1, n + 1)]
         status = {"0": {"last_enqueued_collective": n, "last_started_collective": -1,
                         "last_completed_collective": n - (rank != CULPRIT)}}
         doc = dict(template, pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": members}},
-                   pg_status=status, entries=entries)
+                   pg_status=status, entries=rows)
         (out / f"rank_{rank}").write_bytes(pickle.dumps(doc))
     return out
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_hang(tmp_path_factory.mktemp("big-job"), BIG_WORLD, BIG_ENTRIES)
 
 
 def _under_a_terminal(*args: str, **env: str) -> tuple[int, bytes, bytes]:
@@ -383,6 +386,23 @@ def test_a_bar_appears_only_after_a_second_of_work() -> None:
     shown = work(DELAY_S * 1.6)
     assert "reading dumps" in shown and "10/10" in shown and shown.endswith("\r"), shown
     assert TerminalProgress(stream=io.StringIO()).enabled is False, "not a terminal: no bar"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reader_reports_files_read_in_process_and_in_parallel(tmp_path: Path, workers: int) -> None:
+    """read_dumps calls progress(files done, files) as files are parsed, on both of its paths
+    (one process; a pool, for dumps over 16 MiB), ending at every file."""
+    from fr_otel import reader
+
+    job = _write_hang(tmp_path, 48, 4000)
+    size = sum(f.stat().st_size for f in job.iterdir())
+    assert size > reader._PARALLEL_MIN_BYTES, "big enough for the parallel path"
+    calls: list[tuple[int, int]] = []
+    read = reader.read_dumps(job, workers=workers, progress=lambda done, total: calls.append((done, total)))
+    assert len(read.dumps) == 48
+    assert calls and calls[-1] == (48, 48) and {t for _, t in calls} == {48}
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert len(calls) > 1
 
 
 def test_report_shows_progress_on_a_terminal_too(big_job: Path, tmp_path: Path) -> None:
