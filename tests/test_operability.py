@@ -405,6 +405,22 @@ def test_reader_reports_files_read_in_process_and_in_parallel(tmp_path: Path, wo
     assert len(calls) > 1
 
 
+def test_export_shows_files_read_and_spans_sent_on_a_terminal(big_job: Path, tmp_path: Path) -> None:
+    """export --json to a real collector: the terminal shows both steps' bars; stdout is the
+    same JSON as in a pipe."""
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    with OtlpGrpcReceiver() as rx:
+        args = ("export", str(big_job), "--endpoint", rx.url, "--out", str(tmp_path), "--json")
+        status, tty_stdout, shown = _under_a_terminal(*args, **AT_ONCE)
+        text = shown.decode(errors="replace")
+        assert status == 0 and "reading dumps" in text and "sending spans" in text, text[-800:]
+        piped = _fr_otel(*args, env=_env(**AT_ONCE))
+        assert piped.returncode == 0 and "sending spans" not in piped.stderr and "reading dumps" not in piped.stderr
+    assert piped.stdout.encode() == tty_stdout
+    assert json.loads(tty_stdout)["export"]["status"] == "sent"
+
+
 def test_report_shows_progress_on_a_terminal_too(big_job: Path, tmp_path: Path) -> None:
     """report reads through the same bar; its own lines still reach the terminal."""
     status, stdout, shown = _under_a_terminal("report", str(big_job), "-o", str(tmp_path / "r.html"), **AT_ONCE)
