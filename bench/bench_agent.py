@@ -16,11 +16,20 @@ a real Prometheus scraping every 5 s, a real OTLP receiver. From the stall's sta
 
   (a) rank 0's ``/metrics`` (polled every 0.1 s) shows the in-flight age over 10 s;
   (b) Prometheus answers the culprit PromQL (threshold 10 s) with rank 2;
-  (c) the incident trace (root span with the verdict) arrives at the receiver.
+  (c) the incident trace (root span with the verdict) arrives at the receiver;
+  and what capturing the threads' stacks cost each rank at that incident (from the
+  ``capture_s`` each rank reports in ``incident.json``).
+
+**Stack capture.** ``fr_otel.live_stack.capture_stacks`` in this process with 8 extra
+threads blocked 40 frames deep (a data loader, pin-memory and friends) next to the main
+thread: median, p99 and max of 300 captures, and the payload bytes it adds (target
+< 5 ms per rank; it runs only when a rank takes part in an incident, never on a poll).
 
     python bench/bench_agent.py                 # both parts
     python bench/bench_agent.py --quick         # fewer phases, one detection run
     python bench/bench_agent.py --part overhead --capacity 20000 --phases 16
+    python bench/bench_agent.py --part stacks   # seconds
+
 **Counting training steps.** In one process, no agent threads: the step counter's
 optimizer post-step hook called directly (ns per call), and ``optimizer.step()`` of the
 benchmark's MLP with the hook registered and not, in alternating phases side by side.
@@ -53,6 +62,7 @@ sys.path.insert(0, str(REPO / "src"))
 from fr_otel.testing.ports import free_port_block  # noqa: E402
 
 TARGET_OVERHEAD = 0.005
+TARGET_CAPTURE_S = 0.005
 
 
 # --------------------------------------------------------------------------- worker (one rank)
@@ -270,10 +280,49 @@ def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[st
                 if c is None and any(s.span.name == "fr_otel.incident" for s in rx.spans()):
                     c = now - t0
                 time.sleep(0.1)
+            capture = _incident_capture_s(Path(tmp) / "dumps", deadline)
         finally:
             proc.kill()
             proc.wait()
-    return {"metric_s": a, "promql_s": b, "trace_s": c}
+    return {"metric_s": a, "promql_s": b, "trace_s": c, "capture_ms": capture}
+
+
+def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
+    """Per rank, milliseconds its stack capture took at the live incident (incident.json)."""
+    while time.time() < deadline:
+        found = list(dumps.glob("*/incident.json"))
+        if found:
+            ranks = json.loads(found[0].read_text())["ranks"]
+            return [ranks[r]["now"]["capture_s"] * 1e3 for r in sorted(ranks, key=int) if "now" in ranks[r]]
+        time.sleep(0.1)
+    return []
+
+
+def stacks(captures: int = 300, threads: int = 8, depth: int = 40) -> dict[str, float]:
+    """capture_stacks() here, with ``threads`` extra threads blocked ``depth`` frames deep."""
+    from fr_otel.live_stack import capture_stacks
+
+    stop = threading.Event()
+
+    def deep(n: int) -> None:
+        deep(n - 1) if n else stop.wait()
+
+    pool = [threading.Thread(target=deep, args=(depth,), name=f"worker-{i}", daemon=True) for i in range(threads)]
+    for t in pool:
+        t.start()
+    time.sleep(0.2)
+    costs = []
+    try:
+        for _ in range(captures):
+            t = time.perf_counter()
+            now = capture_stacks()
+            costs.append(time.perf_counter() - t)
+    finally:
+        stop.set()
+    costs.sort()
+    return {"median_ms": statistics.median(costs) * 1e3, "p99_ms": costs[int(0.99 * (len(costs) - 1))] * 1e3,
+            "max_ms": costs[-1] * 1e3, "threads": len(now.threads),
+            "payload_bytes": len(json.dumps(now.as_json()))}
 
 
 # --------------------------------------------------------------------------- main
@@ -318,7 +367,7 @@ def fmt(value: float | None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("overhead", "detection", "steps", "all"), default="all")
+    ap.add_argument("--part", choices=("overhead", "detection", "steps", "stacks", "all"), default="all")
     ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
     ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
     ap.add_argument("--steps", type=int, default=1000, help="training steps per phase")
@@ -344,7 +393,14 @@ def main() -> int:
     if args.quick:
         args.phases, args.runs = 8, 1
     capacities = args.capacity or [2000, 20000]
-    results: dict[str, Any] = {"overhead": [], "detection": []}
+    results: dict[str, Any] = {"overhead": [], "detection": [], "stacks": None}
+    if args.part in ("stacks", "all"):
+        r = stacks()
+        results["stacks"] = r
+        ok = r["p99_ms"] / 1e3 < TARGET_CAPTURE_S
+        print(f"stack capture: {r['threads']} threads (8 of them 40 frames deep): median {r['median_ms']:.2f} ms, "
+              f"p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms per capture (target < {TARGET_CAPTURE_S * 1e3:g} ms: "
+              f"{'ok' if ok else 'MISS'}); {r['payload_bytes'] / 1024:.1f} KiB in the payload; only at incidents")
     if args.part in ("overhead", "all"):
         print(f"overhead: MLP width {args.hidden}, {args.phases} phases x {args.steps} steps, agent "
               "polling every 1 s, /metrics scraped every 1 s")
@@ -381,11 +437,13 @@ def main() -> int:
               f"{r['diff_us_median'] / r['opt_step_us_off']:+.2%} of the optimizer step)")
     if args.part in ("detection", "all"):
         print("detection: 4 ranks, rank 2 stalls; threshold 10 s, Prometheus scrape 5 s; seconds from the stall to")
-        print(f"{'run':>4} {'(a) /metrics':>13} {'(b) PromQL':>11} {'(c) trace':>10}")
+        print(f"{'run':>4} {'(a) /metrics':>13} {'(b) PromQL':>11} {'(c) trace':>10}   stack capture per rank at the "
+              "incident")
         for i in range(args.runs):
             r = detection("5s", 10.0, 40.0)
             results["detection"].append(r)
-            print(f"{i + 1:>4} {fmt(r['metric_s']):>13} {fmt(r['promql_s']):>11} {fmt(r['trace_s']):>10}")
+            cap = ", ".join(f"{ms:.2f}" for ms in r["capture_ms"]) or "-"
+            print(f"{i + 1:>4} {fmt(r['metric_s']):>13} {fmt(r['promql_s']):>11} {fmt(r['trace_s']):>10}   {cap} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

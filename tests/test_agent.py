@@ -177,8 +177,8 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
         assert job.wait() == 0, job.output[-4000:]  # the stall ended; training finished normally
     assert f"culprits: rank 2 (not_enqueued, host {host}, step 20)" in job.output
     dumps = tmp_path / "out" / "dumps" / trace_id
-    assert sorted(p.name for p in dumps.iterdir()) == [*(f"fr_trace_rank_{r}" for r in range(ws)), "ranks.json",
-                                                       "steps.json"]
+    assert sorted(p.name for p in dumps.iterdir()) == [*(f"fr_trace_rank_{r}" for r in range(ws)), "incident.html",
+                                                       "incident.json", "ranks.json", "steps.json"]
     assert pickle.loads((dumps / "fr_trace_rank_0").read_bytes())["version"]  # torch's own pickle, as is
     offline = run_cli("analyze", str(dumps), "--json")
     verdict = json.loads(offline.stdout)
@@ -190,6 +190,74 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     text = html.read_text()
     assert "belongs to step 20; rank 2 is still in step 20; ranks 0-1,3 waiting on it are in step 20" in text
     assert f"<code>{host}</code>" in text and "first to stop" in text
+
+
+def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, jobs: list[Job], run_cli) -> None:
+    """Rank 2 sleeps in time.sleep before its all_reduce: the log line, the trace (root and rank
+    span), incident.json, incident.html and the JSON verdict all give its host, pid and the
+    time.sleep frame at the right file:line; exporting the dump folder afterwards gives the live
+    trace id; the stuck all_reduce's entries are ERROR with code.*, and no completed span of
+    rank 2 is stretched across the stall."""
+    from fr_otel.spans import MAX_ESTIMATED_END_NS
+
+    ws, host = 4, socket.gethostname()
+    line = next(i for i, text in enumerate(TRAIN_LOOP.read_text().splitlines(), 1) if "time.sleep(stall_s)" in text)
+    frame = f"in time.sleep at {TRAIN_LOOP}:{line} in main"
+    with OtlpGrpcReceiver() as rx:
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="8",
+                       TRAIN_LOOP_STALL_SECONDS="20", TRAIN_LOOP_STEPS="12", TRAIN_LOOP_GLOO_TIMEOUT="60",
+                       FR_OTEL_METRICS_PORT="off", FR_OTEL_STALL_SECONDS="4", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        job = Job(_torchrun(ws), env, tmp_path)
+        jobs.append(job)
+        assert wait_for(lambda: _incident_root(rx) is not None, timeout=90, interval=0.1), job.output[-4000:]
+        trace_id, root = _check_one_trace(rx, set(range(ws)))
+        spans = rx.spans()
+        pid = int((tmp_path / "markers" / "pid_rank_2").read_text())
+        # The trace: the root and rank 2's span say where it runs and where it is now.
+        assert root["fr_otel.culprit_ranks"] == [2]
+        assert (root["host.name"], root["process.pid"], root["code.line.number"]) == (host, pid, line)
+        assert frame in root["fr_otel.now"]
+        rank2 = next(s for s in spans if s.span.name == "rank" and s.attributes["pytorch.distributed.rank"] == 2)
+        assert (rank2.resource_attributes["host.name"], rank2.resource_attributes["process.pid"]) == (host, pid)
+        assert rank2.attributes["fr_otel.stack.now"].startswith(f"{TRAIN_LOOP}:{line} in main")
+        assert [e.name for e in rank2.span.events] == ["stack.now"]
+        # Honest spans: the stuck all_reduce is ERROR at once, with its call site; nothing of
+        # rank 2 that completed lasts longer than the bound on an estimated end.
+        stuck = [s for s in spans if s.attributes.get("fr_otel.stuck")]
+        assert {s.attributes["pytorch.distributed.rank"] for s in stuck} == {0, 1, 3}
+        for s in stuck:
+            assert s.span.status.code == s.span.status.STATUS_CODE_ERROR and s.attributes["error.type"] == "hang"
+            assert s.attributes["code.file.path"] == str(TRAIN_LOOP) and s.attributes["code.line.number"] > line
+        done2 = [s for s in spans if s.attributes.get("pytorch.distributed.rank") == 2
+                 and s.attributes.get("pytorch.distributed.completed")]
+        assert done2 and max(s.span.end_time_unix_nano - s.span.start_time_unix_nano for s in done2) <= MAX_ESTIMATED_END_NS
+        assert job.wait() == 0, job.output[-4000:]
+    # The log line.
+    (line_out,) = [t for t in job.output.splitlines() if "culprits: rank 2 (not_enqueued" in t]
+    assert f") at {host}:{pid} {frame}" in line_out
+    # incident.json and incident.html beside the dumps.
+    dumps = tmp_path / "out" / "dumps" / trace_id
+    incident = json.loads((dumps / "incident.json").read_text())
+    assert incident["trace_id"] == trace_id and incident["incident"] == "1"
+    assert incident["summary"]["verdict"] == "hang" and incident["summary"]["culprits"][0]["rank"] == 2
+    me = incident["ranks"]["2"]
+    assert (me["host"], me["pid"], me["local_rank"]) == (host, pid, 2)
+    assert me["now"]["threads"][0]["frames"][0] == {"name": "main", "filename": str(TRAIN_LOOP), "line": line}
+    assert sorted(int(r) for r in incident["ranks"]) == list(range(ws))
+    page = (dumps / "incident.html").read_text()
+    assert f"ssh {host} py-spy dump --pid {pid}" in page and f"host {host}, pid {pid}" in page
+    assert "time.sleep" in page and f"{TRAIN_LOOP.name}:{line}" in page and trace_id in page
+    # The JSON verdict of the folder, and its export: the live incident's identity.
+    out = run_cli("analyze", str(dumps), "--json")
+    assert out.returncode == 0, out.stderr
+    verdict = json.loads(out.stdout)
+    assert verdict["trace_id"] == trace_id
+    now = verdict["culprits"][0]["now"]
+    assert (now["host"], now["pid"], now["frames"][0]["line"], now["doing"]) == (host, pid, line, "time.sleep")
+    assert f"Now rank 2 (host {host}, pid {pid}) is {frame}, not in all_reduce #" in verdict["culprits"][0]["evidence"]
+    out = run_cli("export", str(dumps), "--out", str(tmp_path / "offline"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["trace_id"] == trace_id
 
 
 def test_zero_code_change_with_collector_down_and_a_failing_agent(tmp_path: Path, jobs: list[Job]) -> None:

@@ -301,3 +301,43 @@ def test_sdk_disabled(hung: Path, tmp_path: Path) -> None:
     proc = fr_otel("export", str(hung), "--out", str(tmp_path), env={"OTEL_SDK_DISABLED": "true"})
     assert proc.returncode == 0 and "OTEL_SDK_DISABLED" in proc.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("scenario", ["subgroup_stall", "skip_allreduce"])
+def test_spans_are_honest_about_the_stuck_collective(scenario_dumps, scenario: str) -> None:
+    """The incident's stuck collective is ERROR on every rank that waits in it (not only after its
+    30-minute timeout), in-flight and culprit entries carry code.*, and no completed span of the
+    culprit is stretched across the stall by gloo's estimated end."""
+    from opentelemetry.trace import StatusCode
+
+    from fr_otel.spans import MAX_ESTIMATED_END_NS
+
+    job = build_job(read_dumps(scenario_dumps(scenario) / "pickle"))
+    verdict = analyze(job)
+    spans = build_trace(job, verdict).spans
+    entries = [s for s in spans if s.attributes["fr_otel.span"] == "entry"]
+    stuck = {(g.group.name, g.in_flight.seq) for g in verdict.groups if g.in_flight is not None}
+    waiting = [s for s in entries if s.attributes.get("fr_otel.in_flight")
+               and (s.attributes["pytorch.distributed.pg.name"], s.attributes["pytorch.distributed.collective.seq_id"])
+               in stuck]
+    assert waiting
+    for s in waiting:
+        assert s.status.status_code is StatusCode.ERROR and s.attributes["fr_otel.stuck"] is True
+        assert s.attributes["error.type"] == "hang" and "waiting for rank(s)" in s.status.description
+    culprit = verdict.culprits[0].rank
+    culprit_entries = [s for s in entries if s.attributes["pytorch.distributed.rank"] == culprit]
+    for s in waiting + culprit_entries:
+        assert {"code.function.name", "code.file.path", "code.line.number"} <= set(s.attributes), s.name
+        assert "/torch/" not in s.attributes["code.file.path"]
+    done = [s for s in culprit_entries if s.attributes["pytorch.distributed.completed"]]
+    assert done and all(s.attributes["fr_otel.end_estimated"] for s in done)  # gloo records no completion time
+    assert max(s.end_time - s.start_time for s in done) <= MAX_ESTIMATED_END_NS
+    # A bound, not a guess: it never ends after the group's next enqueue by any rank.
+    nxt = {}
+    for s in entries:
+        key = (s.attributes["pytorch.distributed.pg.name"], s.attributes["pytorch.distributed.collective.seq_id"])
+        nxt[key] = min(nxt.get(key, s.start_time), s.start_time)
+    for s in done:
+        later = nxt.get((s.attributes["pytorch.distributed.pg.name"],
+                         s.attributes["pytorch.distributed.collective.seq_id"] + 1))
+        assert later is None or s.end_time <= max(later, s.start_time)

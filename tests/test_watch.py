@@ -134,6 +134,15 @@ def test_one_trace_after_the_last_rank_and_none_after_a_restart(dumps: dict[int,
             time.sleep(1.0)  # settle + many polls
             assert rx.span_count() == sent
             assert again.stop() == 0
+    # The identity beside the dumps: exporting the folder later gives the watcher's trace id.
+    identity = json.loads((folder / "incident.json").read_text())
+    assert (identity["trace_id"], identity["incident"]) == (trace_id, "watch-1")
+    assert identity["summary"]["culprits"][0]["rank"] == CULPRITS[0] and (folder / "incident.html").is_file()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FR_OTEL_", "TORCHELASTIC_", "SLURM_"))}
+    out = subprocess.run([sys.executable, "-m", "fr_otel.cli", "export", str(folder), "--out", str(tmp_path / "x"),
+                          "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["trace_id"] == trace_id
 
 
 def test_deadline_exports_what_is_in_and_names_the_missing(dumps: dict[int, bytes], tmp_path: Path) -> None:

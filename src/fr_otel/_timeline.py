@@ -555,10 +555,11 @@ class _Scale:
     """Time to x. When the dump comes long after the last activity, the idle stretch is cut
     out of the axis (a break) so the recent history keeps its width."""
 
-    def __init__(self, lo: int, hi: int, ref: int) -> None:
+    def __init__(self, lo: int, hi: int, ref: int, ref_label: str = "0") -> None:
         hi = max(hi, lo + 1)
         span = hi - lo
         self.ref = ref
+        self.ref_label = ref_label
         self.broken = ref > hi and (ref - hi) > 0.6 * span
         w = PLOT_X1 - PLOT_X0
         if self.broken:
@@ -587,14 +588,17 @@ class _Scale:
         return self.xa1 + (t - self.a1) * (self.xb0 - self.xa1) / max(self.b0 - self.a1, 1)
 
     def ticks(self) -> list[tuple[float, str]]:
-        """(x, label) at round offsets from the reference. When the window sits far before
-        it (a dump long after the hang), the first tick carries the full offset and the
-        others count on from it (``+0.2 ms``), instead of ten-digit labels."""
+        """(x, label) at round offsets from the reference (``−10 min``, ``−7 min 30 s`` …
+        ``0 (dump)``). When the window sits far before it (a dump long after the hang), the
+        first tick says how far in people's units (``−10 min 0 s``) and the others count on
+        from it (``+0.2 ms``), instead of ten-digit labels like ``−600.00075 s``."""
         lo, hi = self.a0, (self.a1 if self.broken else self.ref)
         span_s = max(hi - lo, 1) / 1e9
         raw = span_s / 6
         mag = 10 ** math.floor(math.log10(raw))
         step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+        if raw >= 30:  # minutes and hours in round steps (2 min, 5 min, 1 h), not 200 s
+            step = next((m for m in _CLOCK_STEPS_S if m >= raw), step)
         first = math.ceil((lo - self.ref) / 1e9 / step)
         last = math.floor((hi - self.ref) / 1e9 / step)
         biggest = max(abs((lo - self.ref) / 1e9), abs((hi - self.ref) / 1e9))
@@ -604,7 +608,7 @@ class _Scale:
             for k in range(first, last + 1):
                 t = self.ref + round(k * step * 1e9)
                 if k == first:
-                    text = _label(k * step, "s", 1.0, _decimals(step, 1.0))
+                    text = fmt_rel((t - self.ref))
                 else:
                     text = "+" + _label((k - first) * step, unit, factor, _decimals(step, factor)).lstrip("+")
                 out.append((self.x(t), text))
@@ -614,11 +618,15 @@ class _Scale:
             for k in range(first, last + 1):
                 v = k * step
                 t = self.ref + round(v * 1e9)
-                out.append((self.x(t), "0" if k == 0 else _label(v, unit, factor, decimals)))
+                text = fmt_rel(v * 1e9) if step >= 60 else _label(v, unit, factor, decimals)
+                out.append((self.x(t), self.ref_label if k == 0 else text))
         if self.broken:  # none under the break's label; the dump itself is 0
             out = [(x, t) for x, t in out if x < self.xa1 - 34]
-            out.append((self.x(self.ref), "0"))
+            out.append((self.x(self.ref), self.ref_label))
         return out
+
+
+_CLOCK_STEPS_S = (30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def _unit(step_s: float) -> tuple[str, float]:
@@ -722,7 +730,7 @@ def render_timeline(f: Facts) -> str:
         for b in lane.bars:
             if b.kind != "ghost":
                 hi = max(hi, b.start, b.end if b.kind != "open" else b.start)
-    scale = _Scale(start, hi, ref)
+    scale = _Scale(start, hi, ref, "0 (dump)" if f.verdict.reference_source == "dump_files" else "0")
     max_rows = max(2, min(7, ROW_BUDGET // max(1, len(lanes)) // ROW_H))
     for lane in lanes:
         _pack(lane, scale, max_rows)

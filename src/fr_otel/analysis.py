@@ -18,10 +18,12 @@ from dataclasses import replace
 
 from .dump import Frame
 from .job import Job, ProcessGroup
+from .live_stack import LiveStacks
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
 from .steps import step_of_collective
 from .stop_order import StopOrder, order_stops
+from .rank_process import RankProcess
 from .straggler import find_stragglers
 from .verdict import (
     DEFAULT_STRAGGLER_THRESHOLD_S,
@@ -240,19 +242,37 @@ def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
             if found:
                 op = found[0].profiling_name
                 break
+    process = job.processes.get(rank)
+    dump = job.dumps.get(rank)
+    now = dump.now if dump is not None else None
+    text = primary.text
+    if now is not None and now.where is not None:
+        text += " " + _now_sentence(rank, process, now, primary.kind, op, primary.seq)
     return Culprit(
         rank=rank,
         kind=primary.kind,
         group_name=primary.group,
         group_desc=pg.desc if pg else "",
         collective_seq_id=primary.seq,
-        evidence=primary.text,
+        evidence=text,
         op=op,
         waiting_ranks=primary.waiting,
         last_frame=_last_user_frame(job, rank),
         related=tuple(_dedupe_evidence(ordered[1:])),
         peer=primary.peer,
+        process=process,
+        now=now,
     )
+
+
+def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind: str, op: str | None,
+                  seq: int | None) -> str:
+    """"Now rank 2 (host vm, pid 4242) is in time.sleep at train.py:27 in main, not in all_reduce #26." """
+    who = f"rank {rank} ({process.label})" if process is not None and process.label else f"rank {rank}"
+    text = f"Now {who} is {now.describe()}"
+    if kind == "not_enqueued" and op and now.in_collective is None:
+        text += f", not in {op.partition(':')[2] or op}" + (f" #{seq}" if seq is not None else "")
+    return text + "."
 
 
 def _dedupe_evidence(items: list[Evidence]) -> list[Evidence]:

@@ -17,6 +17,8 @@ __all__ = [
     "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
     "CULPRIT_HOSTS", "CULPRIT_NODES", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
+    "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
+    "HOST_NAME", "PROCESS_PID", "STUCK",
 ]
 
 # What the recorder says (span and resource attributes)
@@ -73,6 +75,9 @@ CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several
 FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits
 STOP_ORDER_NOTE = "fr_otel.stop_order.note"  # why the culprits cannot be ordered
 STOPPED_AFTER_S = "fr_otel.stopped_after_s"  # a culprit: seconds after the first culprit stopped
+STACK_NOW = "fr_otel.stack.now"  # the main thread's Python stack at incident time (live agent)
+NOW = "fr_otel.now"  # what that stack says: "in time.sleep at train.py:27 in main"
+STUCK = "fr_otel.stuck"  # an entry of the collective the incident is about, still in flight
 
 # Generic OpenTelemetry names
 THREAD_ID = "thread.id"
@@ -81,3 +86,5 @@ CODE_FUNCTION = "code.function.name"
 CODE_FILE = "code.file.path"
 CODE_LINE = "code.line.number"
 ERROR_TYPE = "error.type"
+HOST_NAME = "host.name"
+PROCESS_PID = "process.pid"

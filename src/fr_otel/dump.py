@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from .rank_process import RankProcess
 from .steps import StepLog
+
+if TYPE_CHECKING:
+    from .live_stack import LiveStacks
 
 __all__ = ["Frame", "Entry", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump"]
 
@@ -142,6 +145,7 @@ class RankDump:
     file_mtime_ns: int | None = None
     process: RankProcess | None = None  # where it ran, when the dump says (the live agent's payloads do)
     steps: StepLog | None = None  # training steps, when the live agent counted them
+    now: LiveStacks | None = None  # its threads' stacks at incident time (the live agent's payloads)
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry]] | None = None
 

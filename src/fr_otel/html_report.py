@@ -119,7 +119,8 @@ def write_report(path: str | os.PathLike[str], document: str) -> int:
     """Write ``document`` atomically (temp file + rename) as UTF-8; returns its size in bytes."""
     data = document.encode("utf-8", "replace")
     target = os.fspath(path)
-    tmp = f"{target}.part{os.getpid()}"
+    head, name = os.path.split(target)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.part")  # hidden, and no rank number a watcher could take
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -232,6 +233,10 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
         if c.stopped_after_s is not None:
             when += " — first to stop" if c.stopped_after_s == 0 else f" — {c.stopped_after_s:.3f} s after the first"
         facts.append(("Stopped", esc(when)))
+    if c.process is not None and c.process.pid is not None:
+        facts.append(("Process id", f"<code>{c.process.pid}</code>"))
+    if c.now is not None and c.now.where is not None:
+        facts.append(("Now", f"in <code>{esc(c.now.doing, 160)}</code> at {_frame_html(c.now.where)}"))
     if c.last_frame is not None:
         facts.append(("Last call site", _frame_html(c.last_frame)))
     parts = [
@@ -255,6 +260,17 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
     return "".join(parts)
 
 
+def _py_spy(c: Culprit, what: str = "dump") -> str:
+    """The py-spy command for this culprit, with its real host and pid when known."""
+    p = c.process
+    pid = str(p.pid) if p is not None and p.pid is not None else "PID"
+    host = p.host if p is not None and p.host else c.host
+    cmd = f"py-spy {what} --pid {pid}"
+    if host:
+        cmd = f"ssh {host} {cmd}"
+    return f"<code>{esc(cmd, 400)}</code>"
+
+
 def _next_step(f: Facts, c: Culprit) -> str:
     r = c.rank
     op = esc((c.op or "the collective").partition(":")[2] or c.op or "the collective", 80)
@@ -262,8 +278,8 @@ def _next_step(f: Facts, c: Culprit) -> str:
     nccl = "nccl" in f.verdict.backends
     if c.kind == "not_enqueued":
         return (f"Rank {r} never reached {op} {seq}: its Python was somewhere else. Find out where: "
-                f"<code>py-spy dump --pid PID</code> (add <code>--native</code> for C++ frames) on rank {r}'s "
-                "process while it is still alive, its last call site below, and its log (a stuck data loader, "
+                f"{_py_spy(c)} (add <code>--native</code> for C++ frames) on rank {r}'s "
+                "process while it is still alive, its stacks below, and its log (a stuck data loader, "
                 "checkpoint or file I/O, an exception in a different code path, a held GIL, a "
                 "rank-dependent branch that skips the collective).")
     if c.kind == "not_completed":
@@ -275,7 +291,7 @@ def _next_step(f: Facts, c: Culprit) -> str:
                     "(<code>NCCL_DEBUG=INFO</code>) around the reference time.")
         return (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
                 "(TCP connectivity to its peers, <code>ss -tnp</code>, interface errors) and whether the process "
-                f"is starved of CPU; <code>py-spy dump --pid PID</code> shows where rank {r} is blocked.")
+                f"is starved of CPU; {_py_spy(c)} shows where rank {r} is blocked.")
     if c.kind == "mismatch":
         return (f"Rank {r} called a different collective than its peers at {seq}. Compare the two call sites "
                 "(below, under Stacks): typically a rank-dependent branch, a conditional collective, or tensors "
@@ -288,7 +304,7 @@ def _next_step(f: Facts, c: Culprit) -> str:
                 "<code>TORCH_FR_DUMP_TEMP_FILE</code> location).")
     if c.kind == "straggler":
         return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it "
-                "(<code>py-spy top --pid PID</code>, the torch profiler): data loading, CPU contention, thermal "
+                f"({_py_spy(c, 'top')}, the torch profiler): data loading, CPU contention, thermal "
                 "throttling or a slower host. A constant offset can also be clock skew between hosts: compare "
                 "their clocks before blaming the rank.")
     return "Look at this rank's process and host around the reference time."
@@ -567,6 +583,21 @@ def _stack_entry(f: Facts, c: Culprit) -> tuple[Entry | None, str]:
                f"{f.group_label(e.pg_name)} ({fmt_rel(e.time_created_ns - f.ref) if f.ref else ''})")
 
 
+def _now_block(c: Culprit) -> str:
+    """The culprit's threads at incident time (the live agent's capture), main thread first."""
+    assert c.now is not None and c.now.main is not None
+    who = f" ({esc(c.process.label, 300)})" if c.process is not None and c.process.label else ""
+    head = (f'<h3 class="now">rank {c.rank}{who} {_badge(c.kind)} <span class="dim">· now: where its threads were '
+            f"when the incident was raised, {esc(c.now.describe(), 400)}</span></h3>")
+    main = c.now.main
+    block = f"<h4>{esc(main.name, 120)}</h4>" + _frames_list(main.frames)
+    others = "".join(f"<h4>{esc(t.name, 120)}</h4>" + _frames_list(t.frames) for t in c.now.threads[1:])
+    if others:
+        block += (f'<details class="threads"><summary>{len(c.now.threads) - 1} other thread'
+                  f'{"s" if len(c.now.threads) != 2 else ""}</summary>{others}</details>')
+    return head + block
+
+
 def _stacks_section(f: Facts) -> str:
     v = f.verdict
     out = ['<section id="stacks"><h2>Stacks</h2>']
@@ -574,13 +605,17 @@ def _stacks_section(f: Facts) -> str:
         out.append('<p class="dim">No culprit, no stack to show.</p></section>')
         return "".join(out)
     any_frames = any(d.has_frames for d in f.job.dumps.values())
+    now = [_now_block(c) for c in v.culprits[:MAX_STACKS] if c.now is not None and c.now.main is not None]
+    if any_frames or now:
+        out.append('<p class="lead">Innermost frame first. Your code in bold, torch and the standard library dimmed; '
+                   "the call site is the innermost frame of your code. <b>Now</b>: where the culprit's threads were "
+                   "when the live agent raised the incident; below it, the stack of its last collective.</p>")
+    out.extend(now)
     if not any_frames:
-        out.append('<p class="dim">These dumps hold no Python stacks (JSON dumps never do; pickled dumps do when '
-                   "the recorder captured stack traces). The evidence above still names the ranks; "
-                   "<code>py-spy dump</code> on a live culprit shows where it is.</p></section>")
+        out.append('<p class="dim">These dumps hold no Python stacks of their collectives (JSON dumps never do; '
+                   "pickled dumps do when the recorder captured stack traces). The evidence above still names the "
+                   "ranks; <code>py-spy dump</code> on a live culprit shows where it is.</p></section>")
         return "".join(out)
-    out.append('<p class="lead">Innermost frame first. Your code in bold, torch and the standard library dimmed; '
-               "the call site is the innermost frame of your code.</p>")
     for c in v.culprits[:MAX_STACKS]:
         e, what = _stack_entry(f, c)
         head = f'<h3>rank {c.rank} {_badge(c.kind)} <span class="dim">· {esc(what, 300)}</span></h3>'

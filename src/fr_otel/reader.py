@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ._columns import summarise
 from ._text import one_line
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
+from .live_stack import PAYLOAD_KEY as STACKS_KEY
+from .live_stack import stacks_from_raw
 from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
 from .ranks import compress_ranks
@@ -400,6 +402,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         file_mtime_ns=mtime,
         process=process_from_raw(raw.get(PROCESS_KEY), "agent"),
         steps=step_log_from_raw(raw.get(STEPS_KEY)),
+        now=stacks_from_raw(raw.get(STACKS_KEY)),
         _entries=entries,
     )
 

@@ -34,6 +34,8 @@ from .analysis import Verdict
 from .dump import Entry
 from .ids import job_identity, span_id_for, trace_id_for
 from .job import Job
+from .live_stack import LiveStacks, is_library_frame
+from .rank_process import RankProcess
 from .ranks import compress_ranks
 from .trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
 
@@ -41,6 +43,10 @@ from .trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NA
 __all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N", "DEFAULT_MAX_SPANS"]
 
 MAX_ATTRIBUTE_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
+#: An estimated end (gloo records no completion time) never lies further than this after
+#: the start, nor after the rank's or the group's next enqueue: a completed op must not
+#: look stretched across the stall that followed it.
+MAX_ESTIMATED_END_NS = 1_000_000_000
 _SCOPE = InstrumentationScope("fr_otel", __version__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
@@ -57,6 +63,8 @@ class IncidentTrace:
     entries_exported: int = 0
     last_n_used: int = 0
     notes: list[str] = field(default_factory=list)
+    incident: str = ""  # the incident key the trace id was derived from (with job_id)
+    root_attributes: tuple[tuple[str, Any], ...] = ()  # what the caller added to the root span
 
     @property
     def trace_id_hex(self) -> str:
@@ -103,6 +111,8 @@ def build_trace(job: Job, verdict: Verdict, options: TraceOptions | None = None)
         entries_exported=builder.entries_exported,
         last_n_used=builder.last_n,
         notes=builder.notes,
+        incident=options.incident,
+        root_attributes=options.root_attributes,
     )
 
 
@@ -116,6 +126,8 @@ class _Builder:
         self.now = verdict.reference_ns or max((d.latest_ns for d in job.dumps.values()), default=0)
         self.progress = {g.group.name: g.progress for g in verdict.groups}
         self.culprits = {c.rank: c for c in verdict.culprits}
+        self.stuck = _stuck_collectives(verdict)
+        self.group_next: dict[tuple[str, int], int] = {}  # (group, seq) -> first enqueue by any rank
         self.root_id = span_id_for(trace_id, "incident")
         self.notes: list[str] = []
         self.entries_total = 0
@@ -198,6 +210,11 @@ class _Builder:
 
     def build(self) -> list[ReadableSpan]:
         selected = self._select()
+        for chosen in selected.values():
+            for e in chosen:
+                if not e.is_p2p:
+                    key = (e.pg_name, e.collective_seq_id)
+                    self.group_next[key] = min(self.group_next.get(key, e.time_created_ns), e.time_created_ns)
         spans: list[ReadableSpan] = []
         collectives: dict[tuple[str, int], list[tuple[int, Entry, int]]] = {}
         first_start = self.now
@@ -235,6 +252,7 @@ class _Builder:
             step = c.collective_step if c.collective_step is not None else c.step
             if step is not None:
                 attrs[A.TRAINING_STEP] = step
+            attrs.update(_now_attributes(c.process, c.now, self.options.max_stack_frames))
         if any(c.host for c in v.culprits):
             attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in v.culprits]
         if v.nodes:
@@ -253,7 +271,8 @@ class _Builder:
         events = [
             Event(
                 "culprit",
-                {A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": _clip(c.evidence)},
+                {A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": _clip(c.evidence),
+                 **_now_attributes(c.process, c.now, self.options.max_stack_frames)},
                 timestamp=self.now,
             )
             for c in v.culprits[:64]
@@ -286,9 +305,9 @@ class _Builder:
             attrs[A.WORLD_SIZE] = self.job.world_size
         process = self.job.processes.get(rank)
         if process is not None and process.host:
-            attrs["host.name"] = process.host
+            attrs[A.HOST_NAME] = process.host
         if process is not None and process.pid is not None:
-            attrs["process.pid"] = process.pid
+            attrs[A.PROCESS_PID] = process.pid
         return self.base_resource.merge(Resource(attrs))
 
     def _rank_spans(
@@ -304,6 +323,8 @@ class _Builder:
         start = min((e.time_created_ns for e in chosen), default=self.now)
         for e in chosen:
             end, estimated = self._end_of(e, next_created.get(e.record_id))
+            if estimated and not e.is_p2p:
+                end = min(end, max(self.group_next.get((e.pg_name, e.collective_seq_id + 1), end), e.time_created_ns))
             span_id = span_id_for(self.trace_id, "entry", rank, e.pg_name, e.record_id, e.collective_seq_id, e.p2p_seq_id, e.op_id)
             links = []
             if not e.is_p2p:
@@ -323,7 +344,8 @@ class _Builder:
                 return max(e.time_completed_ns, e.time_created_ns), False
             if e.duration_ms is not None:
                 return e.time_created_ns + int(e.duration_ms * 1e6), True
-            upper = next_created if next_created is not None else self.now
+            upper = min(next_created if next_created is not None else self.now,
+                        e.time_created_ns + MAX_ESTIMATED_END_NS)
             return max(upper, e.time_created_ns), True
         return max(self.now, e.time_created_ns), False
 
@@ -373,13 +395,23 @@ class _Builder:
             attrs[A.IN_FLIGHT] = True
             age_ms = (self.now - e.time_created_ns) / 1e6
             events.append(Event("never completed", {"fr_otel.age_ms": age_ms}, timestamp=end))
+            stuck = self.stuck.get((e.pg_name, e.collective_seq_id)) if not e.is_p2p else None
             if e.timeout_ms and age_ms > e.timeout_ms:
                 attrs[A.PAST_TIMEOUT] = True
                 attrs[A.ERROR_TYPE] = "timeout"
                 status = Status(StatusCode.ERROR, f"in flight {age_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
+            elif stuck is not None:
+                # The incident is the reason: no need to wait for the 30-minute timeout to say so.
+                attrs[A.ERROR_TYPE] = self.verdict.verdict
+                status = Status(StatusCode.ERROR, f"in flight {age_ms / 1e3:.1f} s: {stuck}")
+            if stuck is not None:
+                attrs[A.STUCK] = True
         culprit = self.culprits.get(rank)
         if culprit is not None and culprit.group_name == e.pg_name:
             attrs[A.IS_CULPRIT] = True
+        if e.frames:
+            user = next((f for f in e.frames if not is_library_frame(f.filename)), e.frames[0])
+            attrs.update({A.CODE_FUNCTION: user.name, A.CODE_FILE: user.filename, A.CODE_LINE: user.line})
         if e.frames and (not e.completed or culprit is not None):
             # Full stacks where someone will read them: in-flight ops and the culprit's.
             frames = e.frames[: self.options.max_stack_frames]
@@ -388,9 +420,6 @@ class _Builder:
                 Event("frame", {A.CODE_FUNCTION: f.name, A.CODE_FILE: f.filename, A.CODE_LINE: f.line}, timestamp=e.time_created_ns)
                 for f in frames
             )
-        elif e.frames:
-            user = next((f for f in e.frames if "/torch/" not in f.filename), e.frames[0])
-            attrs.update({A.CODE_FUNCTION: user.name, A.CODE_FILE: user.filename, A.CODE_LINE: user.line})
         return ReadableSpan(
             name=_span_name(e),
             context=self._ctx(span_id),
@@ -425,6 +454,7 @@ class _Builder:
         }
         status = Status(StatusCode.UNSET)
         culprit = self.culprits.get(rank)
+        events: list[Event] = []
         if culprit is not None:
             attrs[A.IS_CULPRIT] = True
             attrs[A.CULPRIT_KIND] = culprit.kind
@@ -432,6 +462,10 @@ class _Builder:
             if culprit.stopped_after_s is not None:
                 attrs[A.STOPPED_AFTER_S] = culprit.stopped_after_s
             status = Status(StatusCode.ERROR, f"culprit: {culprit.kind}")
+            now = _now_attributes(culprit.process, culprit.now, self.options.max_stack_frames)
+            attrs.update(now)
+            if culprit.now is not None:
+                events.append(Event("stack.now", now, timestamp=culprit.now.captured_ns or self.now))
         if dump.steps is not None:
             attrs[A.TRAINING_STEP] = dump.steps.step
         return ReadableSpan(
@@ -440,6 +474,7 @@ class _Builder:
             parent=self._ctx(self.root_id),
             resource=resource,
             attributes=attrs,
+            events=events,
             kind=SpanKind.INTERNAL,
             status=status,
             start_time=start,
@@ -503,6 +538,35 @@ class _Builder:
                 end_time=end,
                 instrumentation_scope=_SCOPE,
             )
+
+
+def _stuck_collectives(verdict: Verdict) -> dict[tuple[str, int], str]:
+    """(group, seq) of the collectives the incident is about -> why: a hang's or desync's
+    oldest collective in flight in each group, and each culprit's."""
+    if verdict.verdict not in ("hang", "desync"):
+        return {}
+    culprits = compress_ranks(c.rank for c in verdict.culprits)
+    why = f"{verdict.verdict}, waiting for rank(s) {culprits}" if culprits else verdict.verdict
+    out = {(g.group.name, g.in_flight.seq): why for g in verdict.groups if g.in_flight is not None}
+    for c in verdict.culprits:
+        if c.collective_seq_id is not None:
+            out[(c.group_name, c.collective_seq_id)] = why
+    return out
+
+
+def _now_attributes(process: RankProcess | None, now: LiveStacks | None, max_frames: int) -> dict[str, Any]:
+    """host.name, process.pid and where the main thread was at incident time (code.* of that frame)."""
+    attrs: dict[str, Any] = {}
+    if process is not None and process.host:
+        attrs[A.HOST_NAME] = process.host
+    if process is not None and process.pid is not None:
+        attrs[A.PROCESS_PID] = process.pid
+    where = now.where if now is not None else None
+    if now is not None and where is not None:
+        attrs[A.NOW] = _clip(now.describe(), 500)
+        attrs[A.STACK_NOW] = _clip(now.text(max_frames))
+        attrs.update({A.CODE_FUNCTION: where.name, A.CODE_FILE: where.filename, A.CODE_LINE: where.line})
+    return attrs
 
 
 def _next_created(entries: list[Entry]) -> dict[int, int]:

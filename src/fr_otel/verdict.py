@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .dump import Frame, Progress
 from .job import ProcessGroup
+from .live_stack import LiveStacks
+from .rank_process import RankProcess
 
 if TYPE_CHECKING:
     from .stop_order import StopOrder
@@ -69,6 +71,26 @@ class Culprit:
     collective_step: int | None = None  # the step the blamed collective belongs to
     stopped_ns: int | None = None  # its last recorded activity in the blamed groups (its own clock)
     stopped_after_s: float | None = None  # after the first culprit stopped; None when the order is unknown
+    process: RankProcess | None = None  # where it runs, when known
+    now: LiveStacks | None = None  # its threads' stacks at incident time (live agent only)
+
+    def now_dict(self) -> dict[str, Any] | None:
+        """The JSON ``now`` key: where the rank runs and what its main thread is doing."""
+        if self.now is None and self.process is None:
+            return None
+        out: dict[str, Any] = dict(self.process.as_json()) if self.process is not None else {}
+        if self.now is not None:
+            where = self.now.where
+            main = self.now.main
+            out.update({
+                "captured_ns": self.now.captured_ns,
+                "doing": self.now.doing,
+                "in_collective": self.now.in_collective,
+                "where": where._asdict() if where else None,
+                "frames": [f._asdict() for f in main.frames] if main else [],
+                "threads": [{"name": t.name, "frames": [f._asdict() for f in t.frames]} for t in self.now.threads[1:]],
+            })
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +113,7 @@ class Culprit:
             "collective_step": self.collective_step,
             "stopped_ns": self.stopped_ns,
             "stopped_after_s": self.stopped_after_s,
+            "now": self.now_dict(),
         }
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from .analysis import AnalysisOptions, analyze
 from .dump import RankDump
 from .incident_export import ExportOutcome, deliver_trace, failure_reason, replay_command
+from .incident_file import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .progress import TerminalProgress
@@ -466,6 +467,11 @@ class DumpWatcher:
         incident.status, incident.destination = outcome.status, outcome.destination
         incident.spool_path = str(outcome.path) if outcome.path and outcome.status == "spooled" else None
         self._record(incident, taken)
+        try:  # the identity beside the dumps: a later `fr-otel export DIR` gives this same trace id
+            write_incident_files(self.settings.directory, job, verdict, trace, outcome)
+        except OSError as exc:
+            self._say_once(f"{self.settings.directory}: cannot write {INCIDENT_FILE} and {REPORT_FILE} there "
+                      f"({exc.strerror or exc}); `fr-otel export` of this folder will not know the trace id")
         culprits = ",".join(map(str, incident.culprits)) or "none"
         head = f"incident {number}: {verdict.verdict}, culprit ranks {culprits}; trace {trace.trace_id_hex} " \
                f"({len(trace.spans)} spans)"

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..ids import trace_id_for
+from ..incident_file import write_incident_files
+from ..live_stack import capture_stacks
 from ..ranks import compress_ranks
 from ..rank_map import RANKS_FILE, rank_map_json
 from ..reader import ReadResult
@@ -30,6 +32,7 @@ from ..steps import COUNTER, STEPS_FILE, steps_file_json
 from .payload import decode_payload, encode_payload
 
 if TYPE_CHECKING:
+    from ..verdict import Culprit
     from .config import AgentConfig
     from .core import Agent
 
@@ -64,6 +67,9 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
     """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
     assert agent.recorder is not None and agent.channel is not None and agent.job_id is not None
     trace_hex = f"{trace_id_for(agent.job_id, str(k)):032x}"
+    now = None
+    with agent.health.guard("capturing the threads' stacks"):
+        now = capture_stacks()  # first: where the training thread is at the incident, not after the read
     raw = agent.recorder.full_bytes(stacks=True)
     dumped_at = time.time_ns()
     path = dump_path(agent, trace_hex)
@@ -73,7 +79,7 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
     with agent.health.guard("sending the recorder to the incident's coordinator"):
         agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
                                                                        agent.config.incident_entries, dumped_at,
-                                                                       agent.process, COUNTER.log()))
+                                                                       agent.process, steps=COUNTER.log(), now=now))
     agent.health.incident(trace_hex)
     if owner:
         coordinate(agent, k, meta, trace_hex, deadline)
@@ -138,19 +144,26 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
              "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
                         f"{replay_command(outcome.path or '', agent.export_config)}",
              "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({why})")
+    with agent.health.guard("writing incident.json and incident.html beside the dumps"):
+        write_incident_files(folder, job, verdict, trace, outcome)
     log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; "
-                "dumps in %s", k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
-                len(read.dumps), world, trace_hex, where, dump_path(agent, trace_hex).parent)
+                "dumps and report in %s", k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
+                len(read.dumps), world, trace_hex, where, folder)
     with agent.health.guard("publishing the verdict"):
         agent.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
                                      "culprits": [c.rank for c in verdict.culprits], "export": outcome.status})
         agent.channel.cleanup(k, list(payloads))
 
 
-def _brief(c: Any) -> str:
-    """``rank 2 (not_enqueued, host vm, step 20)`` for the log line."""
+def _brief(c: Culprit) -> str:
+    """``rank 2 (not_enqueued, host vm, step 20) at vm:4242 in time.sleep at train.py:27 in main``."""
     parts = [c.kind] + ([f"host {c.host}"] if c.host else []) + ([f"step {c.step}"] if c.step is not None else [])
-    return f"rank {c.rank} ({', '.join(parts)})"
+    text = f"rank {c.rank} ({', '.join(parts)})"
+    if c.process is not None and c.process.known:
+        text += f" at {c.process.address}"
+    if c.now is not None and c.now.where is not None:
+        text += f" {c.now.describe()}"
+    return text
 
 
 #: Entries per group in a rank's exit copy: every rank leaves one, so it stays small (~KBs).

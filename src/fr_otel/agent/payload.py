@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..dump import Entry, RankDump
+from ..live_stack import PAYLOAD_KEY as STACKS_KEY
+from ..live_stack import LiveStacks
 from ..ranks import compress_ranks
 from ..rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..rank_process import RankProcess
@@ -58,8 +60,9 @@ def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any
 
 
 def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,
-                   process: RankProcess, steps: StepLog | None = None) -> bytes:
-    """Trim and re-label one of this process's own dumps for the store; say where it runs."""
+                   process: RankProcess, steps: StepLog | None = None, now: LiveStacks | None = None) -> bytes:
+    """Trim and re-label one of this process's own dumps for the store; say where it runs,
+    its training step and (at incident time) where its threads are now."""
     with gc_paused():
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
@@ -67,6 +70,8 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
         data[PROCESS_KEY] = process.as_json()
         if steps is not None:
             data[STEPS_KEY] = steps.as_json()
+        if now is not None:
+            data[STACKS_KEY] = now.as_json()
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
+from ..incident_file import IncidentIdentity, apply_identity, find_identity
 from ..job import Job, build_job
 from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, resolve_export_config
 from ..progress import TerminalProgress
@@ -57,6 +58,15 @@ def load_job(
     paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None
 ) -> Job | None:
     """Read and model the dumps; None (after saying why) when not a single dump could be read."""
+    loaded = load_incident(paths, prefix, workers, progress)
+    return loaded[0] if loaded is not None else None
+
+
+def load_incident(
+    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None
+) -> tuple[Job, IncidentIdentity | None] | None:
+    """:func:`load_job`, plus the live incident's identity when the folder has an ``incident.json``
+    (its host, pid and stacks per rank are applied to the job)."""
     with (progress or TerminalProgress(enabled=False)).task("reading dumps", "files") as update:
         read = read_dumps(paths, prefix=prefix, workers=workers, progress=update)
     if not read.dumps:
@@ -64,7 +74,11 @@ def load_job(
             error(line)
         error("no usable Flight Recorder dump")
         return None
-    return build_job(read)
+    job = build_job(read)
+    identity = find_identity(paths, job.problems)
+    if identity is not None:
+        apply_identity(job, identity)
+    return job, identity
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:

@@ -8,7 +8,7 @@ import sys
 from ..analysis import analyze
 from ..text_report import render_verdict
 from ._common import (
-    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_job, print_json, terminal_progress,
+    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_incident, print_json, terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -23,14 +23,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
-    if job is None:
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    if loaded is None:
         return EXIT_UNUSABLE
+    job, identity = loaded
     verdict = analyze(job, analysis_options(args))
+    trace_id = identity.trace_id if identity is not None else None
     if args.json:
-        print_json(verdict.to_dict())
+        doc = verdict.to_dict()
+        if trace_id:
+            doc["trace_id"] = trace_id  # the live incident's, from incident.json
+        print_json(doc)
     else:
         sys.stdout.write(render_verdict(verdict))
-    if args.html and not write_html(args.html, job, verdict):
+        if trace_id:
+            sys.stdout.write(f"\nLive incident {identity.incident} of job {identity.job_id}: trace {trace_id}\n")
+    if args.html and not write_html(args.html, job, verdict, trace_id=trace_id):
         return EXIT_FAILED
     return EXIT_OK

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis import Verdict, analyze
 from ..incident_export import ExportOutcome, deliver_trace, export_hint, failure_reason, replay_command
+from ..incident_file import IncidentIdentity
 from ..job import Job
 from ..otlp_config import ExportConfig
 from ..text_report import render_verdict
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exp
     from ..spans import IncidentTrace
 from ._common import (
     EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, add_quiet_arg,
-    analysis_options, error, export_config, load_job, print_json, terminal_progress,
+    analysis_options, error, export_config, load_incident, print_json, terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -60,18 +61,24 @@ def add_trace_args(parser: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_SERVICE_NAME})")
 
 
-def trace_options(args: argparse.Namespace) -> TraceOptions:
+def trace_options(args: argparse.Namespace, identity: IncidentIdentity | None = None) -> TraceOptions:
+    """Flags first; then the live incident's identity (``incident.json``), so the trace id and
+    the root span match the trace the agent sent; then the environment."""
+    job_id, incident, root = args.job_id, args.incident, ()
+    if identity is not None and not job_id:
+        job_id, incident, root = identity.job_id, incident or identity.incident, identity.root_attributes
     return TraceOptions(
-        job_id=args.job_id, incident=args.incident, full=args.full, last_n=args.last_n,
-        max_spans=args.max_spans, service_name=args.service_name,
+        job_id=job_id, incident=incident, full=args.full, last_n=args.last_n,
+        max_spans=args.max_spans, service_name=args.service_name, root_attributes=root,
     )
 
 
-def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace) -> int:
+def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace,
+                      identity: IncidentIdentity | None = None) -> int:
     """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
     from ..spans import build_trace
 
-    trace = build_trace(job, verdict, trace_options(args))
+    trace = build_trace(job, verdict, trace_options(args, identity))
     with terminal_progress(args).task("sending spans", "spans") as update:
         outcome = deliver_trace(trace, config, directory=args.out, progress=update)
     if getattr(args, "json", False):
@@ -117,10 +124,11 @@ def run(args: argparse.Namespace) -> int:
     config = export_config(args)
     if config is None:
         return EXIT_UNUSABLE
-    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
-    if job is None:
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    if loaded is None:
         return EXIT_UNUSABLE
-    return export_and_report(job, analyze(job, analysis_options(args)), config, args)
+    job, identity = loaded
+    return export_and_report(job, analyze(job, analysis_options(args)), config, args, identity)
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from ._common import (
     add_input_args,
     analysis_options,
     error,
-    load_job,
+    load_incident,
     terminal_progress,
 )
 
@@ -59,14 +59,16 @@ def write_html(
 
 
 def run(args: argparse.Namespace) -> int:
-    job = load_job(args.paths, args.prefix, args.workers, terminal_progress(args))
-    if job is None:
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    if loaded is None:
         return EXIT_UNUSABLE
+    job, identity = loaded
     verdict = analyze(job, analysis_options(args))
+    trace_id = identity.trace_id if identity is not None else None
     if args.output == "-":
-        sys.stdout.write(render(job, verdict))
+        sys.stdout.write(render(job, verdict, trace_id=trace_id))
         return EXIT_OK
-    if not write_html(args.output, job, verdict):
+    if not write_html(args.output, job, verdict, trace_id=trace_id):
         return EXIT_FAILED
     who = f" — culprit rank(s) {compress_ranks(c.rank for c in verdict.culprits)}" if verdict.culprits else ""
     print(f"{verdict.verdict.upper()}{who}\nopen it: {os.path.abspath(args.output)}")

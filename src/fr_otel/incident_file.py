@@ -1,0 +1,172 @@
+"""``incident.json``: one incident's identity, kept next to its dumps.
+
+The live agent sends a trace whose id is ``trace_id_for(job id, incident number)`` and
+leaves the ranks' dumps in a folder. Dump files do not know that job id, nor where each
+rank ran or what it was doing at incident time (those travelled in the agent's payloads),
+so an offline ``fr-otel export`` of the folder would mint another trace id and lose the
+context. The coordinator therefore writes this file beside the dumps; ``export``,
+``report``, ``analyze`` and ``watch`` read it, so the trace id matches the one the agent
+sent, re-exports are idempotent, and host, pid and live stacks survive.
+
+The file is untrusted input like the dumps: unknown keys are ignored, ill-typed values
+dropped, and a file that cannot be used costs one problem line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ._text import one_line
+from .job import Job
+from .live_stack import LiveStacks, stacks_from_raw
+from .rank_process import RankProcess, process_from_raw
+
+if TYPE_CHECKING:
+    from .incident_export import ExportOutcome
+    from .spans import IncidentTrace
+    from .verdict import Verdict
+
+__all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
+           "write_identity", "write_incident_files", "apply_identity"]
+
+INCIDENT_FILE = "incident.json"
+REPORT_FILE = "incident.html"
+FORMAT = "fr-otel/incident/1"
+_MAX_BYTES = 64 << 20
+_ROOT_VALUE_TYPES = (str, int, float, bool)
+
+
+@dataclass(slots=True)
+class IncidentIdentity:
+    """Who the incident is (job id, number, trace id) and what the agent knew per rank."""
+
+    job_id: str
+    incident: str
+    trace_id: str
+    root_attributes: tuple[tuple[str, Any], ...] = ()
+    processes: dict[int, RankProcess] = field(default_factory=dict)
+    stacks: dict[int, LiveStacks] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
+    path: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        ranks: dict[str, dict[str, Any]] = {}
+        for rank in sorted(set(self.processes) | set(self.stacks)):
+            doc: dict[str, Any] = {}
+            if rank in self.processes:
+                doc.update(self.processes[rank].as_json())
+            if rank in self.stacks:
+                doc["now"] = self.stacks[rank].as_json()
+            ranks[str(rank)] = doc
+        return {
+            "format": FORMAT,
+            "job_id": self.job_id,
+            "incident": self.incident,
+            "trace_id": self.trace_id,
+            "root_attributes": [[k, v] for k, v in self.root_attributes],
+            "summary": self.summary,
+            "ranks": ranks,
+        }
+
+
+def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -> Path:
+    """Write ``folder/incident.json`` atomically; returns its path (raises OSError)."""
+    path = Path(folder) / INCIDENT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(identity.to_json(), indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verdict, trace: IncidentTrace,
+                         outcome: ExportOutcome) -> Path:
+    """``incident.json`` (the identity offline tools pick up) and ``incident.html`` beside the dumps
+    of an incident just exported (by the agent's coordinator or ``fr-otel watch``); raises OSError."""
+    from .html_report import render, write_report
+
+    summary = {
+        "verdict": verdict.verdict,
+        "culprits": [{"rank": c.rank, "kind": c.kind, "evidence": c.evidence, **(c.now_dict() or {})}
+                     for c in verdict.culprits[:64]],
+        "export": {"status": outcome.status, "destination": outcome.destination},
+        "spans": len(trace.spans),
+    }
+    identity = IncidentIdentity(
+        job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
+        processes=dict(job.processes), stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
+        summary=summary,
+    )
+    path = write_identity(folder, identity)
+    where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
+    write_report(Path(folder) / REPORT_FILE, render(job, verdict, trace_id=trace.trace_id_hex, destination=where,
+                                                    export_status=outcome.status))
+    return path
+
+
+def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
+    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any."""
+    folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
+    found = [f / INCIDENT_FILE for f in sorted(folders) if (f / INCIDENT_FILE).is_file()]
+    if len(found) > 1:
+        problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
+                        "using none")
+        return None
+    return read_identity(found[0], problems) if found else None
+
+
+def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:
+    """Parse one ``incident.json``; None (and one problem line) when unusable."""
+    try:
+        if os.path.getsize(path) > _MAX_BYTES:
+            problems.append(f"{path}: larger than {_MAX_BYTES >> 20} MiB, not an incident file; ignored")
+            return None
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: unreadable incident file: {one_line(exc)}; ignored")
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        problems.append(f"{path}: not an fr-otel incident file (format {FORMAT!r} expected); ignored")
+        return None
+    job_id, incident, trace_id = raw.get("job_id"), raw.get("incident"), raw.get("trace_id")
+    if not (isinstance(job_id, str) and job_id and isinstance(incident, str) and isinstance(trace_id, str)):
+        problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
+        return None
+    processes: dict[int, RankProcess] = {}
+    stacks: dict[int, LiveStacks] = {}
+    ranks = raw.get("ranks")
+    for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
+        if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
+            continue
+        rank = int(key)
+        process = process_from_raw(doc, "incident file")
+        if process is not None:
+            processes[rank] = process
+        now = stacks_from_raw(doc.get("now"))
+        if now is not None:
+            stacks[rank] = now
+    root = raw.get("root_attributes")
+    root_attributes = tuple(
+        (item[0], item[1]) for item in (root if isinstance(root, list) else ())
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        and type(item[1]) in _ROOT_VALUE_TYPES
+    )
+    summary = raw.get("summary")
+    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
+                            summary if isinstance(summary, dict) else {}, str(path))
+
+
+def apply_identity(job: Job, identity: IncidentIdentity) -> None:
+    """Fill in what the dump files cannot say: where each rank ran and its threads' stacks
+    at incident time (what the dumps themselves carry wins)."""
+    for rank, process in identity.processes.items():
+        if rank in job.dumps:
+            job.processes.setdefault(rank, process)
+    for rank, now in identity.stacks.items():
+        dump = job.dumps.get(rank)
+        if dump is not None and dump.now is None:
+            dump.now = now

@@ -1,0 +1,189 @@
+"""Where a rank's threads are *now*: Python stacks taken at incident time, without stopping it.
+
+The recorder only knows the stack of each rank's last collective. A culprit that never
+called the collective its peers wait in is, by definition, somewhere else, and the agent
+runs inside it: ``sys._current_frames()`` reads every thread's frame without pausing any
+(it holds the GIL for microseconds), so the incident can say "rank 2 is in time.sleep at
+train.py:27 in main, not in all_reduce #26".
+
+Bounded on purpose (threads, frames per thread, characters of source); the agent's own
+threads are left out. The payload carries it under :data:`PAYLOAD_KEY`; dumps are
+untrusted, so :func:`stacks_from_raw` keeps only well-typed, bounded values. No torch.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .dump import Frame
+
+__all__ = [
+    "PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "ThreadStack", "LiveStacks", "capture_stacks", "stacks_from_raw",
+    "is_library_frame",
+]
+
+#: Top-level key of a dump (as the live agent sends it) with the threads' stacks at incident time.
+PAYLOAD_KEY = "fr_otel_now"
+MAX_THREADS = 16
+MAX_FRAMES = 32
+_MAX_TEXT = 200  # characters of a name, file path or source line kept
+_AGENT_THREAD_PREFIX = "fr-otel-"
+_CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+_COLLECTIVE_FILE = "distributed_c10d.py"
+_WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
+
+
+def is_library_frame(filename: str) -> bool:
+    """torch or the standard library's threading: not where the user's code is."""
+    f = filename.replace("\\", "/")
+    return "/torch/" in f or f.endswith("/threading.py")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread's Python stack, innermost frame first."""
+
+    name: str
+    thread_id: int
+    frames: tuple[Frame, ...]
+    code: str = ""  # the source line of its innermost frame in user code (what it is calling), when readable
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "thread_id": self.thread_id, "code": self.code,
+                "frames": [f._asdict() for f in self.frames]}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStacks:
+    """Every (non-agent) thread of a rank at one instant; the main thread first when alive."""
+
+    captured_ns: int
+    threads: tuple[ThreadStack, ...]
+    in_collective: str | None = None  # the torch.distributed call the main thread is inside, if any
+    capture_s: float = 0.0  # what taking it cost
+
+    @property
+    def main(self) -> ThreadStack | None:
+        return self.threads[0] if self.threads else None
+
+    @property
+    def where(self) -> Frame | None:
+        """The main thread's innermost frame in the user's code (else its innermost)."""
+        main = self.main
+        if main is None or not main.frames:
+            return None
+        return next((f for f in main.frames if not is_library_frame(f.filename)), main.frames[0])
+
+    @property
+    def doing(self) -> str:
+        """What the main thread is calling: ``time.sleep``, ``all_reduce``, else its function."""
+        if self.in_collective:
+            return self.in_collective
+        main = self.main
+        if main is None or not main.frames:
+            return ""
+        call = _CALL.search(main.code) if main.code else None
+        return call.group(1) if call else main.frames[0].name
+
+    def describe(self) -> str:
+        """``in time.sleep at train.py:27 in main`` ("" when the stack is empty)."""
+        where = self.where
+        if where is None:
+            return ""
+        return f"in {self.doing or where.name} at {where.filename}:{where.line} in {where.name}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"captured_ns": self.captured_ns, "in_collective": self.in_collective,
+                "capture_s": round(self.capture_s, 6), "threads": [t.as_json() for t in self.threads]}
+
+    def text(self, max_frames: int = MAX_FRAMES) -> str:
+        """The main thread's stack, innermost first, one ``file:line in function`` per line."""
+        main = self.main
+        if main is None:
+            return ""
+        return "\n".join(f"{f.filename}:{f.line} in {f.name}" for f in main.frames[:max_frames])
+
+
+def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) -> LiveStacks:
+    """Every thread's stack now (the calling agent's threads left out); never raises on odd frames."""
+    t0 = time.perf_counter()
+    frames = sys._current_frames()  # one dict, GIL held only for the copy
+    names = {t.ident: t.name for t in threading.enumerate()}
+    main_id = threading.main_thread().ident
+    order = sorted(frames, key=lambda tid: (tid != main_id, tid))
+    threads: list[ThreadStack] = []
+    in_collective = None
+    for tid in order:
+        name = names.get(tid, f"thread-{tid}")
+        if name.startswith(_AGENT_THREAD_PREFIX):
+            continue
+        stack: list[Frame] = []
+        f = frames[tid]
+        while f is not None and len(stack) < max_frames:
+            code = f.f_code
+            stack.append(Frame(code.co_name[:_MAX_TEXT], code.co_filename[-_MAX_TEXT:], f.f_lineno or 0))
+            f = f.f_back
+        user = next((fr for fr in stack if not is_library_frame(fr.filename)), stack[0] if stack else None)
+        source = linecache.getline(user.filename, user.line).strip()[:_MAX_TEXT] if user is not None else ""
+        if tid == main_id:
+            in_collective = _collective_of(stack)
+        threads.append(ThreadStack(name[:_MAX_TEXT], tid, tuple(stack), source))
+        if len(threads) >= max_threads:
+            break
+    del frames
+    return LiveStacks(time.time_ns(), tuple(threads), in_collective, time.perf_counter() - t0)
+
+
+def _collective_of(stack: list[Frame]) -> str | None:
+    """The outermost torch.distributed entry point on the stack (``all_reduce``), if any."""
+    found = None
+    for f in stack:
+        if f.filename.endswith(_COLLECTIVE_FILE) and not f.name.startswith("_") and f.name not in _WRAPPERS:
+            found = f.name
+    return found
+
+
+def stacks_from_raw(raw: Any) -> LiveStacks | None:
+    """:class:`LiveStacks` from untrusted JSON/pickle data; None when it holds nothing usable."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("threads"), list):
+        return None
+    threads = []
+    for t in raw["threads"][:MAX_THREADS]:
+        if not isinstance(t, dict) or not isinstance(t.get("frames"), list):
+            continue
+        frames = tuple(fr for fr in map(_frame, t["frames"][:MAX_FRAMES]) if fr is not None)
+        if not frames:
+            continue
+        tid = t.get("thread_id")
+        threads.append(ThreadStack(_text(t.get("name")), tid if type(tid) is int else 0, frames, _text(t.get("code"))))
+    captured = raw.get("captured_ns")
+    cost = raw.get("capture_s")
+    collective = raw.get("in_collective")
+    return LiveStacks(
+        captured if type(captured) is int and captured > 0 else 0,
+        tuple(threads),
+        _text(collective) or None,
+        float(cost) if type(cost) in (int, float) and 0 <= cost < 1e6 else 0.0,
+    ) if threads else None
+
+
+def _frame(raw: Any) -> Frame | None:
+    if not isinstance(raw, dict):
+        return None
+    line = raw.get("line")
+    name, filename = _text(raw.get("name")), _text(raw.get("filename"))
+    if not filename or type(line) is not int or not 0 <= line < 1 << 31:
+        return None
+    return Frame(name, filename, line)
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        return ""
+    return "".join(c if c.isprintable() else " " for c in value[:_MAX_TEXT])
