@@ -11,6 +11,10 @@ interleaved per repetition (the order rotates) so machine noise hits all alike:
   unpickle      one process, ``pickle.load`` every file and keep them all (the floor
                 for anything that must hold the dumps in Python objects)
   torch         ``python -m torch.distributed.flight_recorder.fr_trace DIR -p rank_``
+  fr-otel base  with ``--baseline-src DIR``: the same ``analyze`` from another checkout's
+                ``src`` (e.g. main before a change), for a before/after ratio in one run
+
+``--p2p`` adds pipeline send/recv to the dumps (see ``make_scaled_dumps.py``).
 
 Wall time is the median of the repetitions (process start to exit, interpreter start-up
 included). Peak memory is the peak over the process tree, sampled every 10 ms from /proc
@@ -261,6 +265,7 @@ class Tool:
     argv: Callable[[Path, str], list[str]]
     check: Callable[[Run, dict[str, Any]], tuple[bool, str]]
     reps: int
+    env: dict[str, str] | None = None
     runs: list[Run] = field(default_factory=list)
     results: list[tuple[bool, str]] = field(default_factory=list)
 
@@ -283,6 +288,11 @@ def make_tools(args: argparse.Namespace) -> list[Tool]:
         Tool("torch", "torch fr_trace", lambda d, p: [py, "-m", "torch.distributed.flight_recorder.fr_trace",
                                                       str(d), "-p", p], check_torch, args.torch_reps),
     ]
+    if args.baseline_src:
+        env = dict(os.environ, PYTHONPATH=str(args.baseline_src))
+        tools.insert(1, Tool("fr-otel-base", "fr-otel (baseline src)",
+                             lambda d, p: [py, "-m", "fr_otel.cli", "analyze", str(d), "--json"],
+                             check_fr_otel, args.reps, env))
     return [t for t in tools if t.key not in args.skip]
 
 
@@ -333,10 +343,10 @@ def _fmt_s(runs: list[Run]) -> tuple[str, float | None]:
 
 
 def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str, Any]:
-    out = make_scaled_dumps.default_out(ranks, entries, args.data_dir)
+    out = make_scaled_dumps.default_out(ranks, entries, args.data_dir, p2p=args.p2p)
     t0 = time.perf_counter()
     manifest = make_scaled_dumps.generate(ranks, entries, out, prefix=args.prefix,
-                                          cache_dir=args.data_dir / "recordings")
+                                          cache_dir=args.data_dir / "recordings", p2p=args.p2p)
     gen_s = time.perf_counter() - t0
     disk = _disk_bytes(out, args.prefix, ranks)
     print(f"\n== {ranks} ranks x {entries} entries: {out} ({disk / MiB:.1f} MiB on disk, culprit rank "
@@ -352,7 +362,7 @@ def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str
             if len(tool.runs) >= tool.reps:
                 continue
             timeout = args.torch_timeout if tool.key == "torch" else args.timeout
-            run = measure(tool.argv(out, args.prefix), timeout)
+            run = measure(tool.argv(out, args.prefix), timeout, tool.env)
             ok, note = tool.check(run, manifest)
             tool.runs.append(run)
             tool.results.append((ok, note))
@@ -418,6 +428,7 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         "torch_over_fr_otel": ("torch", "fr-otel"),
         "torch_over_fr_otel_w1": ("torch", "fr-otel-w1"),
         "speedup_all_cores": ("fr-otel-w1", "fr-otel"),
+        "fr_otel_over_baseline": ("fr-otel", "fr-otel-base"),
     }
     for name, (a, b) in wanted.items():
         v = ratio(a, b)
@@ -461,6 +472,9 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
         v = q.get(key)
         if v is not None:
             lines.append(line(f"{what} peak memory / dumps on disk", v, f"<= ~{TARGET_MEM_DISK}x", v <= TARGET_MEM_DISK))
+    v = q.get("fr_otel_over_baseline")
+    if v is not None:
+        lines.append(line("fr-otel / fr-otel from --baseline-src (after / before)", v))
     v = q.get("speedup_all_cores")
     if v is not None:
         lines.append(line(f"fr-otel -w1 time / all {os.cpu_count()} cores time", v))
@@ -482,7 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of fr-otel / unpickle (default: %(default)s)")
     ap.add_argument("--torch-reps", type=int, default=None,
                     help="repetitions of PyTorch's analyzer (default: --reps for --quick, else 1)")
-    ap.add_argument("--skip", action="append", default=[], choices=["fr-otel", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch"])
+    ap.add_argument("--skip", action="append", default=[], choices=["fr-otel", "fr-otel-base", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch"])
+    ap.add_argument("--p2p", action="store_true", help="dumps with pipeline send/recv (see make_scaled_dumps.py)")
+    ap.add_argument("--baseline-src", type=Path, default=None, metavar="DIR",
+                    help="also time `analyze` with PYTHONPATH=DIR (another checkout's src): before/after")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default: %(default)s)")
     ap.add_argument("--torch-timeout", type=float, default=900, help="seconds per torch run (default: %(default)s)")
     ap.add_argument("--prefix", default="rank_")
@@ -498,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     _summary(results)
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
-    failed = [r for r in results for k in ("fr-otel", "fr-otel-w1") if r["tools"].get(k, {}).get("ok") is False]
+    failed = [r for r in results for k in ("fr-otel", "fr-otel-base", "fr-otel-w1")
+              if r["tools"].get(k, {}).get("ok") is False]
     if failed:
         print("\nFAIL: fr-otel did not name the injected culprit in at least one run (see above)")
     return 1 if failed else 0

@@ -25,6 +25,12 @@ Step 2 (cached): scale that recording to N ranks by rewriting it per rank:
   all_reduce in flight (``retired`` False; gloo never leaves ``scheduled``); the
   culprit (rank N//3 by default) stopped enqueuing before it and holds the M entries
   before that one, all retired. ``pg_status`` is consistent with each rank's entries.
+* ``--p2p``: pipeline traffic as well. Ranks form pipelines of 4 stages (rank r is stage
+  ``r // (N/4)`` of pipeline ``r % (N/4)``, a group of its own); every recorded tp
+  all_reduce becomes a send to the next stage or a recv from the previous one (NCCL's
+  ``send a->b`` / ``recv a<-b`` names, local ranks, ``is_p2p``, per-rank ``p2p_seq_id``,
+  the group's ``pg_status`` on the p2p counter), all completed; the tp group's sequence
+  numbers stay contiguous. Same entry count, same culprit.
 
 Torch's key set, ``version`` ("2.10") and ``comm_lib_version`` are kept as recorded.
 Files are ``pickle.dump(..., protocol=2)`` as ``OUT/<prefix><rank>``; ``OUT/.manifest.json``
@@ -149,6 +155,38 @@ def _ranks_text(ranks: range) -> str:
     return str(list(ranks))  # "[0, 1, 2]", as torch writes it
 
 
+_PP_STAGES = 4
+_PP_DESC = "PIPELINE_MODEL_PARALLEL_GROUP"
+_P2P_MARK = "p2p"  # process-group name of a recorded entry turned into a send/recv (rewritten per rank)
+
+
+def _with_p2p(base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every tp all_reduce becomes a p2p placeholder; tp sequence numbers are made contiguous again."""
+    out = []
+    seq: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for e in base:
+        name = e["process_group"][0]
+        if name != _WORLD[0] and e["profiling_name"] == "gloo:all_reduce":
+            out.append(dict(e, process_group=(_P2P_MARK, _PP_DESC), is_p2p=True))
+            continue
+        if name != _WORLD[0]:
+            first.setdefault(name, e["collective_seq_id"])
+            seq[name] = seq.get(name, first[name] - 1) + 1
+            e = dict(e, collective_seq_id=seq[name], op_id=seq[name])
+        out.append(e)
+    return out
+
+
+def _pipeline(rank: int, n: int) -> tuple[str, tuple[int, ...], int] | None:
+    """(group name, members, this rank's stage) of the rank's pipeline, or None if too few ranks."""
+    width = n // _PP_STAGES
+    if width < 1 or rank >= width * _PP_STAGES:
+        return None
+    j = rank % width
+    return f"pp{j}", tuple(j + s * width for s in range(_PP_STAGES)), rank // width
+
+
 def _rank_dump(rank: int) -> dict[str, Any]:
     g = _G
     base: list[dict[str, Any]] = g["base"]
@@ -167,7 +205,21 @@ def _rank_dump(rank: int) -> dict[str, Any]:
     entries = []
     prev = 0
     world_name = _WORLD[0]
+    pipe = _pipeline(rank, n) if g.get("p2p") else None
+    p2p_seq = 0
     for e in window:
+        if e["process_group"][0] == _P2P_MARK:
+            if pipe is None:
+                continue
+            name, members, stage = pipe
+            p2p_seq += 1
+            send = (p2p_seq % 2 == 1 and stage < _PP_STAGES - 1) or stage == 0
+            label = f"send {stage}->{stage + 1}" if send else f"recv {stage}<-{stage - 1}"
+            t = max(e["time_created_ns"] + skew, prev + 1)
+            prev = t
+            entries.append(dict(e, process_group=(name, _PP_DESC), pg_id=2, profiling_name=f"gloo:{label}",
+                                collective_seq_id=0, p2p_seq_id=p2p_seq, time_created_ns=t, thread_id=thread_id))
+            continue
         d = e.copy()
         t = e["time_created_ns"] + skew + int(expo(1 / 20_000))  # mean 20 us enqueue lateness
         if t <= prev:
@@ -190,13 +242,16 @@ def _rank_dump(rank: int) -> dict[str, Any]:
         st = status.setdefault(str(d["pg_id"]), {
             "last_enqueued_collective": -1, "last_started_collective": -1, "last_completed_collective": -1,
         })
-        st["last_enqueued_collective"] = d["collective_seq_id"]
+        counter = d["p2p_seq_id"] if d.get("is_p2p") else d["collective_seq_id"]  # as NCCL counts p2p groups
+        st["last_enqueued_collective"] = counter
         if d["retired"]:
-            st["last_completed_collective"] = d["collective_seq_id"]
+            st["last_completed_collective"] = counter
     pg_config = {
         world_name: {"name": world_name, "desc": _WORLD[1], "ranks": g["world_ranks"]},
         sub_name: {"name": sub_name, "desc": _SUB_DESC, "ranks": _ranks_text(range(lo, min(lo + size, n)))},
     }
+    if pipe is not None:
+        pg_config[pipe[0]] = {"name": pipe[0], "desc": _PP_DESC, "ranks": str(list(pipe[1]))}
     out: dict[str, Any] = {}
     for key in g["key_order"]:  # torch's top-level key order and set
         if key == "pg_config":
@@ -223,10 +278,11 @@ def _write_rank(rank: int) -> int:
     return os.path.getsize(path)
 
 
-def _manifest_wanted(ranks: int, entries: int, prefix: str, group_size: int, culprit: int, seed: int) -> dict:
+def _manifest_wanted(ranks: int, entries: int, prefix: str, group_size: int, culprit: int, seed: int,
+                     p2p: bool = False) -> dict:
     return {
         "format": FORMAT, "ranks": ranks, "entries": entries, "prefix": prefix,
-        "group_size": group_size, "culprit": culprit, "seed": seed,
+        "group_size": group_size, "culprit": culprit, "seed": seed, "p2p": p2p,
     }
 
 
@@ -251,6 +307,7 @@ def generate(
     ranks: int, entries: int, out: Path, *, prefix: str = "rank_", group_size: int = 8,
     culprit: int | None = None, seed: int = 0, workers: int | None = None,
     cache_dir: Path = DEFAULT_ROOT / "recordings", force: bool = False, python: str = sys.executable,
+    p2p: bool = False,
 ) -> dict[str, Any]:
     """Make (or reuse) ``out`` with ``ranks`` dumps of ``entries`` entries; returns the manifest."""
     if ranks < 2 or entries < 2:
@@ -260,7 +317,7 @@ def generate(
         raise ValueError(f"culprit {culprit} is not a rank of {ranks}")
     group_size = max(1, min(group_size, ranks))
     out = Path(out)
-    wanted = _manifest_wanted(ranks, entries, prefix, group_size, culprit, seed)
+    wanted = _manifest_wanted(ranks, entries, prefix, group_size, culprit, seed, p2p)
     if not force:
         man = _complete(out, wanted)
         if man is not None:
@@ -270,6 +327,8 @@ def generate(
         rec = pickle.load(fh)
     # Every recorded collective finished (1 rank); say so explicitly, then unfinish per rank.
     base = [e if e.get("retired") is True else dict(e, retired=True) for e in rec["entries"]]
+    if p2p:
+        base = _with_p2p(base)
     out.mkdir(parents=True, exist_ok=True)
     try:
         (out / ".manifest.json").unlink()
@@ -285,6 +344,7 @@ def generate(
         "world_ranks": _ranks_text(range(ranks)), "out": str(out), "prefix": prefix,
         "key_order": list(rec.keys()), "top": {k: v for k, v in rec.items() if k != "entries"},
         "last_ns": max(e["time_created_ns"] for e in base),
+        "p2p": p2p,
     }
     n_workers = max(1, min(workers or os.cpu_count() or 1, ranks))
     t0 = time.perf_counter()
@@ -318,8 +378,8 @@ def generate(
     return manifest
 
 
-def default_out(ranks: int, entries: int, root: Path = DEFAULT_ROOT) -> Path:
-    return root / f"r{ranks}_e{entries}"
+def default_out(ranks: int, entries: int, root: Path = DEFAULT_ROOT, p2p: bool = False) -> Path:
+    return root / f"r{ranks}_e{entries}{'_p2p' if p2p else ''}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,15 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="processes to write with (default: all cores)")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_ROOT / "recordings")
     ap.add_argument("--force", action="store_true", help="regenerate even if OUT is complete")
+    ap.add_argument("--p2p", action="store_true", help="add pipeline send/recv (4 stages; see above)")
     ap.add_argument("--_record", dest="record_to", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.record_to:
         _recording_workload(args.entries, args.record_to)
         return 0
-    out = args.out or default_out(args.ranks, args.entries)
+    out = args.out or default_out(args.ranks, args.entries, p2p=args.p2p)
     man = generate(
         args.ranks, args.entries, out, prefix=args.prefix, group_size=args.group_size, culprit=args.culprit,
-        seed=args.seed, workers=args.workers, cache_dir=args.cache_dir, force=args.force,
+        seed=args.seed, workers=args.workers, cache_dir=args.cache_dir, force=args.force, p2p=args.p2p,
     )
     print(json.dumps({k: man[k] for k in ("ranks", "entries", "culprit", "total_bytes", "hang")}))
     print(out)
