@@ -369,3 +369,51 @@ def test_bootstrap_chains_the_shadowed_sitecustomize(tmp_path: Path) -> None:
     proc = _python("import os, sys; print(os.environ.get('THEIRS_RAN'), 'fr_otel.agent.core' in sys.modules)", env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["yes", "False"]
+
+
+# --------------------------------------------------------------------------- send/recv
+
+
+def _p2p_entry(slot: int, name: str, *, done: bool, created: int, pg: str = "43") -> dict:
+    return {"pg_id": slot, "process_group": (pg, "PIPELINE_MODEL_PARALLEL_GROUP"), "collective_seq_id": 26,
+            "p2p_seq_id": 7, "is_p2p": True, "profiling_name": f"nccl:{name}",
+            "state": "completed" if done else "scheduled", "retired": done, "time_created_ns": created,
+            "timeout_ms": 180_000}
+
+
+def test_pending_send_recv_become_per_peer_ages_with_global_ranks() -> None:
+    """A full read's pending send/recv map local ranks to global ones; the oldest per peer is kept."""
+    from fr_otel.agent.recorder import scan_p2p
+
+    entries = [_p2p_entry(6, "send 1->2", done=False, created=5_000_000_000),
+               _p2p_entry(6, "send 1->2", done=False, created=6_000_000_000),
+               _p2p_entry(6, "recv 1<-0", done=True, created=4_000_000_000),
+               _p2p_entry(6, "recv 1<-?", done=False, created=7_000_000_000)]
+    t = ProgressTracker()
+    t.set_groups((GroupInfo("0", "default_pg", (0, 4, 8, 12), 0),
+                  GroupInfo("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 4, 8, 12), 6)))
+    t.update({0: (3, 3), 6: (13698, 13695)}, now_ns=1)
+    pending, done, slots = scan_entries(entries)
+    s = t.apply_refine(pending, done, slots, now_ns=2, p2p=scan_p2p(entries))
+    pipe = next(g for g in s if g.name == "43")
+    assert pipe.has_p2p and [(w.op, w.peer, w.since_ns) for w in pipe.p2p] == [
+        ("send", 8, 5_000_000_000), ("recv", None, 7_000_000_000)]
+    assert t.update({0: (3, 3), 6: (13698, 13698)}, now_ns=3)[1].p2p == ()  # all done: nothing pending
+
+
+def test_p2p_groups_expose_peer_ages_and_no_cross_rank_counters() -> None:
+    """fr_inflight_p2p_age_seconds names the peer; a p2p group's per-rank counters are not exposed."""
+    from fr_otel.agent.state import P2PWait
+
+    snap = Snapshot(
+        info=ProcessInfo("4", "0", "node01", "2.13.0", "nccl", "16", "2000"), recorder_enabled=True,
+        groups=(GroupStatus("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 4, 8, 12), 6, 13698, 13695, 13696,
+                            NOW_NS - 1, has_p2p=True,
+                            p2p=(P2PWait("send", 8, NOW_NS - 30_000_000_000), P2PWait("recv", None, NOW_NS))),),
+    )
+    registry = _registry(snap)
+    labels = {"rank": "4", "pg_name": "43", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP"}
+    assert registry.get_sample_value("fr_inflight_p2p_age_seconds", {**labels, "op": "send", "peer": "8"}) == 30.0
+    assert registry.get_sample_value("fr_inflight_p2p_age_seconds", {**labels, "op": "recv", "peer": "any"}) == 0.0
+    text = generate_latest(registry).decode()
+    assert "fr_last_enqueued_seq{" not in text and "fr_inflight_collective_age_seconds{" not in text

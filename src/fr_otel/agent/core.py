@@ -203,9 +203,9 @@ class Agent:
         now = time.time_ns()
         self.tracker.update(self.recorder.progress(), now)
         if self.tracker.needs_refine(now, self.config.refine_after_s) and self._may_read_full():
-            pending, done, slots = self.recorder.in_flight()
+            pending, done, slots, p2p = self.recorder.in_flight()
             self._last_full_read = time.monotonic()
-            self.tracker.apply_refine(pending, done, slots, time.time_ns())
+            self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
         if self.channel is not None:
             self._join_open_incidents()

@@ -11,6 +11,7 @@ name                                           type     labels
 =============================================  =======  ====================================
 fr_inflight_collective_age_seconds             gauge    rank, pg_name, pg_desc, op
 fr_inflight_collective_timeout_seconds         gauge    rank, pg_name, pg_desc, op
+fr_inflight_p2p_age_seconds                    gauge    rank, pg_name, pg_desc, op, peer
 fr_last_enqueued_seq                           gauge    rank, pg_name, pg_desc
 fr_last_completed_seq                          gauge    rank, pg_name, pg_desc
 fr_incidents_total                             counter  rank (exemplar: trace_id)
@@ -42,11 +43,13 @@ __all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector", "culprit_query"]
 INFO_LABELS = ("rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity")
 _GROUP = ("rank", "pg_name", "pg_desc")
 _INFLIGHT = (*_GROUP, "op")
+_P2P = (*_INFLIGHT, "peer")
 
 #: Every sample name the collector can emit (the contract, in one tuple).
 METRIC_NAMES: tuple[str, ...] = (
     "fr_inflight_collective_age_seconds",
     "fr_inflight_collective_timeout_seconds",
+    "fr_inflight_p2p_age_seconds",
     "fr_last_enqueued_seq",
     "fr_last_completed_seq",
     "fr_incidents_total",
@@ -95,8 +98,17 @@ class FrCollector(Collector):
             "fr_last_completed_seq", "Sequence number of the last collective this rank completed in the group.",
             labels=_GROUP,
         )
+        p2p = GaugeMetricFamily(
+            "fr_inflight_p2p_age_seconds",
+            "Age of this rank's oldest pending send or recv to one peer (global rank) in the group.",
+            labels=_P2P,
+        )
         for g in snap.groups:
             labels = [rank, g.name, g.desc]
+            for w in g.p2p:
+                p2p.add_metric([*labels, w.op, "any" if w.peer is None else str(w.peer)], round(w.age_s(now_ns), 3))
+            if g.has_p2p:
+                continue  # per-rank p2p counters: nothing here may be compared across ranks
             op = g.op if g.inflight_since_ns is not None else ""
             age.add_metric([*labels, op], round(g.age_s(now_ns), 3))
             seconds = (g.timeout_ms or 0) / 1000 if g.inflight_since_ns is not None else 0.0
@@ -104,6 +116,8 @@ class FrCollector(Collector):
             enqueued.add_metric(labels, g.enqueued)
             completed.add_metric(labels, g.completed)
         yield from (age, timeout, enqueued, completed)
+        if p2p.samples:  # absent (not even HELP) in jobs without send/recv
+            yield p2p
 
         h = snap.health
         incidents = CounterMetricFamily(

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .recorder import GroupInfo, InFlightEntry
-from .state import GroupStatus
+from .recorder import GroupInfo, InFlightEntry, P2PInFlightEntry
+from .state import GroupStatus, P2PWait
 
 __all__ = ["ProgressTracker", "Stall", "stall_threshold_s"]
 
@@ -48,6 +48,8 @@ class ProgressTracker:
         self._done_floor: dict[int, int] = {}  # slot -> seq the entries show completed
         self._refined: set[tuple[int, int]] = set()  # (slot, seq) already read in full
         self._progress: dict[int, tuple[int, int]] = {}
+        self._p2p_slots: set[int] = set()  # slots seen carrying send/recv: counters mix p2p counts
+        self._p2p: dict[int, tuple[P2PInFlightEntry, ...]] = {}  # pending send/recv at the last full read
         self.statuses: tuple[GroupStatus, ...] = ()
 
     def set_groups(self, groups: tuple[GroupInfo, ...]) -> None:
@@ -74,6 +76,10 @@ class ProgressTracker:
         out: list[GroupStatus] = []
         for slot, g in sorted(self._slots().items()):
             enq, done = progress.get(slot, (0, 0))
+            p2p = slot in self._p2p_slots
+            waits = self._p2p_waits(slot, g) if p2p and enq > done else ()
+            if p2p and enq <= done:
+                self._p2p.pop(slot, None)
             floor = self._done_floor.get(slot)
             if floor is not None and floor <= enq:
                 done = max(done, floor)
@@ -85,17 +91,28 @@ class ProgressTracker:
                 exact = self._exact.get(slot)
                 if exact is not None and exact.seq == seq and exact.created_ns:
                     out.append(GroupStatus(g.name, g.desc, g.ranks, slot, enq, done, seq, exact.created_ns, True,
-                                           exact.op, exact.timeout_ms))
+                                           exact.op, exact.timeout_ms, has_p2p=p2p, p2p=waits))
                 else:
-                    out.append(GroupStatus(g.name, g.desc, g.ranks, slot, enq, done, seq, seen[1]))
+                    out.append(GroupStatus(g.name, g.desc, g.ranks, slot, enq, done, seq, seen[1],
+                                           has_p2p=p2p, p2p=waits))
             else:
                 self._first_seen.pop(slot, None)
                 self._exact.pop(slot, None)
-                out.append(GroupStatus(g.name, g.desc, g.ranks, slot, enq, done))
+                out.append(GroupStatus(g.name, g.desc, g.ranks, slot, enq, done, has_p2p=p2p))
         self.statuses = tuple(out)
         if len(self._refined) > 256:  # forget collectives long completed
             self._refined = {(s, q) for s, q in self._refined if q > progress.get(s, (0, 0))[1]}
         return self.statuses
+
+    def _p2p_waits(self, slot: int, g: GroupInfo) -> tuple[P2PWait, ...]:
+        """Pending send/recv with the peer's global rank (group-local rank -> member list)."""
+        out = []
+        for e in self._p2p.get(slot, ()):
+            peer = g.ranks[e.peer_local] if e.peer_local is not None and e.peer_local < len(g.ranks) else None
+            if e.peer_local is not None and peer is None:
+                continue  # the member list does not fit: do not guess a peer
+            out.append(P2PWait(e.op, peer, e.created_ns))
+        return tuple(out)
 
     def needs_refine(self, now_ns: int, after_s: float) -> bool:
         """Some collective has been in flight ``after_s`` and was never read in full."""
@@ -106,10 +123,15 @@ class ProgressTracker:
         )
 
     def apply_refine(
-        self, pending: dict[int, InFlightEntry], done: dict[int, int], slots: dict[int, str], now_ns: int
+        self, pending: dict[int, InFlightEntry], done: dict[int, int], slots: dict[int, str], now_ns: int,
+        p2p: dict[int, tuple[P2PInFlightEntry, ...]] | None = None,
     ) -> tuple[GroupStatus, ...]:
-        """Fold in one full read (see :func:`~fr_otel.agent.recorder.scan_entries`)."""
+        """Fold in one full read (see :func:`~fr_otel.agent.recorder.scan_entries` and ``scan_p2p``)."""
         self._slot_names.update(slots)
+        if p2p is not None:
+            self._p2p = dict(p2p)
+            self._p2p_slots.update(p2p)
+            self._slot_names.update({slot: v[0].pg_name for slot, v in p2p.items() if v})
         for g in self.statuses:
             if g.inflight_seq is not None and g.local_id is not None:
                 self._refined.add((g.local_id, g.inflight_seq))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ __all__ = [
     "OLD_BUFFER_SIZE_ENV",
     "GroupInfo",
     "InFlightEntry",
+    "P2PInFlightEntry",
     "Recorder",
     "distributed_module",
     "gc_paused",
@@ -110,6 +112,17 @@ class InFlightEntry:
     created_ns: int
     op: str
     timeout_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class P2PInFlightEntry:
+    """The oldest not-completed send (or recv) of one group to one peer (group-local ranks)."""
+
+    local_id: int
+    pg_name: str
+    op: str  # "send" or "recv"
+    peer_local: int | None  # None: any-source recv
+    created_ns: int
 
 
 def read_groups(dist: Any) -> tuple[tuple[GroupInfo, ...], int]:
@@ -197,16 +210,19 @@ class Recorder:
         finally:
             self.full_read_s = time.perf_counter() - t0
 
-    def in_flight(self) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str]]:
+    def in_flight(self) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str],
+                                 dict[int, tuple[P2PInFlightEntry, ...]]]:
         """One full read (no stacks; only in-flight entries where the build supports it).
 
         Returns the oldest pending entry per slot, the highest seq known completed per slot
-        with nothing pending, and the slot -> group name pairs the entries reveal.
+        with nothing pending, the slot -> group name pairs the entries reveal, and the
+        pending send/recv per slot (:func:`scan_p2p`).
         """
         data = self.full_bytes(stacks=False, only_active=True)
         with gc_paused():
             raw = pickle.loads(data)  # our own process's bytes, not a file from a shared disk
-        return scan_entries(raw.get("entries") or [])
+        entries = raw.get("entries") or []
+        return (*scan_entries(entries), scan_p2p(entries))
 
 
 def entry_completed(e: dict[str, Any]) -> bool:
@@ -244,6 +260,36 @@ def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry
     for slot in pending:
         done.pop(slot, None)
     return pending, done, slots
+
+
+_P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+|\?)$")
+
+
+def scan_p2p(entries: list[dict[str, Any]]) -> dict[int, tuple[P2PInFlightEntry, ...]]:
+    """Per slot, the oldest pending send/recv to each peer (``nccl:send 1->2``: local ranks).
+
+    Bounded by the peers a rank has in a group (a few), whatever the number of pending ops.
+    """
+    oldest: dict[tuple[int, str, int | None], P2PInFlightEntry] = {}
+    for e in entries:
+        try:
+            if not e.get("is_p2p") or entry_completed(e):
+                continue
+            m = _P2P_NAME.search(str(e["profiling_name"]))
+            if m is None:
+                continue
+            slot = int(e["pg_id"])
+            peer = None if m.group(3) == "?" else int(m.group(3))
+            key = (slot, m.group(1), peer)
+            if key not in oldest:
+                oldest[key] = P2PInFlightEntry(slot, str(e["process_group"][0]), m.group(1), peer,
+                                               int(e.get("time_created_ns") or 0))
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+    out: dict[int, list[P2PInFlightEntry]] = {}
+    for (slot, _, _), entry in oldest.items():
+        out.setdefault(slot, []).append(entry)
+    return {slot: tuple(v) for slot, v in out.items()}
 
 
 _CAMEL = {"includeCollectives": "includeCollectives", "includeStackTraces": "includeStackTraces",

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GroupStatus", "Health", "ProcessInfo", "Snapshot"]
+__all__ = ["GroupStatus", "Health", "P2PWait", "ProcessInfo", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class P2PWait:
+    """This rank's oldest pending send or recv to one peer in one group (from a full read)."""
+
+    op: str  # "send" or "recv"
+    peer: int | None  # the peer's global rank; None for an any-source recv
+    since_ns: int  # enqueue time (epoch ns)
+
+    def age_s(self, now_ns: int) -> float:
+        return max(now_ns - self.since_ns, 0) / 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +45,10 @@ class GroupStatus:
     exact: bool = False
     op: str = ""
     timeout_ms: int | None = None
+    # The group carries send/recv: its counters are this rank's p2p count, never comparable
+    # across ranks (so no seq gauges); what is pending is in ``p2p``.
+    has_p2p: bool = False
+    p2p: tuple[P2PWait, ...] = ()
 
     def age_s(self, now_ns: int) -> float:
         """Seconds the oldest collective has been in flight at ``now_ns`` (0 when none)."""
