@@ -45,6 +45,7 @@ RUNBOOK_URL = "https://github.com/fr-otel/fr-otel/blob/main/docs/runbook.md#"
 CONTRACT_METRICS = {
     "fr_inflight_collective_age_seconds": {"rank", "pg_name", "pg_desc", "op"},
     "fr_inflight_collective_timeout_seconds": {"rank", "pg_name", "pg_desc", "op"},
+    "fr_inflight_p2p_age_seconds": {"rank", "pg_name", "pg_desc", "op", "peer"},
     "fr_last_enqueued_seq": {"rank", "pg_name", "pg_desc"},
     "fr_last_completed_seq": {"rank", "pg_name", "pg_desc"},
     "fr_incidents_total": {"rank"},
@@ -321,7 +322,7 @@ def test_alert_conventions() -> None:
 
 def test_recording_rule_names() -> None:
     for name in recorded_names():
-        assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z_]+", name), f"{name}: level:metric:operations"
+        assert re.fullmatch(r"[a-z_]+:[a-z][a-z0-9_]*:[a-z_]+", name), f"{name}: level:metric:operations"
 
 
 THRESHOLD_PREFIX = "threshold:"

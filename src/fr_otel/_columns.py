@@ -145,8 +145,7 @@ def _split(
         n_p2p = sum(p2p)
         channels: dict[str, P2PChannel] = {}
         if n_p2p:
-            channels = _p2p_channels(raw, list(compress(mine, p2p)), g_done, g_created, g_fp,
-                                     list(compress(range(lo, hi), p2p)))
+            channels = _p2p_channels(g_done, g_created, g_fp, list(compress(range(lo, hi), p2p)), fingerprints)
             keep = list(map(not_, p2p))
             pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col[lo:hi], keep))  # noqa: E731
         else:
@@ -174,27 +173,23 @@ def _split(
                    from_start=ids == (0, len(raw) - 1))
 
 
-_P2P_NAME = itemgetter("profiling_name")
-_RECORD_ID = methodcaller("get", "record_id", -1)
-
-
 def _p2p_channels(
-    raw: list[dict[str, Any]], positions: list[int], g_done: list[bool], g_created: list[int],
-    g_fp: list[int], sorted_at: list[int],
+    g_done: list[bool], g_created: list[int], g_fp: list[int], at: list[int], fingerprints: dict[int, tuple],
 ) -> dict[str, P2PChannel]:
-    """A group's send/recv split by channel (``send 1->2``); only groups that carry p2p pay for it."""
-    entries = list(map(raw.__getitem__, positions))
-    names = [n.partition(":")[2] or n for n in map(_P2P_NAME, entries)]
-    record_ids = list(map(_RECORD_ID, entries))
+    """A group's send/recv split by channel (``send 1->2``); only groups that carry p2p pay for it.
+
+    The channel is the op of the entry's fingerprint: no per-entry Python work, C-level passes only.
+    """
+    ids = list(map(g_fp.__getitem__, at))
+    by_channel: dict[str, set[int]] = {}
+    for fid in set(ids):
+        by_channel.setdefault(fingerprints[fid][0], set()).add(fid)
     out: dict[str, P2PChannel] = {}
-    for name in dict.fromkeys(names):
-        idx = [i for i, n in enumerate(names) if n == name]
-        at = [sorted_at[i] for i in idx]
+    for name, fids in by_channel.items():
+        mine = list(compress(at, map(fids.__contains__, ids))) if len(by_channel) > 1 else at
         out[name] = P2PChannel(
-            done=bytes(map(g_done.__getitem__, at)),
-            created_ns=array("q", map(g_created.__getitem__, at)),
-            fingerprint=array("q", map(g_fp.__getitem__, at)),
-            record_id=array("q", (record_ids[i] if isinstance(record_ids[i], int) else -1 for i in idx)),
+            done=bytes(map(g_done.__getitem__, mine)),
+            created_ns=array("q", map(g_created.__getitem__, mine)),
+            fingerprint=array("q", map(g_fp.__getitem__, mine)),
         )
     return out
-

@@ -95,7 +95,6 @@ class P2PChannel:
     done: bytes  # 1 where completed (backend-aware)
     created_ns: array  # 'q'
     fingerprint: array  # 'q': op, sizes, dtypes hashed (see RankDump.fingerprints)
-    record_id: array  # 'q': finds the pending ones among the dump's tail entries
 
 
 @dataclass(slots=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from array import array
+
 from .dump import Entry, P2PChannel
 from .job import Job, ProcessGroup
 from .verdict import Evidence
@@ -52,20 +54,33 @@ class _Op:
     done: bool
     created_ns: int
     fingerprint: int
-    record_id: int
 
 
-def _ops(rank: int, name: str, ch: P2PChannel, peer: int | None) -> list[_Op]:
-    return [_Op(rank, peer, name, i, bool(d), c, f, r)
-            for i, (d, c, f, r) in enumerate(zip(ch.done, ch.created_ns, ch.fingerprint, ch.record_id))]
+@dataclass(slots=True)
+class _Channel:
+    """One rank's ops of one channel; :class:`_Op` objects are built only where they are needed."""
+
+    rank: int
+    peer: int | None
+    name: str
+    ch: P2PChannel
+
+    def __len__(self) -> int:
+        return len(self.ch.done)
+
+    @property
+    def first_pending(self) -> int:
+        """Index of the oldest pending op (len if none): everything before it completed."""
+        at = self.ch.done.find(0)
+        return len(self) if at < 0 else at
+
+    def ops(self, start: int = 0) -> list[_Op]:
+        ch = self.ch
+        return [_Op(self.rank, self.peer, self.name, start + i, bool(d), c, f)
+                for i, (d, c, f) in enumerate(zip(ch.done[start:], ch.created_ns[start:], ch.fingerprint[start:]))]
 
 
-def _pending_from(ops: list[_Op]) -> int:
-    """Index of the oldest pending op (everything before it completed, as far as the ring shows)."""
-    for op in ops:
-        if not op.done:
-            return op.index
-    return len(ops)
+_NONE = _Channel(-1, None, "", P2PChannel(b"", array("q"), array("q")))  # a channel never posted
 
 
 def add_p2p_waits(job: Job, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> P2PFindings:
@@ -80,9 +95,9 @@ def add_p2p_waits(job: Job, graph: WaitGraph, evidence: dict[int, list[Evidence]
 def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, list[Evidence]],
            found: P2PFindings) -> None:
     members = pg.ranks
-    sends: dict[tuple[int, int], list[_Op]] = {}
-    recvs: dict[tuple[int, int], list[_Op]] = {}
-    any_recvs: dict[int, list[_Op]] = {}
+    sends: dict[tuple[int, int], _Channel] = {}
+    recvs: dict[tuple[int, int], _Channel] = {}
+    any_recvs: dict[int, _Channel] = {}
     for rank in members:
         dump = job.dumps.get(rank)
         h = dump.histories.get(pg.name) if dump is not None else None
@@ -96,25 +111,28 @@ def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, lis
             if int(me) >= len(members) or members[int(me)] != rank:
                 continue  # the recorded local rank does not fit the member list: do not guess
             if other == "?":
-                any_recvs[rank] = _ops(rank, name, ch, None)
+                any_recvs[rank] = _Channel(rank, None, name, ch)
                 continue
             if int(other) >= len(members):
                 continue
             peer = members[int(other)]
             if kind == "send":
-                sends[(rank, peer)] = _ops(rank, name, ch, peer)
+                sends[(rank, peer)] = _Channel(rank, peer, name, ch)
             else:
-                recvs[(peer, rank)] = _ops(rank, name, ch, peer)
+                recvs[(peer, rank)] = _Channel(rank, peer, name, ch)
 
     leftover_sends: dict[int, list[_Op]] = {}
     for src, dst in sorted(set(sends) | set(recvs)):
-        s_ops, r_ops = sends.get((src, dst), []), recvs.get((src, dst), [])
+        s_ch, r_ch = sends.get((src, dst), _NONE), recvs.get((src, dst), _NONE)
         absolute = (dst not in any_recvs and _from_start(job, src) and _from_start(job, dst))
+        if not absolute and s_ch.first_pending == len(s_ch) and r_ch.first_pending == len(r_ch):
+            continue  # nothing pending on either side (the common case, at C speed)
         if absolute:
+            s_ops, r_ops = s_ch.ops(), r_ch.ops()
             pairs = list(zip(s_ops, r_ops))
             rest_s, rest_r = s_ops[len(r_ops):], r_ops[len(s_ops):]
         else:
-            ps, pr = s_ops[_pending_from(s_ops):], r_ops[_pending_from(r_ops):]
+            ps, pr = s_ch.ops(s_ch.first_pending), r_ch.ops(r_ch.first_pending)
             pairs = list(zip(ps, pr))
             rest_s, rest_r = ps[len(pr):], pr[len(ps):]
         for s, r in pairs:
@@ -126,7 +144,7 @@ def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, lis
 
     for dst, anys in sorted(any_recvs.items()):
         waiting = sorted(leftover_sends.pop(dst, []), key=lambda o: o.created_ns)
-        pending = anys[_pending_from(anys):]
+        pending = anys.ops(anys.first_pending)
         for s, r in zip(waiting, pending):
             _pair(job, pg, s, r, graph, evidence, found)
         leftover_sends[dst] = waiting[len(pending):]
@@ -151,8 +169,8 @@ def _entry(job: Job, op: _Op) -> Entry | None:
     dump = job.dumps.get(op.rank)
     if dump is None:
         return None
-    for e in dump.tail:
-        if e.record_id == op.record_id and e.is_p2p:
+    for e in dump.tail:  # pending ops are all in the tail; the enqueue time tells them apart
+        if e.is_p2p and e.time_created_ns == op.created_ns and e.op == op.name:
             return e
     return None
 
