@@ -346,3 +346,15 @@ def test_watch_finds_torchcomms_dumps_from_its_variable(tmp_path: Path) -> None:
     assert dump_location(None, None, env) == (tmp_path, "torchcomm_fr_trace_")
     env["TORCH_FR_DUMP_TEMP_FILE"] = "/nccl/comm_lib_trace_rank_"
     assert dump_location(None, None, env) == (Path("/nccl"), "comm_lib_trace_rank_")
+
+
+def test_collective_stuck_in_a_pipeline_group_is_never_healthy(tmp_path: Path) -> None:
+    """A collective all members entered and none completed, in a group that also carries send/recv:
+    inconclusive with the reason, not healthy."""
+    b = DumpBuilder(2)
+    pp = b.group("1", "PIPELINE_MODEL_PARALLEL_GROUP", [0, 1])
+    warm_up(b)
+    b.transfer(pp, 0, 1)
+    b.collective(pp, "broadcast", done=False)
+    for v in verdicts(b, tmp_path, only_active=(False,)):
+        assert v.verdict == "inconclusive" and v.culprits == []

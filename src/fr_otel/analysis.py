@@ -170,8 +170,8 @@ def _dedupe(items: list[str]) -> list[str]:
 
 
 def _stalled(state: GroupState) -> bool:
-    """Something in flight in a group whose counters can be compared (no send/recv mix)."""
-    return state.in_flight is not None and state.note is None
+    """A collective in flight (in groups with send/recv, as their entries show it: never their counters)."""
+    return state.in_flight is not None
 
 
 _DAY_NS = 86_400 * 10**9

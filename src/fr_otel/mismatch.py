@@ -19,7 +19,7 @@ from .job import Job, ProcessGroup
 from .ranks import compress_ranks
 from .verdict import Evidence
 
-__all__ = ["find_mismatches"]
+__all__ = ["describe_call", "find_mismatches"]
 
 
 def _coalesced(fp: Any) -> bool:
@@ -36,11 +36,11 @@ def _describe_pair(mine: Any, theirs: Any) -> tuple[str, str]:
             y = b[i] if i < len(b) else None
             if x != y:
                 where = f" (op {i + 1} of a coalesced group)"
-                return ((_describe(x) if x else "nothing") + where, (_describe(y) if y else "nothing") + where)
-    return _describe(mine), _describe(theirs)
+                return ((describe_call(x) if x else "nothing") + where, (describe_call(y) if y else "nothing") + where)
+    return describe_call(mine), describe_call(theirs)
 
 
-def _describe(fp: Any) -> str:
+def describe_call(fp: Any) -> str:
     """``all_reduce [4,4] Float`` for a comparable fingerprint (or the first of a coalesced group)."""
     if _coalesced(fp):
         fp = fp[0]

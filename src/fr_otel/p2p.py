@@ -22,12 +22,12 @@ the evidence. p2p counters are never compared across ranks (they are per rank).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-
 from array import array
+from dataclasses import dataclass, field
 
 from .dump import Entry, P2PChannel
 from .job import Job, ProcessGroup
+from .mismatch import describe_call
 from .verdict import Evidence
 from .waits import WaitGraph
 
@@ -176,15 +176,9 @@ def _entry(job: Job, op: _Op) -> Entry | None:
 
 
 def _call(job: Job, op: _Op) -> str:
-    """``send 1->2 [4096,1,5120] BFloat16`` from the op's entry (sizes when the tail holds it)."""
+    """``send 1->2 [4096,1,5120] BFloat16``: the op's own fingerprint says it."""
     fp = job.dumps[op.rank].fingerprints.get(op.fingerprint)
-    if not fp:
-        return op.name
-    _, in_sizes, in_dtypes, out_sizes, out_dtypes = fp
-    sizes = in_sizes or out_sizes
-    dtypes = in_dtypes or out_dtypes
-    text = ",".join("[" + ",".join(map(str, s)) + "]" for s in sizes) or "[]"
-    return f"{op.name} {text} {'/'.join(dtypes)}".strip()
+    return describe_call(fp) if fp else op.name
 
 
 def _shape(job: Job, op: _Op) -> tuple:
