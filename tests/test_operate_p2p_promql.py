@@ -49,7 +49,11 @@ def prometheus() -> Iterator[PrometheusServer]:
         with PrometheusServer(targets, job="fr-otel", labels={"training_job": "p2p-test"}, scrape_interval="1s",
                               rule_files=[RULES_FILE], startup_timeout=60) as server:
             try:
-                server.wait_for("peer_pg:fr_p2p_waited_on:age_seconds", timeout=60)
+                # Every rank scraped (else a half-seen chain ends early), then the rules evaluated on it.
+                server.wait_for("count(fr_info)", lambda r: bool(r) and r[0].value == 4, timeout=60)
+                first = server.query("time()")[0].value
+                server.wait_for("timestamp(peer_pg:fr_p2p_waited_on:age_seconds)",
+                                lambda r: bool(r) and min(s.value for s in r) > first + 1, timeout=60)
             except TimeoutError as exc:
                 pytest.fail(f"{exc}\ntargets: {server.targets_health()}\n{server.log_tail()}")
             yield server
