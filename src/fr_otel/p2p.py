@@ -42,7 +42,6 @@ class P2PFindings:
 
     mismatches: list[tuple[int, Evidence]] = field(default_factory=list)
     pending: int = 0  # send/recv in flight anywhere (work is stuck: never "healthy")
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -161,10 +160,6 @@ def _from_start(job: Job, rank: int) -> bool:
     return dump is not None and dump.from_start
 
 
-def _where(pg: ProcessGroup) -> str:
-    return pg.label
-
-
 def _entry(job: Job, op: _Op) -> Entry | None:
     dump = job.dumps.get(op.rank)
     if dump is None:
@@ -192,7 +187,7 @@ def _shape(job: Job, op: _Op) -> tuple:
 def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence: dict[int, list[Evidence]],
           found: P2PFindings) -> None:
     if _shape(job, s) != _shape(job, r) and _shape(job, s) and _shape(job, r):
-        text = (f"on {_where(pg)}, rank {s.rank}'s {_call(job, s)} met rank {r.rank}'s {_call(job, r)} "
+        text = (f"on {pg.label}, rank {s.rank}'s {_call(job, s)} met rank {r.rank}'s {_call(job, r)} "
                 "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
         for who, other in ((s, r), (r, s)):
             found.mismatches.append((who.rank, Evidence("mismatch", pg.name, None, text, (other.rank,), False, True,
@@ -204,7 +199,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
         stuck, other = (r, s) if s.done else (s, r)
         evidence.setdefault(stuck.rank, []).append(Evidence(
             "not_completed", pg.name, None,
-            f"rank {stuck.rank} posted {stuck.name} on {_where(pg)} but has not completed it, while rank "
+            f"rank {stuck.rank} posted {stuck.name} on {pg.label} but has not completed it, while rank "
             f"{other.rank} completed the matching {other.name}: its device or network stalled",
             (), True, True, op=_profiling(job, stuck), peer=other.rank))
         return
@@ -213,7 +208,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
     graph.add(r.rank, hub, [s.rank], "not_completed", lambda q, w: "")
     graph.mutual_hubs.add(hub)
     graph.unexplained.append(
-        f"group {_where(pg)}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
+        f"group {pg.label}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
         "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
         "out a rank"
     )
@@ -224,7 +219,7 @@ def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: Wai
     """A pending op whose counterpart was never posted: the poster waits on the peer."""
     found.pending += 1
     counterpart = "recv" if op.name.startswith("send") else "send"
-    where = _where(pg)
+    where = pg.label
     call = op.name + (" (any source)" if peer is None else "")
     targets = [peer] if peer is not None else [q for q in pg.ranks if q != op.rank]
     present = [q for q in targets if q in job.dumps]
