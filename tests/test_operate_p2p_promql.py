@@ -13,7 +13,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_operate_static import RULES_FILE, alert_rules, iter_panels, load_dashboards, substitute, variable_values
+from test_operate_static import (
+    CONTRACT_METRICS,
+    RULES_FILE,
+    alert_rules,
+    iter_panels,
+    load_dashboards,
+    substitute,
+    variable_values,
+)
 
 from fr_otel.agent.metrics import FrCollector
 from fr_otel.agent.server import start_metrics_server
@@ -67,6 +75,8 @@ def test_p2p_age_carries_the_peer_and_the_op(prometheus: PrometheusServer) -> No
     """Each waiting rank's oldest send/recv per peer arrives with ``op`` and ``peer`` labels."""
     rows = prometheus.query('fr_inflight_p2p_age_seconds{pg_name="43"}')
     got = sorted((s.labels["rank"], s.labels["op"], s.labels["peer"]) for s in rows)
+    contract = CONTRACT_METRICS["fr_inflight_p2p_age_seconds"] | {"__name__", "job", "instance", "training_job"}
+    assert all(set(s.labels) <= contract for s in rows)
     assert got == [("0", "recv", "1"), ("1", "send", "2"), ("3", "recv", "2")]
     assert all(s.value >= WAIT_S for s in rows)
 
