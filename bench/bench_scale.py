@@ -162,13 +162,13 @@ def payload_for(layout: Layout, rank: int, culprit: int, n_entries: int, t_end_n
 
 def encode(layout: Layout, rank: int, raw: bytes, t_end_ns: int) -> bytes:
     """What the rank's agent does with its recorder's bytes at an incident."""
-    from fr_otel.agent.payload import encode_payload
+    from fr_otel.agent.payload import encode_payload, entries_per_group
     from fr_otel.agent.recorder import GroupInfo
     from fr_otel.rank_process import RankProcess
 
     groups = [GroupInfo(name=n, desc=d, ranks=r, local_id=s) for n, d, r, s in layout.groups(rank).values()]
     process = RankProcess(host=f"node{rank // 8:05d}", pid=10_000 + rank % 8, local_rank=rank % 8, source="agent")
-    return encode_payload(raw, groups, KEEP, t_end_ns, process)
+    return encode_payload(raw, groups, entries_per_group(KEEP, layout.world), t_end_ns, process)
 
 
 # --------------------------------------------------------------------------- the store and the channel
@@ -312,8 +312,13 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     agent.channel.publish(1, 0, own)
     trace_hex = f"{trace_id_for(JOB_ID, '1'):032x}"
     phases = _time_phases(agent)
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    phases["_start"] = time.perf_counter()
     coordinate(agent, 1, meta, trace_hex, time.monotonic() + 300)
     t_done = time.time()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    phases["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    phases["gather wait"] = phases.pop("_fetch_at", phases["_start"]) - phases.pop("_start")
     result = agent.channel.result(1) or {}
     out.put({"role": "coordinator", "won": won, "t_raise": t_raise, "t_done": t_done, "result": result,
              "rss_before": rss_before, "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -340,9 +345,13 @@ def _time_phases(agent: Any) -> dict[str, float]:
                 phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    arrived = agent.channel.arrived
-    agent.channel.arrived = timed("gather wait", arrived)
-    agent.channel.fetch = timed("fetch payloads", agent.channel.fetch)
+    fetch = timed("fetch payloads", agent.channel.fetch)
+
+    def first_fetch(*a: Any, **k: Any) -> Any:
+        phases.setdefault("_fetch_at", time.perf_counter())
+        return fetch(*a, **k)
+
+    agent.channel.fetch = first_fetch
     flush.decode_payload = timed("decode payloads", flush.decode_payload)
     fr_otel.job.build_job = timed("build job", fr_otel.job.build_job)
     fr_otel.analysis.analyze = timed("analyze", fr_otel.analysis.analyze)
@@ -453,8 +462,14 @@ def run(world: int, args: argparse.Namespace, poll_scale: float = 1.0, incident:
         "coord_rss_before": coord.get("rss_before"), "coord_rss_peak": coord.get("rss_peak"),
         "encode_full_s": coord.get("encode_full_s"), "raw_full_bytes": coord.get("raw_full_bytes"),
         "verdict": coord.get("result", {}), "culprit": culprit, "spans": spans, "polled": polled, "poll_s": poll_s,
-        "steady_points": len(steady), "bulk_same": coord.get("bulk_same"), "phases": coord.get("phases", {}),
+        "keep": _keep(world), "steady_points": len(steady), "bulk_same": coord.get("bulk_same"), "phases": coord.get("phases", {}),
     }
+
+
+def _keep(world: int) -> int:
+    from fr_otel.agent.payload import entries_per_group
+
+    return entries_per_group(KEEP, world)
 
 
 def _ms(x: float | None) -> str:
@@ -468,7 +483,7 @@ def report(r: dict[str, Any]) -> None:
     b, p, i = r["lat_base"], r["lat_poll"], r["lat_incident"]
     print(f"  other clients' store call latency p50/p99 ms: baseline {_ms(b[0])}/{_ms(b[1])} (n={b[2]}), "
           f"polling {_ms(p[0])}/{_ms(p[1])} (n={p[2]})" + (f", incident {_ms(i[0])}/{_ms(i[1])} (n={i[2]})" if i else ""))
-    print(f"  payload bytes per rank: min {r['payload_min']:,}, median {r['payload_med']:,.0f}, max {r['payload_max']:,}; "
+    print(f"  payload bytes per rank ({r['keep']} completed entries per group): min {r['payload_min']:,}, median {r['payload_med']:,.0f}, max {r['payload_max']:,}; "
           f"total {r['payload_total'] / mib:.1f} MiB (2000-entry recorder {r['raw_full_bytes'] or 0:,} B, encoded "
           f"in {_ms(r['encode_full_s'])} ms per rank)")
     if r["trace_s"] is not None or r["coord_s"] is not None:
@@ -478,7 +493,11 @@ def report(r: dict[str, Any]) -> None:
               f"trace at the receiver {r['trace_s'] or float('nan'):.1f} s after the raise; coordinator done "
               f"{r['coord_s'] or float('nan'):.1f} s; coordinator peak RSS {(r['coord_rss_peak'] or 0) / mib:.0f} MiB "
               f"(before {(r['coord_rss_before'] or 0) / mib:.0f} MiB)")
-        print("  coordinator phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
+        phases = dict(r["phases"])
+        cpu = phases.pop("cpu", float("nan"))
+        print(f"  coordinator: {cpu:.1f} s of CPU in {r['coord_s'] or float('nan'):.1f} s of wall (the simulated ranks, "
+              "the store and the probe share its 2 cores); phases (s): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
               + ("" if r["bulk_same"] else "  [WARNING: bulk payloads differ from trimming all 2000 entries]"))
         print(f"  verdict {v.get('verdict')}, culprits {v.get('culprits')} "
               f"({'names the injected culprit' if ok else 'FAIL: expected [' + str(r['culprit']) + ']'}), "

@@ -65,3 +65,12 @@ def test_a_decoded_payload_gives_its_entries_on_demand_from_the_compressed_bytes
     full = parse_dump_bytes(zlib.decompress(payload[_HEADER.size:]), 3, "rank 3", dumped_at_ns=7)
     assert full is not None and len(full.entries) > 8
     assert dump.entries == full.entries
+
+
+def test_ranks_send_fewer_entries_per_group_as_the_world_grows_but_never_fewer_than_a_focused_trace_shows() -> None:
+    """64 per group up to 4096 ranks, 16 at 16k and beyond, a smaller configured value always wins."""
+    from fr_otel.agent.payload import entries_per_group
+
+    assert [entries_per_group(64, w) for w in (None, 8, 1024, 4096, 8192, 16384, 100_000)] == [64, 64, 64, 64, 32,
+                                                                                              16, 16]
+    assert entries_per_group(8, 16384) == 8

@@ -29,7 +29,7 @@ from ..ranks import compress_ranks
 from ..rank_map import RANKS_FILE, rank_map_json
 from ..reader import ReadResult
 from ..steps import COUNTER, STEPS_FILE, steps_file_json
-from .payload import decode_payload, encode_payload
+from .payload import decode_payload, encode_payload, entries_per_group
 
 if TYPE_CHECKING:
     from ..verdict import Culprit
@@ -77,8 +77,8 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
         _write_atomic(path, raw)
         log.debug("incident %d: recorder written to %s", k, path)
     with agent.health.guard("sending the recorder to the incident's coordinator"):
-        agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(),
-                                                                       agent.config.incident_entries, dumped_at,
+        keep = entries_per_group(agent.config.incident_entries, agent.world_size)
+        agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, dumped_at,
                                                                        agent.process, steps=COUNTER.log(), now=now))
     agent.health.incident(trace_hex)
     if owner:

@@ -29,7 +29,7 @@ from ..steps import PAYLOAD_KEY as STEPS_KEY
 from ..steps import StepLog
 from .recorder import GroupInfo, entry_completed, gc_paused
 
-__all__ = ["decode_payload", "encode_payload", "pg_config_for", "trim_entries"]
+__all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]
 
 _MAGIC = b"FRO1"
 _HEADER = struct.Struct(">4sQ")
@@ -40,6 +40,20 @@ def pg_config_for(groups: Iterable[GroupInfo]) -> dict[str, dict[str, str]]:
     would otherwise put every rank's number in every rank's payload, 80% of it at 16k ranks)."""
     return {g.name: {"name": g.name, "desc": g.desc, "ranks": f"[{compress_ranks(g.ranks, limit=len(g.ranks) + 1)}]"}
             for g in groups if g.name}
+
+
+#: A coordinator decodes world size x groups x entries-per-group entries: this bounds the product
+#: (64 per group up to 4096 ranks, 16 at 16k) so the trace stays within a minute at 16k ranks.
+COORDINATOR_ENTRY_BUDGET = 64 * 4096
+MIN_ENTRIES_PER_GROUP = 16
+
+
+def entries_per_group(configured: int, world_size: int | None) -> int:
+    """How many completed entries per group a rank sends: the configured number, less at scale
+    (never fewer than 16, what a focused trace shows; in-flight entries always go)."""
+    if not world_size or world_size <= 0:
+        return configured
+    return min(configured, max(MIN_ENTRIES_PER_GROUP, COORDINATOR_ENTRY_BUDGET // world_size))
 
 
 def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
