@@ -235,3 +235,17 @@ def test_time_axis_over_minutes_counts_back_in_minutes() -> None:
     ref = 10**18
     ticks = [t for _, t in _Scale(ref - 600 * 10**9, ref, ref, "0 (dump)").ticks()]
     assert ticks[-1] == "0 (dump)" and "−2 min 0 s" in ticks and "−10 min 0 s" in ticks and all("min" in t for t in ticks[:-1]), ticks
+
+
+def test_an_incident_file_older_than_its_dumps_is_not_used(nvrx: Path, tmp_path: Path, run_cli) -> None:
+    """incident.json records the dump files it describes: once a newer incident overwrote them,
+    it is named as stale and its trace id is not reused for dumps it never saw."""
+    folder = tmp_path / "watched"
+    shutil.copytree(nvrx / "lock_gil_1st", folder)
+    files = {p.name: p.stat().st_size for p in folder.iterdir() if p.name.startswith("_dump_")}
+    write_identity(folder, IncidentIdentity("job", "watch-1", "cd" * 16, files=files))
+    assert json.loads(run_cli("analyze", str(folder), "--json").stdout)["trace_id"] == "cd" * 16
+    (folder / "_dump_3").write_bytes((nvrx / "lock_gil_2nd" / "_dump_3").read_bytes())  # the next incident
+    doc = json.loads(run_cli("analyze", str(folder), "--json").stdout)
+    assert "trace_id" not in doc
+    assert any("incident.json: the dump files changed since it was written (_dump_3)" in p for p in doc["problems"])

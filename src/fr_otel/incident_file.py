@@ -51,7 +51,17 @@ class IncidentIdentity:
     processes: dict[int, RankProcess] = field(default_factory=dict)
     stacks: dict[int, LiveStacks] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
+    files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
+
+    def stale_for(self, job: Job) -> str | None:
+        """Why this identity does not describe ``job``'s dump files (a newer incident overwrote
+        them beside an old incident.json), or None when it does or cannot tell."""
+        if not self.files:
+            return None
+        now = _dump_files(job)
+        changed = sorted(n for n in set(now) | set(self.files) if now.get(n) != self.files.get(n))
+        return f"the dump files changed since it was written ({', '.join(changed[:3])})" if changed else None
 
     def to_json(self) -> dict[str, Any]:
         ranks: dict[str, dict[str, Any]] = {}
@@ -70,6 +80,7 @@ class IncidentIdentity:
             "root_attributes": [[k, v] for k, v in self.root_attributes],
             "summary": self.summary,
             "ranks": ranks,
+            "files": self.files,
         }
 
 
@@ -99,7 +110,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     identity = IncidentIdentity(
         job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
         processes=dict(job.processes), stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
-        summary=summary,
+        summary=summary, files=_dump_files(job, Path(folder)),
     )
     path = write_identity(folder, identity)
     where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
@@ -156,8 +167,24 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
         and type(item[1]) in _ROOT_VALUE_TYPES
     )
     summary = raw.get("summary")
+    files = raw.get("files")
+    files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
     return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
-                            summary if isinstance(summary, dict) else {}, str(path))
+                            summary if isinstance(summary, dict) else {}, files, str(path))
+
+
+def _dump_files(job: Job, folder: Path | None = None) -> dict[str, int]:
+    """Name -> size of the job's dumps that are files (in ``folder``, when given)."""
+    out: dict[str, int] = {}
+    for d in job.dumps.values():
+        path = Path(d.path)
+        if folder is not None and path.parent.resolve() != folder.resolve():
+            continue
+        try:
+            out[path.name] = path.stat().st_size
+        except OSError:
+            continue
+    return out
 
 
 def apply_identity(job: Job, identity: IncidentIdentity) -> None:

@@ -76,6 +76,10 @@ def load_incident(
         return None
     job = build_job(read)
     identity = find_identity(paths, job.problems)
+    stale = identity.stale_for(job) if identity is not None else None
+    if identity is not None and stale:
+        job.problems.append(f"{identity.path}: {stale}; not using its trace id, hosts or stacks")
+        identity = None
     if identity is not None:
         apply_identity(job, identity)
     return job, identity
