@@ -219,6 +219,60 @@ def test_tls_against_a_plaintext_grpc_collector_says_insecure_or_http(nvrx: Path
     assert f"add --insecure (or OTEL_EXPORTER_OTLP_INSECURE=true), or write the endpoint as http://{rx.endpoint}" in line
 
 
+def test_grpc_log_lines_stay_silent_unless_the_user_asks_for_them(nvrx: Path, tmp_path: Path) -> None:
+    """A TLS mismatch prints fr-otel's one line and no raw gRPC C-core log line before it; a
+    GRPC_VERBOSITY the user set is honoured; `run` leaves the job's environment without it."""
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    with OtlpGrpcReceiver() as rx:
+        quiet = _export(nvrx / "lock_gil_1st", tmp_path, "--endpoint", rx.endpoint)
+        loud = _fr_otel("export", str(nvrx / "lock_gil_1st"), "--out", str(tmp_path / "out"), "--timeout", "5",
+                        "--endpoint", rx.endpoint, env=_env(GRPC_VERBOSITY="INFO"))
+    assert quiet.returncode == loud.returncode == 3
+    assert [line for line in quiet.stderr.splitlines() if not line.startswith("fr-otel: ")] == [], quiet.stderr
+    assert "ssl_transport_security" in loud.stderr, "the user's own GRPC_VERBOSITY wins"
+    child = _fr_otel("run", "--", sys.executable, "-c", "import os; print(os.environ.get('GRPC_VERBOSITY', 'unset'))")
+    assert child.returncode == 0 and child.stdout.strip() == "unset", child.stdout
+
+
+def test_otlp_http_to_a_grpc_port_says_use_grpc_without_retrying(nvrx: Path, tmp_path: Path) -> None:
+    """OTLP/HTTP sent to a gRPC receiver: no traceback, one line saying the endpoint does not speak
+    HTTP (it answered with HTTP/2 frames) and which command works, given up at once (no 5 retries);
+    the suggested protocol then delivers."""
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    with OtlpGrpcReceiver() as rx:
+        proc = _export(nvrx / "lock_gil_1st", tmp_path, "--protocol", "http/protobuf",
+                       "--endpoint", f"{rx.url}/v1/traces")
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr and "timed out" not in proc.stderr, proc.stderr
+        (line,) = proc.stderr.splitlines()
+        assert "does not speak HTTP/1.1: it answered with HTTP/2 frames" in line and "gave up" not in line, line
+        assert f"use --protocol grpc --endpoint {rx.url}," in line, line
+        spool = line.split("send it later with ", 1)[1].split()[2]
+        replayed = _fr_otel("replay", spool, "--protocol", "grpc", "--endpoint", rx.url)
+        assert replayed.returncode == 0 and rx.span_count() > 0, replayed.stderr
+
+
+def test_grpc_to_an_otlp_http_port_says_use_http_protobuf_without_retrying(nvrx: Path, tmp_path: Path) -> None:
+    """gRPC (the default) sent to an OTLP/HTTP receiver: replay says the endpoint does not speak
+    gRPC and gives the OTLP/HTTP command, at once (no retries); that command delivers."""
+    from fr_otel.testing.otlp import OtlpHttpReceiver
+
+    written = _export(nvrx / "lock_gil_1st", tmp_path)
+    assert written.returncode == 0, written.stderr
+    (spool,) = (tmp_path / "out").glob("fr-otel-trace-*.jsonl")
+    with OtlpHttpReceiver() as rx:
+        bare = f"http://{rx.endpoint}"
+        proc = _fr_otel("replay", str(spool), "--keep", "--endpoint", bare)
+        assert proc.returncode == 3 and rx.span_count() == 0, proc.stderr
+        (line,) = proc.stderr.splitlines()
+        assert "does not speak gRPC" in line and "gave up" not in line, line
+        assert f"use --protocol http/protobuf --endpoint {bare}/v1/traces," in line, line
+        fixed = _fr_otel("replay", str(spool), "--protocol", "http/protobuf", "--endpoint", f"{bare}/v1/traces")
+        assert fixed.returncode == 0 and rx.span_count() > 0, fixed.stderr
+
+
 def test_https_against_a_plaintext_http_collector_says_http(nvrx: Path, tmp_path: Path) -> None:
     """https:// to a plaintext OTLP/HTTP receiver: the error says to write http://."""
     from fr_otel.testing.otlp import OtlpHttpReceiver

@@ -97,12 +97,22 @@ _TRACES_PATH = "/v1/traces"
 def export_hint(error: str | None, config: ExportConfig) -> str | None:
     """What to do about an export error the user can fix in their settings, or None.
 
-    A TLS handshake with a plaintext collector (add ``--insecure`` or write ``http://``),
-    an OTLP/HTTP URL without ``/v1/traces`` (HTTP 404).
+    The wrong protocol for the port (gRPC to an OTLP/HTTP receiver or the reverse), a TLS
+    handshake with a plaintext collector (add ``--insecure`` or write ``http://``), an
+    OTLP/HTTP URL without ``/v1/traces`` (HTTP 404).
     """
     if not error:
         return None
+    from .otlp_export import NOT_GRPC, NOT_HTTP  # an export ran: grpc is loaded already
+
     target = config.target()
+    netloc = urlsplit(target).netloc if "://" in target else target
+    if NOT_HTTP in error:
+        return (f"it looks like a gRPC receiver: use --protocol grpc --endpoint http://{netloc}, or the "
+                f"collector's OTLP/HTTP port (usually 4318)")
+    if NOT_GRPC in error:
+        return (f"it looks like an OTLP/HTTP receiver: use --protocol http/protobuf --endpoint "
+                f"http://{netloc}{_TRACES_PATH}, or the collector's gRPC port (usually 4317)")
     if _TLS_MISMATCH.search(error):
         if "://" not in target:
             return (f"the collector does not seem to speak TLS: add --insecure (or OTEL_EXPORTER_OTLP_INSECURE=true), "

@@ -42,6 +42,7 @@ import collections
 import dataclasses
 import enum
 import gzip
+import http.client
 import json
 import logging
 import os
@@ -77,6 +78,8 @@ from .otlp_file import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "NOT_GRPC",
+    "NOT_HTTP",
     "ExportResult",
     "SpansOrRequests",
     "chunk_requests",
@@ -275,6 +278,11 @@ _GRPC_RETRYABLE = frozenset(
 
 
 _TLS_HANDSHAKE = re.compile(r"handshake failed", re.IGNORECASE)
+#: gRPC C-core's words for an answer that is not HTTP/2 (e.g. "Expected SETTINGS frame ... got frame type 72").
+_NOT_HTTP2 = re.compile(r"Failed parsing HTTP/2|Expected SETTINGS frame", re.IGNORECASE)
+#: How an export error starts when the endpoint speaks another protocol (matched by the hints).
+NOT_GRPC = "the endpoint does not speak gRPC"
+NOT_HTTP = "the endpoint does not speak HTTP/1.1"
 
 
 class _GrpcSender:
@@ -319,6 +327,8 @@ class _GrpcSender:
                 return _Outcome(_Verdict.RETRY, detail, _grpc_retry_after(exc))
             if _TLS_HANDSHAKE.search(details):  # TLS against plaintext (or a bad certificate): no retry mends it
                 return _Outcome(_Verdict.FATAL, detail)
+            if _NOT_HTTP2.search(details):  # an HTTP/1.1 server (an OTLP/HTTP port): no retry mends it
+                return _Outcome(_Verdict.FATAL, f"{NOT_GRPC}: {detail}")
             if code in _GRPC_RETRYABLE:
                 return _Outcome(_Verdict.RETRY, detail, _grpc_retry_after(exc))
             if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -377,7 +387,14 @@ class _HttpSender:
         if self._gzip:
             body = gzip.compress(body, compresslevel=6)
         box: list[_Outcome] = []
-        worker = threading.Thread(target=lambda: box.append(self._post(body, timeout_s)), daemon=True)
+
+        def post() -> None:
+            try:
+                box.append(self._post(body, timeout_s))
+            except Exception as exc:  # whatever the server sends back, never a thread traceback
+                box.append(_Outcome(_Verdict.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}")))
+
+        worker = threading.Thread(target=post, daemon=True)
         worker.start()
         worker.join(timeout_s + 0.05)
         return box[0] if box else _Outcome(_Verdict.RETRY, f"HTTP timed out after {timeout_s:.2f} s")
@@ -403,8 +420,12 @@ class _HttpSender:
             if isinstance(reason, ssl.SSLError):
                 return _Outcome(_Verdict.FATAL, f"TLS: {reason}")
             return _Outcome(_Verdict.RETRY, f"HTTP connection failed: {reason}")
-        except (OSError, ValueError) as exc:  # timeouts, resets, malformed responses
-            return _Outcome(_Verdict.RETRY, f"HTTP {type(exc).__name__}: {exc}")
+        except http.client.BadStatusLine as exc:
+            if isinstance(exc, http.client.RemoteDisconnected):  # closed without answering: transient
+                return _Outcome(_Verdict.RETRY, f"HTTP connection failed: {exc}")
+            return _Outcome(_Verdict.FATAL, _not_http(exc.line))
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed responses
+            return _Outcome(_Verdict.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}"))
         try:
             if "json" in ctype:
                 partial = json.loads(payload or b"{}").get("partialSuccess", {})
@@ -416,6 +437,15 @@ class _HttpSender:
 
     def close(self) -> None:
         pass
+
+
+def _not_http(status_line: object) -> str:
+    """What to say when the first line of the answer is no HTTP status line: HTTP/2 frames
+    (a gRPC receiver greets with a SETTINGS frame) or some other protocol altogether."""
+    line = str(status_line)
+    if line[:1] == "\x00":  # an HTTP/2 frame header: 3 length bytes, the first 0 for any small frame
+        return f"{NOT_HTTP}: it answered with HTTP/2 frames"
+    return one_line(f"{NOT_HTTP}: it answered {line[:40]!r}")
 
 
 def _partial(rejected: int, message: str) -> _Outcome:

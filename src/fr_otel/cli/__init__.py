@@ -8,6 +8,7 @@ arguments for the library and print what it returns; no analysis happens here.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -19,6 +20,8 @@ __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
 
 # Order is the order of `fr-otel --help`.
 COMMANDS = (analyze, export, report, demo, watch, run)
+#: gRPC's log level variable (DEBUG, INFO, ERROR, NONE).
+GRPC_VERBOSITY = "GRPC_VERBOSITY"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,12 +42,20 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     return sub.choices[name]
 
 
+def _quiet_grpc() -> None:
+    """No raw gRPC C-core log lines (e.g. a TLS handshake failure) before fr-otel's own one-line
+    error. Read when grpc is imported, so set here, before any command exports; a value the
+    user set wins. Not for ``run``: its environment is the training job's."""
+    os.environ.setdefault(GRPC_VERBOSITY, "NONE")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
         return run.launch(_subparser(parser, "run"), argv[1:])
+    _quiet_grpc()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
