@@ -54,8 +54,10 @@ HELLO = [sys.executable, "-c", "import os; print('hello', os.environ.get('FR_OTE
     (["--stall-seconds"], {}, "--stall-seconds needs a value", "unset"),
     ([], {"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}, "OTEL_EXPORTER_OTLP_PROTOCOL: expected one of", "unset"),
     ([], {"FR_OTEL_LOG_LEVEL": "loud", "FR_OTEL_ENABLED": "maybe"}, "FR_OTEL_ENABLED: expected true or false", "unset"),
+    ([], {"OTEL_EXPORTER_OTLP_TIMEOUT": "abc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"},
+     "OTEL_EXPORTER_OTLP_TIMEOUT: expected a number of seconds, got 'abc'; using the default (10 s)", "unset"),
 ], ids=["bad-variable", "bad-flag", "bad-flag-good-variable", "good-flag-bad-variable", "two-bad", "bad-protocol",
-        "unknown-flag", "flag-without-value", "bad-otel-variable", "bad-level-and-bool"])
+        "unknown-flag", "flag-without-value", "bad-otel-variable", "bad-level-and-bool", "bad-otel-timeout"])
 def test_bad_settings_warn_once_and_still_run_the_command(
         args: list[str], env: dict[str, str], warning: str | None, stall: str) -> None:
     """A bad flag or FR_OTEL_*/OTEL_* value is one warning line; the command runs, and gets only
@@ -70,6 +72,7 @@ def test_bad_settings_warn_once_and_still_run_the_command(
         assert any(warning in line for line in lines), lines
         assert all(line.startswith("fr-otel: ") and line.endswith("(the job starts anyway)") for line in lines)
         assert len(lines) == len(set(lines)) and len(lines) <= 2 and "Traceback" not in proc.stderr
+        assert not any("local files instead" in line for line in lines if "OTEL_EXPORTER_OTLP_TIMEOUT" in line)
 
 
 def test_run_without_a_command_is_the_only_usage_error() -> None:
@@ -271,6 +274,25 @@ def test_grpc_to_an_otlp_http_port_says_use_http_protobuf_without_retrying(nvrx:
         assert f"use --protocol http/protobuf --endpoint {bare}/v1/traces," in line, line
         fixed = _fr_otel("replay", str(spool), "--protocol", "http/protobuf", "--endpoint", f"{bare}/v1/traces")
         assert fixed.returncode == 0 and rx.span_count() > 0, fixed.stderr
+
+
+def test_export_warns_about_a_bad_inherited_timeout_or_insecure_and_still_sends(nvrx: Path, tmp_path: Path) -> None:
+    """OTEL_EXPORTER_OTLP_TIMEOUT=abc and OTEL_EXPORTER_OTLP_INSECURE=maybe: one warning each, the
+    defaults are used and the trace reaches the collector (exit 0); a bad --timeout flag is still exit 2."""
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    bad = {"OTEL_EXPORTER_OTLP_TIMEOUT": "abc", "OTEL_EXPORTER_OTLP_INSECURE": "maybe"}
+    with OtlpGrpcReceiver() as rx:
+        proc = _fr_otel("export", str(nvrx / "lock_gil_1st"), "--out", str(tmp_path), "--endpoint", rx.url,
+                        env=_env(**bad))
+        assert proc.returncode == 0 and rx.span_count() > 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "fr-otel: OTEL_EXPORTER_OTLP_TIMEOUT: expected a number of seconds, got 'abc'; using the default (10 s)",
+        "fr-otel: OTEL_EXPORTER_OTLP_INSECURE: expected 'true' or 'false', got 'maybe'; using the default "
+        "(TLS unless the endpoint is http://)"]
+    flag = _fr_otel("export", str(nvrx / "lock_gil_1st"), "--out", str(tmp_path), "--endpoint", "http://c:4317",
+                    "--timeout", "-1")
+    assert flag.returncode == 2 and "expected a positive" in flag.stderr
 
 
 def test_https_against_a_plaintext_http_collector_says_http(nvrx: Path, tmp_path: Path) -> None:

@@ -220,3 +220,48 @@ def test_env_var_constants_are_listed_and_named_after_themselves() -> None:
     assert all(name == value for name, value in constants.items())
     assert set(constants) == set(ENV_VARS)
     assert set(constants) <= set(otlp_config.__all__)
+
+
+@pytest.mark.parametrize(("variable", "value", "field", "default", "said"), [
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc", "timeout_s", 10.0, "using the default (10 s)"),
+    ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-3", "timeout_s", 10.0, "using the default (10 s)"),
+    ("OTEL_EXPORTER_OTLP_INSECURE", "maybe", "insecure", None, "using the default (TLS unless"),
+    ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "compression", "none", "using the default (none)"),
+])
+def test_a_bad_inherited_value_is_a_warning_and_the_default_when_asked(
+        variable: str, value: str, field: str, default: object, said: str) -> None:
+    """With a warnings list, a bad timeout/insecure/compression variable is one line there and its
+    default is used, the endpoint kept; without one (or for an explicit argument) it still raises."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", variable: value}
+    warnings: list[str] = []
+    config = resolve_export_config(environ=env, warnings=warnings)
+    assert getattr(config, field) == default and config.endpoint == "http://collector:4317"
+    (line,) = warnings
+    assert line.startswith(f"{variable}: ") and said in line and "\n" not in line
+    with pytest.raises(ValueError, match=variable):
+        resolve_export_config(environ=env)
+    with pytest.raises(ValueError, match="argument"):
+        resolve_export_config(environ={}, timeout_s=-1, warnings=[])
+
+
+def test_the_agent_still_exports_with_a_bad_inherited_timeout(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The agent keeps the endpoint with OTEL_EXPORTER_OTLP_TIMEOUT=abc (default 10 s) and says so
+    once; launched by `fr-otel run` (which already said it) it stays quiet."""
+    from fr_otel.agent import _export_config
+    from fr_otel.agent.config import resolve_config
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "abc")
+    monkeypatch.delenv("FR_OTEL_AUTOSTART", raising=False)
+    config, _ = resolve_config({})
+    with caplog.at_level("DEBUG", logger="fr_otel.agent"):
+        resolved = _export_config(config)
+    assert resolved.endpoint == "http://collector:4317" and resolved.timeout_s == 10.0
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "OTEL_EXPORTER_OTLP_TIMEOUT" in warned[0].getMessage()
+    caplog.clear()
+    monkeypatch.setenv("FR_OTEL_AUTOSTART", "1")
+    with caplog.at_level("DEBUG", logger="fr_otel.agent"):
+        assert _export_config(config).endpoint == "http://collector:4317"
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]

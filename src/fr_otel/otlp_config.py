@@ -13,7 +13,9 @@ write the embedded OTLP JSON file instead of guessing that a collector listens o
 ``localhost``. :meth:`ExportConfig.target` still gives the specification's default
 for a caller that wants to try it anyway.
 
-Bad values raise ``ValueError`` with a one-line message naming the variable.
+Bad values raise ``ValueError`` with a one-line message naming the variable; a caller that
+must keep exporting passes ``warnings`` and gets the default for a bad inherited timeout,
+insecure flag or compression instead.
 
 Usage::
 
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
 
 Protocol = Literal["grpc", "http/protobuf", "http/json"]
 Compression = Literal["gzip", "none"]
+_T = TypeVar("_T")
 
 # --- Environment variables (names as in the OpenTelemetry specification) -------------
 
@@ -201,13 +204,25 @@ def resolve_export_config(
     disabled: bool | None = None,
     max_request_bytes: int | None = None,
     environ: Mapping[str, str] | None = None,
+    warnings: list[str] | None = None,
 ) -> ExportConfig:
     """Resolve each setting: explicit argument > ``*_TRACES_*`` env > generic env > default.
 
     ``environ`` defaults to ``os.environ`` (pass a dict in tests). An explicit endpoint is
-    used verbatim, like the signal-specific variable.
+    used verbatim, like the signal-specific variable. With a ``warnings`` list, a bad
+    timeout, insecure flag or compression read from a variable is one line there and the
+    default is used, so an inherited typo does not stop the export; a bad argument still raises.
     """
     env = os.environ if environ is None else environ
+
+    def lenient(parse: Callable[[], _T], source: str, default: _T) -> _T:
+        try:
+            return parse()
+        except ValueError as exc:
+            if warnings is None or source == "argument":
+                raise
+            warnings.append(f"{exc}; using the default ({_shown(default)})")
+            return default
 
     def pick(arg: object, traces_var: str, generic_var: str) -> tuple[object, str]:
         if arg is not None:
@@ -232,10 +247,11 @@ def resolve_export_config(
         hdrs = {str(k).lower(): str(v) for k, v in dict(raw_headers).items()}  # type: ignore[call-overload]
 
     raw_timeout, src = pick(timeout_s, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
-    timeout = DEFAULT_TIMEOUT_S if raw_timeout is None else _positive_float(raw_timeout, src, "seconds")
+    timeout = (DEFAULT_TIMEOUT_S if raw_timeout is None
+               else lenient(lambda: _positive_float(raw_timeout, src, "seconds"), src, DEFAULT_TIMEOUT_S))
 
     raw_comp, src = pick(compression, OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, OTEL_EXPORTER_OTLP_COMPRESSION)
-    comp = _choice(raw_comp, src, _COMPRESSIONS, "none")
+    comp = lenient(lambda: _choice(raw_comp, src, _COMPRESSIONS, "none"), src, "none")
 
     cert, _ = pick(certificate_file, OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE, OTEL_EXPORTER_OTLP_CERTIFICATE)
     key, _ = pick(client_key_file, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY, OTEL_EXPORTER_OTLP_CLIENT_KEY)
@@ -251,7 +267,7 @@ def resolve_export_config(
         )
 
     raw_insecure, src = pick(insecure, OTEL_EXPORTER_OTLP_TRACES_INSECURE, OTEL_EXPORTER_OTLP_INSECURE)
-    insec = None if raw_insecure is None else _bool(raw_insecure, src)
+    insec = None if raw_insecure is None else lenient(lambda: _bool(raw_insecure, src), src, None)
 
     if disabled is not None:
         is_disabled = bool(disabled)
@@ -306,6 +322,12 @@ def _check_endpoint(protocol: str, value: str, source: str) -> None:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{source}: OTLP/HTTP endpoint must be an http:// or https:// URL, got {value!r}")
+
+
+def _shown(default: object) -> str:
+    if default is None:  # the insecure flag: unset means TLS unless the endpoint says http://
+        return "TLS unless the endpoint is http://"
+    return f"{default:g} s" if isinstance(default, float) else str(default)
 
 
 def _choice(raw: object, source: str, allowed: tuple[str, ...], default: str) -> str:

@@ -31,7 +31,7 @@ import os
 import threading
 from typing import Any
 
-from .config import FR_OTEL_AGENT_PID, AgentConfig, resolve_config
+from .config import FR_OTEL_AGENT_PID, FR_OTEL_AUTOSTART, AgentConfig, resolve_config
 
 __all__ = ["AgentConfig", "current", "flush", "start", "stop"]
 
@@ -104,14 +104,22 @@ def current() -> Any:
 
 
 def _export_config(config: AgentConfig) -> Any:
+    """The OTLP settings; a bad inherited timeout or insecure flag falls back to its default
+    (still exporting), an unusable setting to the local file. Said once: by ``fr-otel run``
+    at launch when it started this rank, else here."""
     from ..otlp_config import resolve_export_config
 
+    level = logging.DEBUG if os.environ.get(FR_OTEL_AUTOSTART) == "1" else logging.WARNING
+    warnings: list[str] = []
     try:
-        return resolve_export_config(endpoint=config.endpoint, protocol=config.protocol, headers=config.headers,
-                                     timeout_s=config.export_timeout)
+        resolved = resolve_export_config(endpoint=config.endpoint, protocol=config.protocol, headers=config.headers,
+                                         timeout_s=config.export_timeout, warnings=warnings)
     except ValueError as exc:
-        log.warning("OTLP export setting: %s; incident traces go to a local file instead", exc)
+        log.log(level, "OTLP export setting: %s; incident traces go to a local file instead", exc)
         return resolve_export_config(environ={})
+    for line in warnings:
+        log.log(level, "OTLP export setting: %s", line)
+    return resolved
 
 
 def _prepare_recorder(config: AgentConfig) -> None:

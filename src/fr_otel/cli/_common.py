@@ -107,15 +107,20 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
 
 
 def export_config(args: argparse.Namespace) -> ExportConfig | None:
-    """Flags over the standard OTEL_* variables; None (after saying why) on a bad value."""
+    """Flags over the standard OTEL_* variables; None (after saying why) on a bad flag or setting.
+    A bad inherited timeout or insecure variable is a warning and its default is used."""
+    warnings: list[str] = []
     try:
-        return resolve_export_config(
+        config = resolve_export_config(
             protocol=args.protocol, endpoint=args.endpoint, headers=args.headers, timeout_s=args.timeout,
-            insecure=args.insecure,
+            insecure=args.insecure, warnings=warnings,
         )
     except ValueError as exc:
         error(str(exc))
         return None
+    for line in warnings:
+        error(line)
+    return config
 
 
 def print_json(doc: dict[str, Any]) -> None:

@@ -151,11 +151,12 @@ def _export_problems(env: Mapping[str, str]) -> list[str]:
     """Say now, once, what each rank would otherwise say: the OTLP settings are unusable."""
     from ..otlp_config import resolve_export_config
 
+    warnings: list[str] = []
     try:
-        resolve_export_config(environ=env)
+        resolve_export_config(environ=env, warnings=warnings)
     except ValueError as exc:
         return [f"{exc}; the ranks will write incident traces to local files instead"]
-    return []
+    return warnings
 
 
 def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
