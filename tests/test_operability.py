@@ -344,6 +344,35 @@ def test_spool_hint_is_a_complete_command_that_delivers(nvrx: Path, tmp_path: Pa
     assert not list((tmp_path / "out").glob("fr-otel-spool-*.jsonl")), "delivered spools are removed"
 
 
+def test_spool_hint_names_headers_without_their_values_and_an_absolute_path(nvrx: Path, tmp_path: Path) -> None:
+    """Exported with --headers to a collector that is down, from another folder with a relative --out:
+    the replay hint has an absolute spool path and --headers with each header's name and a <value>
+    placeholder (never the secret); filled in and run from elsewhere, it delivers with the header."""
+    import shlex
+
+    from fr_otel.testing.otlp import OtlpHttpReceiver, unused_tcp_port
+
+    down = f"http://127.0.0.1:{unused_tcp_port()}/v1/traces"
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "fr_otel.cli", "export", str(nvrx / "lock_gil_1st"), "--out", "out",
+                           "--timeout", "1", "--protocol", "http/protobuf", "--endpoint", down,
+                           "--headers", "authorization=Bearer%20s3cret,x-tenant=t1"],
+                          capture_output=True, text=True, env=_env(), timeout=120, cwd=work)
+    assert proc.returncode == 3, proc.stderr
+    assert "s3cret" not in proc.stderr + proc.stdout and "t1" not in proc.stderr
+    words = shlex.split(proc.stderr.split("send it later with ", 1)[1].strip())
+    assert Path(words[2]).is_absolute() and Path(words[2]).parent == work / "out", words
+    assert words[words.index("--headers") + 1] == "authorization=<value>,x-tenant=<value>", words
+    with OtlpHttpReceiver() as rx:
+        words[words.index("--endpoint") + 1] = rx.url
+        words[words.index("--headers") + 1] = "authorization=Bearer%20s3cret,x-tenant=t1"
+        replayed = subprocess.run([sys.executable, "-m", "fr_otel.cli", *words[1:]], capture_output=True, text=True,
+                                  env=_env(), timeout=120, cwd=tmp_path)
+        assert replayed.returncode == 0 and rx.span_count() > 0, replayed.stderr
+        assert rx.received_headers[0]["authorization"] == "Bearer s3cret"
+
+
 def test_embedded_file_hint_names_an_endpoint_placeholder(nvrx: Path, tmp_path: Path) -> None:
     """No endpoint: the file hint is a replay command with --endpoint (plaintext gRPC URL form)."""
     proc = _export(nvrx / "lock_gil_1st", tmp_path)

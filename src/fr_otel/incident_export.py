@@ -62,7 +62,7 @@ def deliver_trace(
     ``progress(spans sent, spans)`` follows the sending."""
     from .otlp_export import export_spans, write_embedded
 
-    folder = out_dir(directory)
+    folder = out_dir(directory).absolute()  # every path we print can be used from any folder
     name = f"fr-otel-trace-{trace.trace_id_hex}.jsonl"
     if config.disabled:
         return ExportOutcome("disabled", "nowhere (OTEL_SDK_DISABLED=true)", None, None)
@@ -139,10 +139,10 @@ def failure_reason(outcome: ExportOutcome, config: ExportConfig) -> str:
 
 
 def replay_command(path: str | os.PathLike[str], config: ExportConfig | None = None) -> str:
-    """A complete ``fr-otel replay`` command line that sends ``path`` where ``config`` points
-    (a placeholder collector when it points nowhere). Headers are left to the environment:
-    they may hold secrets."""
-    words = ["fr-otel", "replay", str(path)]
+    """A complete ``fr-otel replay`` command line that sends ``path`` (made absolute: it may be
+    run from anywhere) where ``config`` points (a placeholder collector when it points nowhere).
+    Headers may hold secrets: only their names appear, each with a ``<value>`` to fill in."""
+    words = ["fr-otel", "replay", os.path.abspath(path) if str(path) else str(path)]
     if config is None or config.endpoint is None:
         words += ["--endpoint", "http://COLLECTOR:4317"]
     else:
@@ -151,4 +151,6 @@ def replay_command(path: str | os.PathLike[str], config: ExportConfig | None = N
             words += ["--protocol", config.protocol]
         elif config.insecure and "://" not in config.endpoint:
             words.append("--insecure")
+        if config.headers:
+            words += ["--headers", ",".join(f"{name}=<value>" for name in config.headers)]
     return shlex.join(words)
