@@ -176,6 +176,7 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
 
         assert job.wait() == 0, job.output[-4000:]  # the stall ended; training finished normally
     assert f"culprits: rank 2 (not_enqueued, host {host}, step 20)" in job.output
+    assert "(rank 2 stopped first, " in job.output
     dumps = tmp_path / "out" / "dumps" / trace_id
     assert sorted(p.name for p in dumps.iterdir()) == [*(f"fr_trace_rank_{r}" for r in range(ws)), "incident.html",
                                                        "incident.json", "ranks.json", "steps.json"]

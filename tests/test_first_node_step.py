@@ -138,6 +138,7 @@ def test_ranks_json_beside_the_dumps_names_hosts(tmp_path: Path) -> None:
         str(r): {"host": f"vm{r // 2}", "pid": 100 + r, "local_rank": r % 2} for r in range(4)}}))
     v = analyze(build_job(read_dumps(folder)))
     assert [(c.rank, c.host) for c in v.culprits] == [(1, "vm0")]
+    assert "rank 1 stopped first, 08:53:30.201 UTC (the only culprit)" in render_verdict(v)
     assert v.problems == []
 
 

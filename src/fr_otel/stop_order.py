@@ -52,7 +52,7 @@ class StopOrder:
         first = self.ranks[0]
         text = f"rank {first} stopped first, {format_clock(self.stopped_ns[first])}"
         if len(self.ranks) == 1:
-            text = f"rank {first} stopped at {format_clock(self.stopped_ns[first])}"
+            return f"{text} (the only culprit)"
         later = [f"rank {r} {self.delay_s(r):.3f} s later" for r in self.ranks[1:6]]
         if len(self.ranks) > 6:
             later.append(f"… {len(self.ranks) - 6} more")
