@@ -86,7 +86,8 @@ def test_culprits_are_ordered_by_when_they_stopped_with_delays(tmp_path: Path) -
     text = render_verdict(v)
     assert "rank 3 stopped first, 08:53:30.001 UTC; rank 1 0.410 s later" in text
     out = v.to_dict()
-    assert out["stop_order"] == {"ranks": [3, 1], "ordered": True, "first": 3, "note": None}
+    assert out["stop_order"] == {"ranks": [3, 1], "ordered": True, "first": 3, "note": None, "same_point": False,
+                                 "program_first": None, "points": []}
     assert [c["host"] for c in out["culprits"]] == ["node02", "node01"]
     assert out["nodes"] == []  # two hosts, one culprit each
 
@@ -285,3 +286,84 @@ def test_watch_reads_the_step_map_and_hosts_beside_the_dumps(tmp_path: Path) -> 
     attrs = {a.key: a.value for a in root.attributes}
     assert attrs["pytorch.training.step"].int_value == 5
     assert [v.string_value for v in attrs["fr_otel.culprit_hosts"].array_value.values] == ["vm1"]
+
+
+def _two_tp_groups(tmp_path: Path, *, tp2_extra: int = 0) -> tuple[Path, int]:
+    """Eight ranks, two TENSOR_MODEL_PARALLEL_GROUPs; ranks 3 and 7 stop after TP #3 (+``tp2_extra``
+    for rank 7's group) while their peers enter the next one; only in-flight entries are dumped,
+    so the culprits leave no timestamps. Returns the folder and the peers' earliest next enqueue."""
+    from fr_otel.testing.dump_builder import DumpBuilder
+
+    job = DumpBuilder(world_size=8)
+    tp1 = job.group("1", "TENSOR_MODEL_PARALLEL_GROUP", range(4))
+    tp2 = job.group("2", "TENSOR_MODEL_PARALLEL_GROUP", range(4, 8))
+    job.collective(job.world)
+    for _ in range(3):
+        job.collective(tp1)
+        job.collective(tp2)
+    for _ in range(tp2_extra):
+        job.collective(tp2)
+    job.collective(tp1, ranks=[0, 1, 2], done=False, late_s={1: 0.1, 2: 0.2})
+    first_next = job.clock
+    job.collective(tp2, ranks=[4, 5, 6], done=False, late_s={4: -0.001, 5: 0.3, 6: 0.3})  # 4 with rank 0
+    return job.write(tmp_path, only_active=True), first_next
+
+
+def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_bound(tmp_path: Path) -> None:
+    """Ranks 3 and 7 left no timestamps and both stopped after TP #3: the verdict says they stopped
+    at the same point, invents no order, and bounds both by their peers' first enqueue of #4."""
+    from fr_otel.stop_order import format_clock
+
+    folder, peers_next = _two_tp_groups(tmp_path)
+    v = analyze(build_job(read_dumps(folder)))
+    assert {c.rank for c in v.culprits} == {3, 7}
+    so = v.stop_order
+    assert so is not None and not so.ordered and so.first is None and so.program_first is None and so.same_point
+    assert [(p.rank, p.last_enqueued) for p in so.points] == [(3, 3), (7, 3)]
+    assert so.points[0].before_ns == peers_next  # rank 0 entered TP(1) #4 first; 1 and 2 later
+    assert so.points[1].before_ns == peers_next
+    bound = format_clock(peers_next)
+    text = render_verdict(v)
+    assert ("ranks 3 and 7 stopped at the same point: last enqueued #3 on TENSOR_MODEL_PARALLEL_GROUP (1, 2); "
+            "which stopped first is unknown (no recorded activity dates their stop); "
+            f"both before {bound}, when their peers entered #4 (peers' clocks)") in text
+    assert "stopped first," not in text
+    out = v.to_dict()["stop_order"]
+    assert out["same_point"] is True and out["first"] is None and out["program_first"] is None
+    assert out["points"][0] == {"rank": 3, "process_group": "1", "last_enqueued": 3, "before_ns": peers_next}
+
+
+def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp_path: Path) -> None:
+    """Rank 3 stopped after TP #3, rank 7 after #5 of its own TP group (same kind of group, same
+    program): rank 3 is first in program order; no time order is claimed."""
+    folder, _ = _two_tp_groups(tmp_path, tp2_extra=2)
+    v = analyze(build_job(read_dumps(folder)))
+    so = v.stop_order
+    assert so is not None and not so.ordered and so.first is None and not so.same_point
+    assert so.program_first == 3
+    text = render_verdict(v)
+    assert ("rank 3 stopped first in program order: its last enqueued is #3 on TENSOR_MODEL_PARALLEL_GROUP (1), "
+            "the others got further (rank 7 #5 on TENSOR_MODEL_PARALLEL_GROUP (2)); no recorded activity dates "
+            "the stops") in text
+    assert "rank 3 before " in text and "(peers entered #6 on TENSOR_MODEL_PARALLEL_GROUP (2))" in text
+    assert v.to_dict()["stop_order"]["program_first"] == 3
+
+
+def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> None:
+    """The real incident: ranks 9 and 14 left only pg_status; both stopped after TP #88683, before
+    their peers entered #88684 at 22:47:17.550 UTC (rounded up; peers' clocks)."""
+    from fr_otel import attributes as A
+    from fr_otel.html_report import render
+    from fr_otel.spans import build_trace
+
+    job = build_job(read_dumps(nvrx / "lock_gil_1st"))
+    v = analyze(job)
+    sentence = ("ranks 9 and 14 stopped at the same point: last enqueued #88683 on TENSOR_MODEL_PARALLEL_GROUP "
+                "(37, 38); which stopped first is unknown (no recorded activity dates their stop); both before "
+                "22:47:17.550 UTC, when their peers entered #88684 (peers' clocks)")
+    assert sentence in render_verdict(v)
+    assert v.stop_order is not None and v.stop_order.first is None
+    assert [p.before_ns for p in v.stop_order.points] == [1758581237549773782, 1758581237549794504]
+    assert "ranks 9 and 14 stopped at the same point" in render(job, v)
+    root = next(s for s in build_trace(job, v).spans if s.name == "fr_otel.incident")
+    assert root.attributes[A.STOP_ORDER_NOTE] == sentence and A.FIRST_STOPPED not in root.attributes

@@ -259,6 +259,8 @@ class _Builder:
             attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
         if v.stop_order is not None and v.stop_order.first is not None:
             attrs[A.FIRST_STOPPED] = v.stop_order.first
+        elif v.stop_order is not None and v.stop_order.points:
+            attrs[A.STOP_ORDER_NOTE] = _clip(v.stop_order.sentence(), 500)  # progress and time bound
         elif v.stop_order is not None and v.stop_order.note:
             attrs[A.STOP_ORDER_NOTE] = _clip(v.stop_order.note, 500)
         for key, value in self.options.root_attributes:
