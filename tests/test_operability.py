@@ -104,9 +104,10 @@ def _one_rank_job(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[s
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = _env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               OMP_NUM_THREADS="1", FR_OTEL_POLL_INTERVAL="0.2", FR_OTEL_METRICS_PORT="0",
-               FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp_path / "out"), **extra)
+    env = _env(**{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "FR_OTEL_POLL_INTERVAL": "0.2",
+                  "FR_OTEL_METRICS_PORT": "0", "FR_OTEL_METRICS_ADDR": "127.0.0.1",
+                  "FR_OTEL_OUT_DIR": str(tmp_path / "out"), **extra})
     script = tmp_path / "one_rank.py"
     script.write_text(ONE_RANK)
     return _fr_otel("run", "--", sys.executable, str(script), env=env)
@@ -115,16 +116,18 @@ def _one_rank_job(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[s
 @pytest.mark.gloo
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
 def test_agent_says_once_what_it_serves_and_where_incidents_go(tmp_path: Path) -> None:
-    """Local rank 0 logs one start-up line (metrics URL, dump folder, trace destination) at the
-    default level; FR_OTEL_LOG_LEVEL=warning silences it. A bad variable is reported once, by
+    """Local rank 0 logs one start-up line (the address /metrics binds and this host's URL for it,
+    dump folder, trace destination) at the default level; FR_OTEL_LOG_LEVEL=warning silences it. A bad variable is reported once, by
     `fr-otel run`, not again by the rank."""
-    proc = _one_rank_job(tmp_path, FR_OTEL_STALL_SECONDS="abc")
+    proc = _one_rank_job(tmp_path, FR_OTEL_STALL_SECONDS="abc", FR_OTEL_METRICS_ADDR="0.0.0.0")
     assert proc.returncode == 0 and "training ran" in proc.stdout, proc.stderr
     agent = [line for line in proc.stderr.splitlines() if line.startswith("fr-otel")]
     assert len(agent) == 2, agent
     assert "FR_OTEL_STALL_SECONDS" in agent[0] and "(the job starts anyway)" in agent[0]
     line = agent[1]
-    assert line.startswith("fr-otel[rank 0]: agent on (rank 0 of 1): /metrics at http://127.0.0.1:"), line
+    host = socket.gethostname()
+    assert re.match(r"fr-otel\[rank 0\]: agent on \(rank 0 of 1\): /metrics on all interfaces \(0\.0\.0\.0:(\d+)\): "
+                    rf"http://{re.escape(host)}:\1/metrics;", line), "the address it binds, and this host's name"
     assert "over 60 s" in line, "the bad value fell back to the default"
     assert f"dumps in {tmp_path / 'out' / 'dumps'}/" in line and f"OTLP JSON in {tmp_path / 'out'}/" in line
 
@@ -176,7 +179,8 @@ def test_help_is_plain_text_with_real_metavars_and_defaults(name: str) -> None:
 
 
 def test_the_protocol_set_is_the_same_everywhere() -> None:
-    """grpc, http/protobuf and http/json are accepted by every command that exports."""
+    """grpc, http/protobuf and http/json are accepted by every command that exports, and every
+    --protocol help states the same default."""
     from fr_otel.otlp_config import PROTOCOLS
 
     assert PROTOCOLS == ("grpc", "http/protobuf", "http/json")
@@ -188,6 +192,7 @@ def test_the_protocol_set_is_the_same_everywhere() -> None:
         assert "{grpc,http/protobuf,http/json}" in text, name
         if name != "run":  # run checks its flags itself (never refusing to launch)
             assert tuple(flags["--protocol"].choices) == PROTOCOLS, name
+        assert "default: $OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc" in flags["--protocol"].help, name
 
 
 def test_replay_help_matches_its_behaviour(tmp_path: Path) -> None:

@@ -267,7 +267,7 @@ class Agent:
         elif self.server is None:
             metrics = "/metrics NOT served (see above)"
         else:
-            metrics = f"/metrics at {self.server.url}"
+            metrics = _served_at(self.server, self.process.host)
             if self.config.metrics_port and local is not None:
                 metrics += f"; this host's ranks on port {self.config.metrics_port} + LOCAL_RANK"
         if self.channel is None:
@@ -474,3 +474,12 @@ def configure_logging(level: str) -> None:
         handler._fr_otel = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False
+
+
+def _served_at(server: MetricsServer, host: str | None) -> str:
+    """Where ``/metrics`` really listens: every interface (with this host's name, the address a
+    Prometheus elsewhere scrapes) or the one address it was bound to."""
+    if server.addr in ("", "0.0.0.0", "::"):
+        where = f"http://{host}:{server.port}/metrics" if host else f"port {server.port}"
+        return f"/metrics on all interfaces ({server.addr or '0.0.0.0'}:{server.port}): {where}"
+    return f"/metrics at {server.url}"

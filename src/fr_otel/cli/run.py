@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint for incident traces (default: "
                         f"$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else a local file; sets ${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT})")
     parser.add_argument("--protocol", metavar="{" + ",".join(PROTOCOLS) + "}",
-                        help=f"OTLP protocol (default: grpc; sets ${OTEL_EXPORTER_OTLP_TRACES_PROTOCOL})")
+                        help="OTLP protocol (default: $OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc; sets "
+                        f"${OTEL_EXPORTER_OTLP_TRACES_PROTOCOL})")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="the launcher and its arguments, after --")
     parser.set_defaults(func=None)
