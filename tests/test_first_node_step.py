@@ -367,3 +367,33 @@ def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> No
     assert "ranks 9 and 14 stopped at the same point" in render(job, v)
     root = next(s for s in build_trace(job, v).spans if s.name == "fr_otel.incident")
     assert root.attributes[A.STOP_ORDER_NOTE] == sentence and A.FIRST_STOPPED not in root.attributes
+
+
+def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(tmp_path: Path) -> None:
+    """Under Slurm the agent records SLURMD_NODENAME as `node` and keeps gethostname() as `host`
+    (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
+    import socket
+
+    from fr_otel.rank_map import rank_map_json
+    from fr_otel.rank_process import process_from_raw, this_process
+
+    me = this_process(3, {"SLURMD_NODENAME": "gpu-017", "SLURM_LOCALID": "3"})
+    assert (me.host, me.node, me.local_rank) == (socket.gethostname(), "gpu-017", 3)
+    assert this_process(0, {}).node is None
+    assert process_from_raw(me.as_json(), "ranks.json") == me.__class__(me.host, me.pid, 3, "ranks.json", "gpu-017")
+    assert process_from_raw({"node": "x" * 300, "host": "h"}, "p") == me.__class__(host="h", source="p")
+
+    folder = write_job(tmp_path, stop={1: 0.2, 3: 0.0})
+    hosts = {0: ("ip-10-0-0-5", "gpu-016"), 1: ("ip-10-0-0-7", "gpu-017"), 2: ("ip-10-0-0-6", "gpu-016"),
+             3: ("ip-10-0-0-7", "gpu-017")}
+    from fr_otel.rank_process import RankProcess
+
+    (folder / "ranks.json").write_text(json.dumps(rank_map_json(
+        {r: RankProcess(host=h, pid=100 + r, node=n) for r, (h, n) in hosts.items()})))
+    v = analyze(build_job(read_dumps(folder)))
+    assert v.nodes == [("gpu-017", (1, 3))]
+    out = v.to_dict()
+    assert [(c["host"], c["node"]) for c in out["culprits"]] == [("ip-10-0-0-7", "gpu-017")] * 2
+    text = render_verdict(v)
+    assert "gpu-017: ranks 1,3 — look at the node" in text
+    assert "rank 3 (host ip-10-0-0-7, node gpu-017)" in text

@@ -122,10 +122,11 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if verdict in ("hang", "desync") and not steps:
         notes.append("training step unknown: no rank counted steps (the live agent does; offline, a steps.json "
                      "beside the dumps)")
-    by_host: dict[str, list[int]] = {}
+    by_host: dict[str, list[int]] = {}  # by node: the scheduler's node name where known, else the host
     for c in culprits:
-        if c.host:
-            by_host.setdefault(c.host, []).append(c.rank)
+        place = c.node or c.host
+        if place:
+            by_host.setdefault(place, []).append(c.rank)
     return Verdict(
         verdict=verdict,
         culprits=culprits,

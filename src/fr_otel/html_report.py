@@ -226,6 +226,8 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
         facts.append((who, esc(compress_ranks(c.waiting_ranks, limit=16))))
     if c.host:
         facts.append(("Host", f"<code>{esc(c.host, 120)}</code>"))
+    if c.node and c.node != c.host:
+        facts.append(("Node (Slurm)", f"<code>{esc(c.node, 120)}</code>"))
     if c.step is not None or c.collective_step is not None:
         facts.append(("Training step", esc(step_sentence(c, f.verdict.steps), 400)))
     if c.stopped_ns is not None:

@@ -1,4 +1,4 @@
-"""Where a rank runs: its host, process id and local rank.
+"""Where a rank runs: its host, node, process id and local rank.
 
 One model for every source that knows it (the live agent's payload today; a ranks map,
 file names or a scheduler's environment can fill the same record), so the verdict, the
@@ -6,8 +6,13 @@ spans, the reports and the incident file all say "rank 2 (host vm, pid 4242)" th
 way. Plain data, no torch.
 
 The agent's payload carries it under :data:`PAYLOAD_KEY` as
-``{"host": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
+``{"host": str, "node": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
 :func:`process_from_raw` keeps only well-typed values.
+
+``host`` is always the socket host name (what DCGM and node exporters label metrics
+with, so joins work); ``node`` is the scheduler's name for the machine where one says
+(Slurm's ``SLURMD_NODENAME``), which is what people type into ``scontrol``/``sinfo``:
+culprits are grouped by node under that name when it is known.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 __all__ = ["PAYLOAD_KEY", "RankProcess", "this_process", "process_from_raw"]
 
@@ -32,15 +37,23 @@ class RankProcess:
     pid: int | None = None
     local_rank: int | None = None
     source: str = ""  # who said so: "agent", ...
+    node: str | None = None  # the scheduler's node name (Slurm), when it differs in kind from the socket host
 
     @property
     def known(self) -> bool:
-        return self.host is not None or self.pid is not None
+        return self.host is not None or self.pid is not None or self.node is not None
+
+    @property
+    def place(self) -> str | None:
+        """The name culprits are grouped under: the scheduler's node name, else the host."""
+        return self.node or self.host
 
     @property
     def label(self) -> str:
-        """``host vm, pid 4242`` (only the parts known; "" when none)."""
-        parts = ([f"host {self.host}"] if self.host else []) + ([f"pid {self.pid}"] if self.pid is not None else [])
+        """``host vm, node n01, pid 4242`` (only the parts known; node only when not the host)."""
+        parts = ([f"host {self.host}"] if self.host else []) + (
+            [f"node {self.node}"] if self.node and self.node != self.host else []) + (
+            [f"pid {self.pid}"] if self.pid is not None else [])
         return ", ".join(parts)
 
     @property
@@ -55,6 +68,8 @@ class RankProcess:
         out: dict[str, Any] = {}
         if self.host is not None:
             out["host"] = self.host
+        if self.node is not None:
+            out["node"] = self.node
         if self.pid is not None:
             out["pid"] = self.pid
         if self.local_rank is not None:
@@ -62,20 +77,27 @@ class RankProcess:
         return out
 
 
-def this_process(local_rank: int | None) -> RankProcess:
-    """The calling process (the agent describes itself with this)."""
-    return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent")
+def this_process(local_rank: int | None, environ: Mapping[str, str] | None = None) -> RankProcess:
+    """The calling process (the agent describes itself with this); the node name from Slurm's
+    ``SLURMD_NODENAME`` when the job runs under Slurm."""
+    env = os.environ if environ is None else environ
+    return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent",
+                       node=_name(env.get("SLURMD_NODENAME")))
 
 
 def process_from_raw(info: Any, source: str) -> RankProcess | None:
     """A :class:`RankProcess` from untrusted JSON/pickle data; None when it says nothing usable."""
     if not isinstance(info, dict):
         return None
-    host = info.get("host")
-    host = host if type(host) is str and 0 < len(host) <= _MAX_HOST and host.isprintable() else None
-    process = RankProcess(host=host, pid=_non_negative(info.get("pid")),
-                          local_rank=_non_negative(info.get("local_rank")), source=source)
+    process = RankProcess(host=_name(info.get("host")), pid=_non_negative(info.get("pid")),
+                          local_rank=_non_negative(info.get("local_rank")), source=source,
+                          node=_name(info.get("node")))
     return process if process.known else None
+
+
+def _name(value: Any) -> str | None:
+    """A host or node name, if it is one (a printable string of DNS length)."""
+    return value if type(value) is str and 0 < len(value) <= _MAX_HOST and value.isprintable() else None
 
 
 def _non_negative(value: Any) -> int | None:

@@ -82,7 +82,7 @@ def _culprit_lines(c: Culprit, steps: dict[int, int]) -> list[str]:
     where = f"{c.group_desc} ({c.group_name})" if c.group_desc and c.group_desc != c.group_name else c.group_name
     seq = f" #{c.collective_seq_id}" if c.collective_seq_id is not None else ""
     op = f" {c.op}" if c.op else ""
-    host = f" (host {c.host})" if c.host else ""
+    host = f" (host {c.host}{f', node {c.node}' if c.node and c.node != c.host else ''})" if c.host else ""
     out = ["", f"  rank {c.rank}{host}: {c.kind} on {where}{seq}{op}", f"    {c.evidence}"]
     if c.step is not None or c.collective_step is not None:
         out.append(f"    {step_sentence(c, steps)}")

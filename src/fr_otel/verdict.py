@@ -74,6 +74,11 @@ class Culprit:
     process: RankProcess | None = None  # where it runs, when known
     now: LiveStacks | None = None  # its threads' stacks at incident time (live agent only)
 
+    @property
+    def node(self) -> str | None:
+        """The scheduler's (Slurm's) node name, when the rank's process says one."""
+        return self.process.node if self.process is not None else None
+
     def now_dict(self) -> dict[str, Any] | None:
         """The JSON ``now`` key: where the rank runs and what its main thread is doing."""
         if self.now is None and self.process is None:
@@ -109,6 +114,7 @@ class Culprit:
                 for e in self.related
             ],
             "host": self.host,
+            "node": self.node,
             "step": self.step,
             "collective_step": self.collective_step,
             "stopped_ns": self.stopped_ns,
@@ -202,7 +208,7 @@ class Verdict:
     backends: tuple[str, ...] = ()
     incomplete: Incomplete | None = None  # set when too few dumps are present to name anyone
     stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
-    nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # hosts with several culprits
+    nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # nodes (else hosts) with several culprits
     steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
@@ -219,7 +225,7 @@ class Verdict:
             "reference_source": self.reference_source,
             "incomplete": self.incomplete.to_dict() if self.incomplete else None,
             "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
-            "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],
+            "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],  # h: the node name where known
             "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
         }
         if include_groups:
