@@ -4,6 +4,7 @@ synthetic NCCL-shaped dumps (no torch)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
@@ -397,3 +398,88 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     text = render_verdict(v)
     assert "gpu-017: ranks 1,3 — look at the node" in text
     assert "rank 3 (host ip-10-0-0-7, node gpu-017)" in text
+
+
+def _watch_real_dumps(nvrx: Path, folder: Path, out: Path, names: dict[int, str]) -> list[int]:
+    """The real lock_gil_1st dumps under ``names`` in ``folder``; one in-process watcher exports
+    the incident to a file; returns the culprits."""
+    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.spans import TraceOptions
+    from fr_otel.watch import DumpWatcher, WatchSettings
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(16):
+        (folder / names.get(r, f"nccl_trace_rank_{r}")).write_bytes((nvrx / "lock_gil_1st" / f"_dump_{r}").read_bytes())
+    now = [0.0]
+    settings = WatchSettings(folder, prefix=None, expected_ranks=frozenset(range(16)), settle_s=0.5,
+                             out_dir=str(out))
+    watcher = DumpWatcher(settings, ExportConfig(), TraceOptions(job_id="job-W"), wall=lambda: time.time() + now[0],
+                          monotonic=lambda: now[0])
+    incident = None
+    for _ in range(5):
+        incident = watcher.poll() or incident
+        now[0] += 1.0
+    assert incident is not None and incident.status == "file", incident
+    return incident.culprits
+
+
+def test_watch_writes_ranks_json_with_file_name_hosts_and_its_own_host_on_a_local_disk(
+        nvrx: Path, tmp_path: Path) -> None:
+    """Real dumps on a local disk: ranks named with a host get it, the others this watcher's host;
+    the host the agent already wrote for rank 9 (with its pid) stays; `analyze` then names both."""
+    import socket
+
+    import pytest
+
+    from fr_otel.mounts import is_shared_filesystem
+
+    if is_shared_filesystem(tmp_path) is not False:
+        pytest.skip("the test folder is not on a local file system here")
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "ranks.json").write_text(json.dumps({"version": 1, "ranks": {"9": {"pid": 4242, "host": "agent-node"},
+                                                                           "14": {"pid": 77}}}))
+    names = {r: f"nccl_trace_rank_node00_{r}" for r in range(8)}
+    assert _watch_real_dumps(nvrx, folder, tmp_path / "out", names) == [9, 14]
+    ranks = json.loads((folder / "ranks.json").read_text())["ranks"]
+    me = socket.gethostname()
+    assert {r: ranks[str(r)] for r in (0, 7, 8, 9, 14, 15)} == {
+        0: {"host": "node00"}, 7: {"host": "node00"}, 8: {"host": me}, 9: {"host": "agent-node", "pid": 4242},
+        14: {"host": me, "pid": 77}, 15: {"host": me}}
+    assert len(ranks) == 16 and not list(folder.glob(".ranks.json*"))
+    v = analyze(build_job(read_dumps(folder)))
+    assert [(c.rank, c.host) for c in v.culprits] == [(9, "agent-node"), (14, me)]
+
+
+def test_watch_on_a_shared_file_system_vouches_only_for_hosts_in_file_names(
+        nvrx: Path, tmp_path: Path, monkeypatch) -> None:
+    """On NFS/Lustre the dumps may come from any node: plain-named ranks get no host (the
+    watcher's own would be a guess), host-named ones do; with no host at all no file is written."""
+    import fr_otel.watch as watch
+
+    monkeypatch.setattr(watch, "is_shared_filesystem", lambda path: True)
+    names = {r: f"nccl_trace_rank_gpu-a{r % 2}_{r}" for r in (9, 14)}
+    _watch_real_dumps(nvrx, tmp_path / "named", tmp_path / "out", names)
+    ranks = json.loads((tmp_path / "named" / "ranks.json").read_text())["ranks"]
+    assert ranks == {"9": {"host": "gpu-a1"}, "14": {"host": "gpu-a0"}}
+    _watch_real_dumps(nvrx, tmp_path / "plain", tmp_path / "out2", {})
+    assert not (tmp_path / "plain" / "ranks.json").exists()
+
+
+def test_shared_file_systems_are_told_from_the_mount_table() -> None:
+    """The longest mount point holding the folder decides: NFS, Lustre, fuse.* are shared, ext4
+    and tmpfs local, a local disk mounted inside an NFS tree is local; no table, no answer."""
+    from fr_otel.mounts import is_shared_filesystem
+
+    table = "\n".join([
+        "/dev/vda / ext4 rw 0 0", "server:/export /shared nfs4 rw 0 0", "/dev/vdb /shared/scratch xfs rw 0 0",
+        "lfs@o2ib:/fs /lustre lustre rw 0 0", "sshfs#h:/ /mnt/my\\040dir fuse.sshfs rw 0 0", "tmpfs /tmp tmpfs rw 0 0",
+        "", "garbage",
+    ])
+    assert is_shared_filesystem("/shared/job/dumps", table) is True
+    assert is_shared_filesystem("/shared/scratch/dumps", table) is False
+    assert is_shared_filesystem("/sharedx/dumps", table) is False  # not under /shared
+    assert is_shared_filesystem("/lustre/u/fr", table) is True
+    assert is_shared_filesystem("/mnt/my dir/x", table) is True
+    assert is_shared_filesystem("/tmp/x", table) is False
+    assert is_shared_filesystem("/var/x", "server:/e /shared nfs rw 0 0") is None

@@ -1,10 +1,11 @@
 """``ranks.json``: which host, process and local rank each rank ran as, written beside the dumps.
 
 Dump files say nothing about where they came from (unless the host is in their name), so
-the live agent's incident coordinator writes this map next to the dumps it collected, and
+the live agent's incident coordinator writes this map next to the dumps it collected,
+``fr-otel watch`` adds the hosts it can vouch for (never replacing one the agent wrote), and
 ``fr-otel analyze`` of that folder reads it back. Shape::
 
-    {"version": 1, "ranks": {"2": {"host": "node02", "pid": 4242, "local_rank": 2}, ...}}
+    {"version": 1, "ranks": {"2": {"host": "node02", "node": "gpu-017", "pid": 4242, "local_rank": 2}, ...}}
 
 The file is untrusted input like the dumps: only well-typed values are kept, and a bad
 file costs one problem line.
@@ -12,12 +13,16 @@ file costs one problem line.
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ._json_file import read_rank_map_file
 from .rank_process import RankProcess, process_from_raw
 
-__all__ = ["RANKS_FILE", "read_rank_map", "rank_map_json"]
+__all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]
 
 #: Its name ends in no rank number, so the reader never takes it for a dump.
 RANKS_FILE = "ranks.json"
@@ -31,3 +36,29 @@ def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
     """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
     return read_rank_map_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
+
+
+def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:
+    """``known`` with each rank's host from ``hosts`` where it has none; a host already there
+    (the agent's, from the rank itself) is never replaced. Returns only the ranks that changed."""
+    out: dict[int, RankProcess] = {}
+    for rank, host in hosts.items():
+        was = known.get(rank)
+        if was is None:
+            out[rank] = RankProcess(host=host, source=source)
+        elif was.host is None:
+            out[rank] = replace(was, host=host)
+    return out
+
+
+def write_rank_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess]) -> Path:
+    """Write ``folder/ranks.json`` all at once (temp file, then rename); raises OSError."""
+    path = Path(folder) / RANKS_FILE
+    tmp = path.with_name(f".{RANKS_FILE}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(rank_map_json(processes)), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path

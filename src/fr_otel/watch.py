@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import stat
 import threading
 import time
@@ -36,8 +37,10 @@ from .incident_file import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from .job import DEFAULT_PG_DESC, build_job
 from .otlp_config import ExportConfig
 from .progress import TerminalProgress
+from .mounts import is_shared_filesystem
+from .rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
 from .ranks import compress_ranks
-from .reader import ReadResult, attach_sidecars, rank_from_name, read_dump_file
+from .reader import ReadResult, attach_sidecars, host_from_name, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
 
 __all__ = [
@@ -445,6 +448,7 @@ class DumpWatcher:
         try:
             from .spans import build_trace  # the OpenTelemetry SDK loads only when there is something to export
 
+            self._note_hosts(dumps)
             read = ReadResult(dumps=dumps, problems=problems)
             attach_sidecars(read, [self.settings.directory])  # ranks.json, steps.json, when someone wrote them
             job = build_job(read)
@@ -489,6 +493,30 @@ class DumpWatcher:
             else:
                 _log.info("%s lost: %s", head, why)
         return incident
+
+    def _note_hosts(self, dumps: dict[int, RankDump]) -> None:
+        """Add to ``ranks.json`` beside the dumps each rank's host where this watcher can vouch
+        for it: the host in the dump's file name, else this host when the folder is on a local
+        disk (then only this machine wrote there). Hosts already in the map stay."""
+        folder = self.settings.directory
+        path = folder / RANKS_FILE
+        seen: list[str] = []
+        known = read_rank_map(str(path), seen) if path.is_file() else {}
+        if seen:
+            return  # unreadable: the analysis reports it; never overwrite what we cannot read
+        local = socket.gethostname() if is_shared_filesystem(folder) is False else None
+        hosts = {r: h for r, d in dumps.items() if (h := host_from_name(d.path) or local)}
+        added = add_hosts(known, hosts, "watch")
+        if not added:
+            return
+        for rank, process in added.items():
+            if dumps[rank].process is None:
+                dumps[rank].process = process  # this analysis knows it even if the file cannot be written
+        try:
+            write_rank_map(folder, {**known, **added})
+        except OSError as exc:
+            self._say_once(f"{path}: cannot write ({exc.strerror or exc}); a later `fr-otel analyze` of the folder "
+                           "will not know the ranks' hosts")
 
     def _record(self, incident: Incident, taken: list[_Tracked], *, final: bool = True) -> None:
         self.incidents = [i for i in self.incidents if i.number != incident.number] + [incident]
