@@ -364,7 +364,8 @@ JOB_LEVEL = [
     ("fr-otel-rank.json", "Incidents in range", "A", 1, {}),
     ("fr-otel-overview.json", "Ranks behind", "A", 1, {}),
     ("fr-otel-overview.json", "Ranks behind, per group", "A", 1, {}),
-    ("fr-otel-overview.json", "Groups stalled", "A", 1, {"stall_s": "5"}),
+    # The shipped 120 s threshold series, lowered (as the rules header invites) below the hang's age.
+    ("fr-otel-overview.json", "Groups stalled", "A", 1, {"threshold:fr_collective_stalled:seconds": "vector(5)"}),
     ("fr-otel-infra.json", "Ranks the others wait for, per host", "A", 1, {}),
     ("fr-otel-rank.json", "Groups waiting on it", "A", 1, {}),
     (None, "job:fr_ranks_behind:count", None, 1, {}),
@@ -374,12 +375,17 @@ JOB_LEVEL = [
 def _job_level_expr(dashboard: str | None, title: str, ref: str | None, overrides: dict[str, str], rank: str) -> str:
     if dashboard is None:
         return dict(rule_exprs())[title]
-    values = variable_values(DASHBOARDS[dashboard], {"rank": rank, **overrides})
+    series = {k: v for k, v in overrides.items() if ":" in k}  # recorded series (thresholds) to replace
+    values = variable_values(DASHBOARDS[dashboard], {"rank": rank, **{k: v for k, v in overrides.items()
+                                                                      if k not in series}})
     if ref is None:
         (expr,) = [e for where, e in dashboard_exprs(DASHBOARDS[dashboard]) if where == title]
     else:
         (target,) = [t for t in _panel(dashboard, title)["targets"] if t["refId"] == ref]
         expr = target["expr"]
+    for name, replacement in series.items():
+        assert name in expr, f"{title}: does not read {name}"
+        expr = expr.replace(name, f"({replacement})")
     return substitute(expr, values)
 
 
