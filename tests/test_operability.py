@@ -516,17 +516,21 @@ def test_reader_reports_files_read_in_process_and_in_parallel(tmp_path: Path, wo
 
 
 def test_export_shows_files_read_and_spans_sent_on_a_terminal(big_job: Path, tmp_path: Path) -> None:
-    """export --json to a real collector: the terminal shows both steps' bars; stdout is the
-    same JSON as in a pipe."""
+    """export --json to a real collector: the terminal shows every step's bar (files read, spans
+    built per rank, spans encoded, spans sent); stdout is the same JSON as in a pipe."""
     from fr_otel.testing.otlp import OtlpGrpcReceiver
 
     with OtlpGrpcReceiver() as rx:
         args = ("export", str(big_job), "--endpoint", rx.url, "--out", str(tmp_path), "--json")
         status, tty_stdout, shown = _under_a_terminal(*args, **AT_ONCE)
         text = shown.decode(errors="replace")
-        assert status == 0 and "reading dumps" in text and "sending spans" in text, text[-800:]
+        assert status == 0, text[-800:]
+        for step in ("reading dumps", "building spans", "encoding spans", "sending spans"):
+            assert step in text, f"{step}: {text[-800:]}"
+        assert re.search(r"building spans: .*ranks", text), "counted in ranks"
         piped = _fr_otel(*args, env=_env(**AT_ONCE))
-        assert piped.returncode == 0 and "sending spans" not in piped.stderr and "reading dumps" not in piped.stderr
+        assert piped.returncode == 0 and not re.search(r"reading dumps|building spans|encoding spans|sending spans|\r",
+                                                       piped.stderr), piped.stderr
     assert piped.stdout.encode() == tty_stdout
     assert json.loads(tty_stdout)["export"]["status"] == "sent"
 
@@ -537,6 +541,53 @@ def test_report_shows_progress_on_a_terminal_too(big_job: Path, tmp_path: Path) 
     text = shown.decode(errors="replace")
     assert status == 0 and "reading dumps" in text and "HTML report written" in text, text[-500:]
     assert (tmp_path / "r.html").stat().st_size > 0 and b"open it:" in stdout
+
+
+def test_watch_shows_its_steps_on_a_terminal_only(big_job: Path, tmp_path: Path) -> None:
+    """watch --once on a terminal draws the bars of its steps (files read, spans built, spans sent)
+    besides its log lines; in a pipe its stderr has log lines only."""
+    import shutil
+
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+
+    def watch(folder: Path, terminal: bool) -> tuple[int, str]:
+        shutil.copytree(big_job, folder)
+        args = ("watch", str(folder), "--once", "--settle", "0", "--poll", "0.05", "--deadline", "0",
+                "--world-size", str(BIG_WORLD), "--endpoint", rx.url, "--out", str(tmp_path / "out"))
+        if terminal:
+            status, _, shown = _under_a_terminal(*args, **AT_ONCE)
+            return status, shown.decode(errors="replace")
+        proc = _fr_otel(*args, env=_env(**AT_ONCE))
+        return proc.returncode, proc.stderr
+
+    with OtlpGrpcReceiver() as rx:
+        status, shown = watch(tmp_path / "tty", True)
+        assert status == 0 and len(rx.trace_ids()) == 1, shown[-800:]
+        for step in ("reading dumps", "building spans", "sending spans"):
+            assert step in shown, f"{step}: {shown[-800:]}"
+        status, piped = watch(tmp_path / "pipe", False)
+        assert status == 0 and len(rx.trace_ids()) == 1, piped[-800:]
+    assert "fr-otel watch:" in piped and not re.search(r"reading dumps|building spans|sending spans|\r", piped)
+
+
+def test_span_building_and_encoding_report_progress_to_the_end() -> None:
+    """build_trace calls progress(ranks built, ranks) per rank and encode_chunks(spans encoded,
+    spans) per request: both rise to their total (what the bars show)."""
+    from fr_otel.analysis import analyze
+    from fr_otel.job import build_job
+    from fr_otel.otlp_encode import encode_chunks
+    from fr_otel.reader import read_dumps
+    from fr_otel.spans import build_trace
+    from fr_otel.trace_options import TraceOptions
+
+    job = build_job(read_dumps(REPO / "tests" / "data" / "nvrx-fr-traces" / "lock_gil_1st"))
+    built: list[tuple[int, int]] = []
+    trace = build_trace(job, analyze(job), TraceOptions(full=True), progress=lambda d, t: built.append((d, t)))
+    assert built == [(i, 16) for i in range(1, 17)]
+    encoded: list[tuple[int, int]] = []
+    chunks = encode_chunks(trace.spans, 16 * 1024, lambda d, t: encoded.append((d, t)))
+    assert len(chunks) > 3 and encoded[-1] == (len(trace.spans), len(trace.spans))
+    assert [d for d, _ in encoded] == sorted(d for d, _ in encoded) and len(encoded) >= len(chunks)
 
 
 def test_export_reports_spans_sent_as_they_go() -> None:

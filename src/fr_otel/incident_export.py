@@ -57,9 +57,10 @@ def deliver_trace(
     directory: str | os.PathLike[str] | None = None,
     deadline_s: float | None = None,
     progress: ProgressCallback | None = None,
+    encoding: ProgressCallback | None = None,
 ) -> ExportOutcome:
     """Export ``trace`` to the configured endpoint, or write it to the embedded file;
-    ``progress(spans sent, spans)`` follows the sending."""
+    ``encoding(spans encoded, spans)`` and ``progress(spans sent, spans)`` follow the two steps."""
     from .otlp_export import export_spans, write_embedded
 
     folder = out_dir(directory).absolute()  # every path we print can be used from any folder
@@ -69,7 +70,7 @@ def deliver_trace(
     if config.endpoint is None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            path = write_embedded(trace.spans, folder, name)
+            path = write_embedded(trace.spans, folder, name, encoding=encoding)
         except OSError as exc:
             return ExportOutcome("failed", f"{folder}: {exc.strerror or exc}", None, None)
         return ExportOutcome("file", str(path), path, None)
@@ -84,6 +85,7 @@ def deliver_trace(
         deadline_s=deadline_s if deadline_s is not None else min(config.timeout_s, DEFAULT_DEADLINE_S),
         spool_dir=spool_dir,
         progress=progress,
+        encoding=encoding,
     )
     if result.ok:
         return ExportOutcome("sent", result.endpoint, None, result)

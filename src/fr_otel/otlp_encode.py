@@ -18,7 +18,7 @@ callers fall back to the SDK.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["Unencodable", "EncodedChunk", "encode_chunks", "encode_request"]
@@ -240,10 +240,14 @@ def _grouped(spans: Sequence[Any]) -> list[tuple[Any, list[tuple[Any, list[Any]]
     return [(resource, list(scopes.items())) for resource, scopes in merged.items()]
 
 
-def encode_chunks(spans: Sequence[Any], max_bytes: int) -> list[EncodedChunk]:
+def encode_chunks(
+    spans: Sequence[Any], max_bytes: int, progress: Callable[[int, int], None] | None = None
+) -> list[EncodedChunk]:
     """Requests of at most ``max_bytes`` each (a single larger span goes alone), spans in
-    the SDK's order; raises :class:`Unencodable` for values the SDK path must handle."""
+    the SDK's order; raises :class:`Unencodable` for values the SDK path must handle.
+    ``progress(spans encoded, spans)`` is called once per finished chunk (costs nothing per span)."""
     cache = _Cache()
+    encoded = 0
     trace_field: dict[int, bytes] = {}
     out: list[EncodedChunk] = []
     done: list[bytes] = []  # finished ResourceSpans fields of the current chunk
@@ -268,6 +272,9 @@ def encode_chunks(spans: Sequence[Any], max_bytes: int) -> list[EncodedChunk]:
                     if blocks:
                         done.append(_field(0x0A, rs_head + b"".join(blocks) + rs_tail))
                     out.append(EncodedChunk(b"".join(done), n))
+                    encoded += n
+                    if progress is not None:
+                        progress(encoded, len(spans))
                     done, blocks, cur, size, n = [], [], [], 0, 0
                     cost = len(piece) + ss_cost + rs_cost
                 cur.append(piece)
@@ -279,6 +286,8 @@ def encode_chunks(spans: Sequence[Any], max_bytes: int) -> list[EncodedChunk]:
             done.append(_field(0x0A, rs_head + b"".join(blocks) + rs_tail))
     if n:
         out.append(EncodedChunk(b"".join(done), n))
+    if progress is not None:
+        progress(len(spans), len(spans))
     return out
 
 

@@ -192,14 +192,18 @@ class _Chunk:
         return self.line if self.line is not None else self.request
 
 
-def _encoded_chunks(spans_or_requests: SpansOrRequests, max_bytes: int) -> tuple[list[_Chunk], float]:
+def _encoded_chunks(
+    spans_or_requests: SpansOrRequests, max_bytes: int, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[_Chunk], float]:
     """Chunks under ``max_bytes``, and how many times faster than the SDK they were encoded
-    (spans go through the direct encoder; requests, or values it refuses, the old way)."""
+    (spans go through the direct encoder, reporting ``progress``; requests, or values it
+    refuses, the old way)."""
     if not isinstance(spans_or_requests, ExportTraceServiceRequest):
         items = list(spans_or_requests)
         if items and all(isinstance(item, ReadableSpan) for item in items):
             try:
-                return [_Chunk(None, c.n_spans, data=c.data) for c in encode_chunks(items, max_bytes)], _DIRECT_SPEEDUP
+                chunks = encode_chunks(items, max_bytes, progress)
+                return [_Chunk(None, c.n_spans, data=c.data) for c in chunks], _DIRECT_SPEEDUP
             except Unencodable:
                 pass
         spans_or_requests = items
@@ -651,6 +655,7 @@ def export_spans(
     spool_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     progress: Callable[[int, int], None] | None = None,
+    encoding: Callable[[int, int], None] | None = None,
 ) -> ExportResult:
     """Send spans to ``config``'s collector, done within ``deadline_s``; spool the rest.
 
@@ -659,14 +664,15 @@ def export_spans(
     Undelivered chunks go to ``spool_dir/spool_name`` (default: a unique
     ``fr-otel-spool-*.jsonl``); with ``spool_dir=None`` they are reported as lost.
     ``config.disabled`` (``OTEL_SDK_DISABLED``) makes this a no-op. ``progress(spans
-    delivered, spans)`` is called after each delivered request.
+    delivered, spans)`` is called after each delivered request, ``encoding(spans encoded,
+    spans)`` while they are encoded first.
     """
     start = time.monotonic()
     endpoint = config.target()
     if config.disabled:
         return ExportResult(endpoint=endpoint, error="export disabled (OTEL_SDK_DISABLED=true)")
     state = _state(config, start, deadline_s, max_attempts)
-    chunks, speedup = _encoded_chunks(spans_or_requests, config.max_request_bytes)
+    chunks, speedup = _encoded_chunks(spans_or_requests, config.max_request_bytes, encoding)
     state.calibrate(sum(c.size for c in chunks), time.monotonic() - start, _RENDER_VS_ENCODE * speedup)
     state.progress, state.spans_total = progress, sum(c.n_spans for c in chunks)
     try:
@@ -796,6 +802,7 @@ def write_embedded(
     name: str,
     *,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    encoding: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Write spans as ``out_dir/name`` (``.jsonl`` added if missing), replacing any old file.
 
@@ -803,7 +810,7 @@ def write_embedded(
     by line to an OTLP/HTTP endpoint without hitting a collector's size limit.
     """
     filename = name if name.endswith(".jsonl") else f"{name}.jsonl"
-    chunks, _ = _encoded_chunks(spans_or_requests, max_request_bytes)
+    chunks, _ = _encoded_chunks(spans_or_requests, max_request_bytes, encoding)
     return write_jsonl(Path(out_dir) / filename, [c.request for c in chunks], replace=True)
 
 

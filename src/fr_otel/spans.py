@@ -35,6 +35,7 @@ from .dump import Entry
 from .ids import job_identity, span_id_for, trace_id_for
 from .job import Job
 from .live_stack import LiveStacks, is_library_frame
+from .progress import ProgressCallback
 from .rank_process import RankProcess
 from .ranks import compress_ranks
 from .trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
@@ -93,15 +94,18 @@ def _derived_job_id(job: Job) -> str:
     return f"dumps:{h.hexdigest()}"
 
 
-def build_trace(job: Job, verdict: Verdict, options: TraceOptions | None = None) -> IncidentTrace:
-    """All spans of the incident described by ``job`` and its ``verdict``."""
+def build_trace(
+    job: Job, verdict: Verdict, options: TraceOptions | None = None, progress: ProgressCallback | None = None
+) -> IncidentTrace:
+    """All spans of the incident described by ``job`` and its ``verdict``; ``progress(ranks
+    done, ranks)`` is called as each rank's spans are built."""
     options = options or TraceOptions()
     job_id, source = job_identity(options.job_id)
     if job_id is None:
         job_id, source = _derived_job_id(job), "dumps"
     trace_id = trace_id_for(job_id, options.incident)
     builder = _Builder(job, verdict, options, trace_id, job_id)
-    spans = builder.build()
+    spans = builder.build(progress)
     return IncidentTrace(
         trace_id=trace_id,
         job_id=job_id,
@@ -208,7 +212,7 @@ class _Builder:
     def _ctx(self, span_id: int) -> SpanContext:
         return SpanContext(self.trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
 
-    def build(self) -> list[ReadableSpan]:
+    def build(self, progress: ProgressCallback | None = None) -> list[ReadableSpan]:
         selected = self._select()
         for chosen in selected.values():
             for e in chosen:
@@ -218,10 +222,12 @@ class _Builder:
         spans: list[ReadableSpan] = []
         collectives: dict[tuple[str, int], list[tuple[int, Entry, int]]] = {}
         first_start = self.now
-        for rank in sorted(selected):
+        for done, rank in enumerate(sorted(selected), 1):
             rank_spans, starts = self._rank_spans(rank, selected[rank], collectives)
             spans.extend(rank_spans)
             first_start = min(first_start, starts)
+            if progress is not None:
+                progress(done, len(selected))
         spans.extend(self._collective_spans(collectives))
         spans.insert(0, self._root_span(first_start))
         self.entries_exported = sum(map(len, selected.values()))

@@ -453,7 +453,8 @@ class DumpWatcher:
             attach_sidecars(read, [self.settings.directory])  # ranks.json, steps.json, when someone wrote them
             job = build_job(read)
             verdict = analyze(job, self.analysis)
-            trace = build_trace(job, verdict, replace(self.trace, incident=label))
+            with self._progress.task("building spans", "ranks") as update:
+                trace = build_trace(job, verdict, replace(self.trace, incident=label), progress=update)
         except Exception as exc:  # noqa: BLE001 - one bad incident must not stop the watcher
             incident.status, incident.destination = "error", f"analysis failed: {type(exc).__name__}: {exc}"
             self._record(incident, taken)
@@ -464,8 +465,10 @@ class DumpWatcher:
         incident.missing = sorted(set(missing) | set(verdict.missing_ranks))
         self._record(incident, [], final=False)  # a watcher killed mid-export re-exports under this number
         try:
-            with self._progress.task("sending spans", "spans") as update:
-                outcome = deliver_trace(trace, self.export, directory=self.settings.out_dir, progress=update)
+            with self._progress.task("encoding spans", "spans") as encoded, \
+                    self._progress.task("sending spans", "spans") as sent:
+                outcome = deliver_trace(trace, self.export, directory=self.settings.out_dir, progress=sent,
+                                        encoding=encoded)
         except Exception as exc:  # noqa: BLE001 - recorded as failed, so it is not retried every poll
             outcome = ExportOutcome("failed", f"{type(exc).__name__}: {exc}", None, None)
         incident.status, incident.destination = outcome.status, outcome.destination

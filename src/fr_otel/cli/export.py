@@ -78,9 +78,11 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
     """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
     from ..spans import build_trace
 
-    trace = build_trace(job, verdict, trace_options(args, identity))
-    with terminal_progress(args).task("sending spans", "spans") as update:
-        outcome = deliver_trace(trace, config, directory=args.out, progress=update)
+    bars = terminal_progress(args)
+    with bars.task("building spans", "ranks") as update:
+        trace = build_trace(job, verdict, trace_options(args, identity), progress=update)
+    with bars.task("encoding spans", "spans") as encoded, bars.task("sending spans", "spans") as sent:
+        outcome = deliver_trace(trace, config, directory=args.out, progress=sent, encoding=encoded)
     if getattr(args, "json", False):
         doc = verdict.to_dict(include_groups=False)
         doc["trace_id"] = trace.trace_id_hex
