@@ -149,6 +149,7 @@ class Run:
     timed_out: bool
     stdout: str
     stderr: str
+    cpu_s: float = 0.0  # user + system CPU of the process and the children it waited for (pool workers)
 
     @property
     def peak_bytes(self) -> int:
@@ -199,7 +200,7 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
         return Run(
             wall_s=wall, peak_tree_bytes=peak, peak_rss_sum_bytes=peak_rss, maxrss_bytes=usage.ru_maxrss * 1024, rc=proc.returncode,
             timed_out=timed_out, stdout=out.read().decode("utf-8", "replace"),
-            stderr=err.read().decode("utf-8", "replace"),
+            stderr=err.read().decode("utf-8", "replace"), cpu_s=usage.ru_utime + usage.ru_stime,
         )
 
 
@@ -368,7 +369,8 @@ def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str
             tool.runs.append(run)
             tool.results.append((ok, note))
             flag = "ok " if ok else ("FAIL" if tool.key.startswith("fr-otel") else "note")
-            print(f"  rep {rep + 1}: {tool.label:<22} {run.wall_s:8.2f} s  {run.peak_bytes / MiB:8.0f} MiB  "
+            print(f"  rep {rep + 1}: {tool.label:<22} {run.wall_s:8.2f} s  {run.cpu_s:7.2f} s CPU  "
+                  f"{run.peak_bytes / MiB:8.0f} MiB  "
                   f"[{flag}] {note}", flush=True)
             if not ok and tool.key.startswith("fr-otel"):
                 print("!" * 78 + f"\n!!! FAIL: fr-otel did not name exactly the injected culprit rank "
@@ -394,6 +396,7 @@ def _report(ranks: int, entries: int, disk: int, manifest: dict[str, Any], tools
         note = t.results[-1][1] if t.results else ""
         rows[t.key] = {"label": t.label, "median_s": med, "all_s": [r.wall_s for r in t.runs],
                        "by_rep": [None if r.timed_out else r.wall_s for r in t.runs],
+                       "cpu_by_rep": [None if r.timed_out else r.cpu_s for r in t.runs],
                        "peak_mib": peak / MiB, "max_single_process_mib": single / MiB,
                        "peak_rss_sum_mib": max((r.peak_rss_sum_bytes for r in t.runs), default=0) / MiB,
                        "mem_over_disk": peak / disk if disk else None, "ok": ok, "note": note,
@@ -435,6 +438,10 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         v = ratio(a, b)
         if v is not None:
             out[name] = v
+    cpu_a, cpu_b = rows.get("fr-otel", {}).get("cpu_by_rep", []), rows.get("fr-otel-base", {}).get("cpu_by_rep", [])
+    cpu_pairs = [x / y for x, y in zip(cpu_a, cpu_b) if x and y]
+    if cpu_pairs:
+        out["fr_otel_over_baseline_cpu"] = statistics.median(cpu_pairs)
     torch_row = rows.get("torch", {})
     if "torch_over_fr_otel" not in out and torch_row.get("all_s") and rows.get("fr-otel", {}).get("median_s"):
         # Every torch run timed out: its time is at least the timeout.
@@ -477,6 +484,9 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
     v = q.get("fr_otel_over_baseline")
     if v is not None:
         lines.append(line("fr-otel / fr-otel from --baseline-src (after / before)", v))
+    v = q.get("fr_otel_over_baseline_cpu")
+    if v is not None:
+        lines.append(line("  the same in CPU seconds (robust to a loaded box)", v))
     v = q.get("speedup_all_cores")
     if v is not None:
         lines.append(line(f"fr-otel -w1 time / all {os.cpu_count()} cores time", v))
