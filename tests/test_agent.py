@@ -342,6 +342,27 @@ def test_uncaught_exception_raises_the_incident_its_peers_join(tmp_path: Path, j
     assert "raises incident 2" not in out
 
 
+def test_agent_says_how_many_spans_the_collector_rejected(tmp_path: Path, jobs: list[Job]) -> None:
+    """A collector answering partial success (half the spans rejected): the coordinator's line says
+    how many were rejected and that the trace was only partly delivered; a dump folder it cannot
+    create is named as such instead of "dumps in DIR"."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the dump folder should go")
+    with OtlpGrpcReceiver(reject_fraction=0.5) as rx:
+        env = _job_env(tmp_path, TRAIN_LOOP_AGENT="late", TRAIN_LOOP_RAISE_RANK="1", TRAIN_LOOP_RAISE_STEP="5",
+                       TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_METRICS_PORT="off", FR_OTEL_STALL_SECONDS="100",
+                       OTEL_EXPORTER_OTLP_ENDPOINT=rx.url, FR_OTEL_DUMP_DIR=str(blocker / "dumps"))
+        job = Job(_torchrun(2), env, tmp_path)
+        jobs.append(job)
+        assert job.wait() != 0
+        assert wait_for(lambda: rx.rejected_spans > 0, timeout=5), job.output[-4000:]
+        rejected, kept = rx.rejected_spans, rx.span_count()
+    out = job.output
+    line = next((ln for ln in out.splitlines() if "raised by rank 1" in ln), "")
+    assert f"only PARTLY delivered to {rx.url}: the collector rejected {rejected} of {rejected + kept} spans" in line
+    assert f"no dump files: {blocker / 'dumps'}" in line and "dumps in" not in line, out[-4000:]
+
+
 def test_payload_keeps_what_the_verdict_needs_with_true_membership(scenario_dumps) -> None:
     """What a rank sends its coordinator: in-flight entries and the last few per group, with
     pg_config replaced by the real groups (gloo's own is empty)."""

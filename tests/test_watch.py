@@ -317,7 +317,8 @@ def test_unreadable_state_is_not_fatal(dumps: dict[int, bytes], tmp_path: Path,
     (folder / STATE_NAME).write_text('{"incidents": [{"number": 1, "files": 5}]}')
     clock = Clock()
     watcher = make_watcher(folder, tmp_path, clock)
-    assert "unreadable state" in caplog.text
+    assert "invalid state" in caplog.text and "kept as" in caplog.text
+    assert (folder / f"{STATE_NAME}.bad").read_text() == '{"incidents": [{"number": 1, "files": 5}]}'
     incident = watcher.poll() or step(watcher, clock)
     assert incident is not None and incident.number == 1 and incident.ok
     assert json.loads((folder / STATE_NAME).read_text())["incidents"][0]["trace_id"] == incident.trace_id

@@ -22,6 +22,7 @@ from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable
 
 from .dump import GroupHistory, P2PChannel
+from .validate import INT64_MAX, columns_ok, fingerprint_ok
 
 __all__ = ["Summary", "summarise", "comparable_fingerprint", "TAIL_PER_GROUP"]
 
@@ -84,7 +85,10 @@ class _FingerprintIds(dict):
             self.meaning.clear()
 
     def __missing__(self, encoded: bytes) -> int:
-        comparable = comparable_fingerprint(marshal.loads(encoded))
+        raw = marshal.loads(encoded)
+        if not fingerprint_ok(raw):  # validation hook: once per distinct call, never cached when bad
+            raise ValueError("malformed op, sizes or dtypes")
+        comparable = comparable_fingerprint(raw)
         gid = _fingerprint_id(comparable)
         self.meaning[gid] = comparable
         self[encoded] = gid
@@ -106,8 +110,9 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
         names = list(map(_NAME, groups))
         seq = list(map(_SEQ, raw))
         created = list(map(_CREATED, raw))
-        is_p2p = bytes(map(bool, map(_IS_P2P, raw)))
-        done = bytes(map(bool, map(_RETIRED, raw)) if gloo else map("completed".__eq__, map(_STATE, raw)))
+        # bytes() takes bools (and small ints) only: a str or None flag is a TypeError (slow path)
+        is_p2p = bytes(map(_IS_P2P, raw))
+        done = bytes(map(_RETIRED, raw) if gloo else map("completed".__eq__, map(_STATE, raw)))
         # One marshal pass; the id of each distinct call is computed once per process.
         global_ids = list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, map(_FP, raw), repeat(2))))
         "".join(names)  # TypeError unless every group name is a str
@@ -115,11 +120,13 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
         created_col = array("q", created)
     except (KeyError, TypeError, IndexError, ValueError, OverflowError):
         return None
+    if not columns_ok(groups, seq, seq_col, created_col, is_p2p, done):  # validation hook: shapes, signs, flags
+        return None
     fingerprints = _FINGERPRINTS.meanings(global_ids)
 
     try:
         return _split(raw, names, seq_col, created_col, is_p2p, done, global_ids, fingerprints)
-    except (KeyError, TypeError, IndexError, ValueError):
+    except (KeyError, TypeError, IndexError, ValueError, OverflowError):
         return None
 
 
@@ -165,7 +172,7 @@ def _split(
     tail.update(pending[-_MAX_TAIL_IN_FLIGHT:])
     tail_index = sorted(tail)
     # Completion times only matter near the end: the newest ones are in the tail.
-    done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if isinstance(t, int)]
+    done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if type(t) is int and 0 <= t <= INT64_MAX]
     latest = max(max(created, default=0), max(done_at, default=0))
     # The whole history: record ids 0..n-1 with none left out (not wrapped, not only-active).
     ids = (raw[0].get("record_id"), raw[-1].get("record_id")) if raw else (None, None)

@@ -8,7 +8,13 @@ the recorder says) and ``fr_otel.*`` (what the analysis concluded).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from ._text import printable
+
 __all__ = [
+    "MAX_STRING_CHARS", "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",
     "RANK", "WORLD_SIZE", "BACKEND", "PG_NAME", "PG_DESC", "PG_SIZE", "SEQ_ID", "P2P_SEQ_ID", "OP_ID", "OP",
     "RECORD_ID", "STATE", "RETIRED", "COMPLETED", "IS_P2P", "TIMEOUT_MS", "INPUT_SIZES", "OUTPUT_SIZES",
     "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
@@ -88,3 +94,67 @@ CODE_LINE = "code.line.number"
 ERROR_TYPE = "error.type"
 HOST_NAME = "host.name"
 PROCESS_PID = "process.pid"
+
+
+# --- Limits: what any one attribute may cost, whatever the dump held -----------------------
+
+MAX_STRING_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
+MAX_LIST_ITEMS = 1024
+MAX_ITEM_CHARS = 256
+MAX_LIST_CHARS = 16_000
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _text(value: str, limit: int) -> str:
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    value = printable(value, keep_lines=True)  # escaping may lengthen it: clip again
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def bounded_value(value: Any, limit: int = MAX_STRING_CHARS) -> Any:
+    """One attribute value OTLP can encode, clipped: None when there is nothing to send.
+
+    Strings are escaped and clipped to ``limit`` characters; ints outside int64 become
+    text; lists keep their first :data:`MAX_LIST_ITEMS` items, each clipped to
+    :data:`MAX_ITEM_CHARS`, all of one type (mixed lists become lists of strings).
+    """
+    kind = type(value)
+    if kind is bool or kind is float:
+        return value
+    if kind is int:
+        return value if _INT64[0] <= value <= _INT64[1] else _text(_int_text(value), limit)
+    if kind is str:
+        return _text(value, limit)
+    if kind in (list, tuple):
+        items = [bounded_value(v, MAX_ITEM_CHARS) for v in value[:MAX_LIST_ITEMS]]
+        items = [v for v in items if v is not None and type(v) in (bool, int, float, str)]
+        total = 0
+        for n, v in enumerate(items):
+            total += len(v) if type(v) is str else 8
+            if total > MAX_LIST_CHARS:
+                items = items[:n]
+                break
+        if len({type(v) for v in items}) > 1:
+            items = [v if type(v) is str else _text(str(v), MAX_ITEM_CHARS) for v in items]
+        return items
+    if value is None:
+        return None
+    return _text(type(value).__name__, limit)
+
+
+def _int_text(value: int) -> str:
+    try:
+        return str(value)
+    except ValueError:  # over Python's 4300-digit limit
+        return "<integer too large>"
+
+
+def bounded(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Every attribute through :func:`bounded_value` (what spans and resources are built from)."""
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        clean = bounded_value(value)
+        if clean is not None:
+            out[_text(str(key), MAX_ITEM_CHARS)] = clean
+    return out

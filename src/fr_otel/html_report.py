@@ -30,6 +30,7 @@ from .analysis import Culprit, GroupState, Verdict
 from .dump import Entry, Frame, Progress
 from .incident_export import replay_command
 from .job import Job
+from .output_files import atomic_write
 from .ranks import compress_ranks
 from .stop_order import format_clock
 from .text_report import step_sentence
@@ -116,21 +117,9 @@ def render(
 
 
 def write_report(path: str | os.PathLike[str], document: str) -> int:
-    """Write ``document`` atomically (temp file + rename) as UTF-8; returns its size in bytes."""
+    """Write ``document`` atomically as UTF-8 (see :mod:`fr_otel.output_files`); returns its size in bytes."""
     data = document.encode("utf-8", "replace")
-    target = os.fspath(path)
-    head, name = os.path.split(target)
-    tmp = os.path.join(head, f".{name}.{os.getpid()}.part")  # hidden, and no rank number a watcher could take
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, data)
     return len(data)
 
 

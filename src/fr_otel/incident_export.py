@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from .progress import ProgressCallback
     from .spans import IncidentTrace
 
-__all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "replay_command", "OUT_DIR_ENV",
-           "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
+__all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "rejected_note", "replay_command",
+           "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
 
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
 DEFAULT_OUT_DIR = "fr-otel-out"
@@ -33,7 +33,8 @@ DEFAULT_DEADLINE_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ExportOutcome:
-    """Where the trace went: ``file`` (embedded), ``sent``, ``spooled`` or ``disabled``."""
+    """Where the trace went: ``file`` (embedded), ``sent``, ``partial`` (sent, but the collector
+    rejected some spans), ``spooled``, ``failed`` or ``disabled``."""
 
     status: str
     destination: str
@@ -89,7 +90,19 @@ def deliver_trace(
     )
     if result.ok:
         return ExportOutcome("sent", result.endpoint, None, result)
-    return ExportOutcome("spooled" if result.spool_path else "failed", result.endpoint, result.spool_path, result)
+    if result.spool_path:
+        return ExportOutcome("spooled", result.endpoint, result.spool_path, result)
+    if result.spans_rejected and not result.spans_lost:
+        return ExportOutcome("partial", result.endpoint, None, result)
+    return ExportOutcome("failed", result.endpoint, None, result)
+
+
+def rejected_note(outcome: ExportOutcome, total: int) -> str:
+    """``"the collector rejected 158 of 317 spans"`` when it did, else ``""`` (for every status line)."""
+    result = outcome.result
+    if result is None or not result.spans_rejected:
+        return ""
+    return f"the collector rejected {result.spans_rejected} of {total} spans"
 
 
 _TLS_MISMATCH = re.compile(r"WRONG_VERSION_NUMBER|wrong version number|handshake failed|SSL_ERROR|TLS:", re.IGNORECASE)

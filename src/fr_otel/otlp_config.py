@@ -26,10 +26,15 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
+import re
+import stat
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from ._text import one_line, printable
 
 __all__ = [
     "DEFAULT_GRPC_ENDPOINT",
@@ -61,6 +66,8 @@ __all__ = [
     "Compression",
     "ExportConfig",
     "Protocol",
+    "check_headers",
+    "check_tls_files",
     "parse_headers",
     "resolve_export_config",
 ]
@@ -185,9 +192,9 @@ def parse_headers(value: str, *, source: str = "headers") -> dict[str, str]:
         key, sep, val = item.partition("=")
         key = unquote(key).strip().lower()
         if not sep or not key or any(c.isspace() for c in key):
-            raise ValueError(f"{source}: expected 'key=value[,key2=value2]', got {item.strip()!r}")
+            raise ValueError(f"{source}: expected 'key=value[,key2=value2]', got {printable(item.strip())!r}")
         headers[key] = unquote(val).strip()
-    return headers
+    return check_headers(headers, source)
 
 
 def resolve_export_config(
@@ -244,7 +251,7 @@ def resolve_export_config(
     elif isinstance(raw_headers, str):
         hdrs = parse_headers(raw_headers, source=src)
     else:
-        hdrs = {str(k).lower(): str(v) for k, v in dict(raw_headers).items()}  # type: ignore[call-overload]
+        hdrs = check_headers(dict(raw_headers), "headers argument")  # type: ignore[call-overload]
 
     raw_timeout, src = pick(timeout_s, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
     timeout = (DEFAULT_TIMEOUT_S if raw_timeout is None
@@ -313,15 +320,98 @@ def _endpoint(protocol: str, explicit: str | None, env: Mapping[str, str]) -> st
     return value
 
 
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_HEADER_KEY = re.compile(r"[0-9a-z_.-]+")  # what gRPC metadata allows; a subset of HTTP's tokens
+
+
 def _check_endpoint(protocol: str, value: str, source: str) -> None:
+    """Scheme, host and port are checked before anything dials: a bad one is one ValueError line."""
+    shown = printable(value)
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{source}: endpoint contains spaces or control characters: {shown!r}")
     if protocol == "grpc":
-        netloc = urlsplit(value).netloc if "://" in value else value
-        if not netloc or any(c.isspace() for c in value):
-            raise ValueError(f"{source}: not a gRPC endpoint (host:port or http[s]://host:port): {value!r}")
-        return
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{source}: OTLP/HTTP endpoint must be an http:// or https:// URL, got {value!r}")
+        has_scheme = "://" in value
+        parts = urlsplit(value if has_scheme else f"//{value}")
+        if has_scheme and parts.scheme not in ("http", "https"):
+            raise ValueError(f"{source}: a gRPC endpoint is host:port or http[s]://host:port, got {shown!r}")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"{source}: a gRPC endpoint has no path, got {shown!r} (host:port or http[s]://host:port)")
+        port = _port(parts, source, shown)
+        if port is None and not has_scheme:
+            raise ValueError(f"{source}: a gRPC endpoint needs a port (host:port, e.g. localhost:4317), got {shown!r}")
+    else:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{source}: OTLP/HTTP endpoint must be an http:// or https:// URL, got {shown!r}")
+        _port(parts, source, shown)
+    host = parts.hostname or ""
+    if parts.username is not None or not (_HOST.fullmatch(host) or ":" in host and _is_ipv6(host)):
+        raise ValueError(f"{source}: not a valid host in endpoint {shown!r}")
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _port(parts: SplitResult, source: str, shown: str) -> int | None:
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{source}: port must be a number from 1 to 65535, got endpoint {shown!r}")
+    return port
+
+
+def check_headers(headers: Mapping[str, str], source: str = "headers") -> dict[str, str]:
+    """Lower-case keys gRPC accepts and values without control characters (they would end the header)."""
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        key = str(key).strip().lower()
+        value = str(value)
+        if not _HEADER_KEY.fullmatch(key):
+            raise ValueError(f"{source}: header name {printable(key)!r} may only hold a-z, 0-9, '-', '_' and '.'")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError(f"{source}: the value of header {key!r} contains control characters (a newline?)")
+        if not value.isascii():
+            raise ValueError(f"{source}: the value of header {key!r} is not ASCII (URL-encode it)")
+        out[key] = value
+    return out
+
+
+def check_tls_files(config: ExportConfig) -> None:
+    """PEM files that cannot be used are one ValueError line now, not a gRPC log storm at the first dial.
+
+    Called by the CLI up front and by the exporter before it dials (not by
+    :func:`resolve_export_config`, which only resolves names).
+    """
+    import ssl
+
+    ca, key, chain = config.certificate_file, config.client_key_file, config.client_certificate_file
+    for path, what in ((ca, "CA certificate"), (key, "client key"), (chain, "client certificate")):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise ValueError(f"{what} file {printable(path)!r}: not a regular file")
+        except OSError as exc:
+            raise ValueError(f"{what} file {printable(path)!r}: {exc.strerror or exc}") from None
+    try:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if ca is not None:
+            context.load_verify_locations(cafile=ca)
+        if chain is not None:
+            context.load_cert_chain(chain, key)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        which = f"CA certificate file {printable(ca)!r}" if ca is not None else "client certificate/key"
+        if chain is not None and ca is not None and "cert" not in str(exc).lower():
+            which = "client certificate/key"
+        raise ValueError(f"{which}: not usable PEM ({one_line(exc, 120)})") from None
 
 
 def _shown(default: object) -> str:

@@ -72,7 +72,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ._text import one_line
-from .otlp_config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
+from .otlp_config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig, check_tls_files
 from .otlp_encode import Unencodable, encode_chunks
 from .otlp_file import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
 
@@ -108,8 +108,10 @@ class ExportResult:
     requests_sent: int = 0
     #: Spans written to ``spool_path`` (export) or still waiting in their files (replay).
     spans_spooled: int = 0
-    #: Of the spooled spans, those the collector refused for good (INVALID_ARGUMENT,
-    #: HTTP 400, a single span over its size limit): replaying them as is will fail again.
+    #: Spans the collector refused for good: whole requests (INVALID_ARGUMENT, HTTP 400,
+    #: a single span over its size limit; these are spooled, and replaying them as is will
+    #: fail again) plus spans it dropped from requests it otherwise accepted (OTLP partial
+    #: success: counted here, neither in ``spans_sent`` nor in the spool).
     spans_rejected: int = 0
     #: Spans neither delivered nor spooled (no spool directory, or it could not be written).
     spans_lost: int = 0
@@ -186,6 +188,11 @@ class _Chunk:
     @property
     def size(self) -> int:
         return len(self.data) if self.data is not None else self.request.ByteSize()
+    rejected: int = 0  # delivered, but the collector dropped this many (partial success)
+
+    @property
+    def accepted(self) -> int:
+        return self.n_spans - self.rejected
 
     @property
     def spoolable(self) -> ExportTraceServiceRequest | bytes:
@@ -261,6 +268,7 @@ class _Outcome:
     verdict: _Verdict
     detail: str = ""
     retry_after_s: float | None = None
+    rejected: int = 0  # OK with partial success: spans the collector accepted the request but dropped
 
 
 class _Sender(Protocol):
@@ -432,8 +440,8 @@ class _HttpSender:
             return _Outcome(_Verdict.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}"))
         try:
             if "json" in ctype:
-                partial = json.loads(payload or b"{}").get("partialSuccess", {})
-                return _partial(int(partial.get("rejectedSpans", 0)), str(partial.get("errorMessage", "")))
+                partial = json.loads(payload or b"{}").get("partialSuccess") or {}
+                return _partial(partial.get("rejectedSpans", 0), partial.get("errorMessage", ""))
             ps = ExportTraceServiceResponse.FromString(payload).partial_success
             return _partial(ps.rejected_spans, ps.error_message)
         except Exception:  # a 2xx with an unreadable body still means accepted
@@ -452,9 +460,14 @@ def _not_http(status_line: object) -> str:
     return one_line(f"{NOT_HTTP}: it answered {line[:40]!r}")
 
 
-def _partial(rejected: int, message: str) -> _Outcome:
-    if rejected:
-        return _Outcome(_Verdict.OK, f"collector dropped {rejected} spans: {message}".rstrip(": "))
+def _partial(rejected: object, message: object) -> _Outcome:
+    """OTLP partial success: the request went through, but the collector says it dropped some spans."""
+    try:
+        count = max(int(rejected), 0)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        count = 0
+    if count:
+        return _Outcome(_Verdict.OK, one_line(str(message), 200), rejected=count)
     return _Outcome(_Verdict.OK)
 
 
@@ -470,6 +483,7 @@ def _read(path: str | None) -> bytes | None:
 
 
 def _make_sender(config: ExportConfig) -> _Sender:
+    check_tls_files(config)
     return _GrpcSender(config) if config.protocol == "grpc" else _HttpSender(config)
 
 
@@ -563,7 +577,13 @@ def _deliver(
             if outcome.verdict is _Verdict.OK:
                 delivered.append(chunk)
                 state.delivered(chunk.n_spans)
-                if outcome.detail:
+                if outcome.rejected:
+                    n = min(outcome.rejected, chunk.n_spans)
+                    chunk.rejected = n
+                    state.rejected_spans += n
+                    why = f": {outcome.detail}" if outcome.detail else ""
+                    state.errors.append(f"collector rejected {n} of {chunk.n_spans} spans{why}")
+                elif outcome.detail:
                     state.notes.append(outcome.detail)
                 break
             if outcome.verdict is _Verdict.SPLIT and chunk.n_spans > 1:
@@ -638,9 +658,11 @@ def _summary(state: _Delivery, extra: Sequence[str] = ()) -> str | None:
         parts.append(state.stopped)
     if state.errors:
         more = len(state.errors) - 1
-        parts.append(state.errors[0] + (f" (+{more} more rejected requests)" if more else ""))
+        parts.append(state.errors[0] + (f" (+{more} more requests with rejections)" if more else ""))
+        if more and state.rejected_spans:
+            parts.append(f"{state.rejected_spans} spans rejected in all")
     parts.extend(extra)
-    return one_line("; ".join(parts)) if parts else None
+    return one_line("; ".join(parts), 1000) if parts else None
 
 
 # --- Public entry points ----------------------------------------------------------------
@@ -706,7 +728,7 @@ def export_spans(
                 lost = n_undelivered
                 extra.append(one_line(f"{lost} spans lost, spool failed: {exc}"))
     result = ExportResult(
-        spans_sent=sum(c.n_spans for c in delivered),
+        spans_sent=sum(c.accepted for c in delivered),
         requests_sent=state.requests_sent,
         spans_spooled=n_undelivered - lost,
         spans_rejected=state.rejected_spans,
@@ -767,7 +789,7 @@ def replay(
             undelivered = list(chunks)
             if sender is not None:
                 delivered, undelivered = _deliver(chunks, sender, state, spool_after=remove_on_success)
-            sent += sum(c.n_spans for c in delivered)
+            sent += sum(c.accepted for c in delivered)
             spooled += sum(c.n_spans for c in undelivered)
             if not undelivered:
                 completed.append(path)
@@ -778,7 +800,14 @@ def replay(
                     else:
                         path.unlink(missing_ok=True)
                 except OSError as exc:
-                    extra.append(one_line(f"delivered but could not update {path}: {exc}"))
+                    # The file still holds what was just delivered: count it as still there (a
+                    # later replay sends it again), rather than claim only the rest is left.
+                    again = sum(c.n_spans for c in delivered)
+                    spooled += again
+                    if path in completed:
+                        completed.remove(path)
+                    extra.append(one_line(f"delivered but could not update {path} ({exc}); its {again} delivered "
+                                          "spans are still in it and a later replay sends them again"))
     finally:
         if sender is not None:
             sender.close()
@@ -828,11 +857,12 @@ def _log(what: str, result: ExportResult, notes: Sequence[str]) -> None:
         return
     where = f" to {result.spool_path}" if result.spool_path else ""
     _logger.warning(
-        "OTLP %s to %s incomplete after %.2f s: %d spans sent, %d spooled%s, %d lost: %s",
+        "OTLP %s to %s incomplete after %.2f s: %d spans sent, %d rejected, %d spooled%s, %d lost: %s",
         what,
         result.endpoint,
         result.elapsed_s,
         result.spans_sent,
+        result.spans_rejected,
         result.spans_spooled,
         where,
         result.spans_lost,

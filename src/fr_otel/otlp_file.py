@@ -18,13 +18,15 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from .output_files import OutputRefused, atomic_write, check_output_file
 
 __all__ = [
     "read_jsonl",
@@ -87,29 +89,11 @@ def write_jsonl(
     if not replace and target.exists():
         _append(target, payload)
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if replace:
-            os.replace(tmp, target)
-            return target
-        try:
-            os.link(tmp, target)  # fails if someone created the file meanwhile
-        except FileExistsError:
-            _append(target, payload)
-        except OSError:  # no hard links on this file system
-            if target.exists():
-                _append(target, payload)
-            else:
-                os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+        return atomic_write(target, payload, replace=replace, mkdir=True)
+    except FileExistsError:  # someone created it meanwhile: add our lines to theirs
+        _append(target, payload)
+        return target
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[ExportTraceServiceRequest]:
@@ -132,8 +116,11 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[ExportTraceServiceRequest]:
 
 
 def _append(target: Path, payload: bytes) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    check_output_file(target)
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or device since the check
+            raise OutputRefused(f"{target}: not a regular file; refusing to append to it")
         os.write(fd, payload)
         os.fsync(fd)
     finally:

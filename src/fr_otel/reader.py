@@ -14,26 +14,29 @@ import gc
 import io
 import json
 import os
-import pickle
 import re
+import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ._columns import summarise
-from ._text import one_line
+from ._text import one_line, printable
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
+from .output_files import file_kind
 from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
 from .ranks import compress_ranks
-from .safe_pickle import ForbiddenPickle, load_restricted
+from .safe_pickle import DEFAULT_MAX_FILE_BYTES, ForbiddenPickle, budget_for, load_restricted, memory_budget
 from .rank_map import RANKS_FILE, read_rank_map
 from .steps import PAYLOAD_KEY as STEPS_KEY
 from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
+from .validate import BadField, EntryFaults, counter, entry_from_raw, int64
 
 if TYPE_CHECKING:
     from .progress import ProgressCallback
@@ -114,13 +117,26 @@ def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tu
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            names = sorted(p.name for p in path.iterdir() if p.is_file())
-            ranked = [(rank_from_name(n, prefix), str(path / n)) for n in names]
-            ranked = [(r, p) for r, p in ranked if r is not None]
+            try:
+                names = sorted(entry.name for entry in os.scandir(path))
+            except OSError as exc:
+                problems.append(f"{path}: cannot list: {exc.strerror or exc}")
+                continue
+            ranked: list[tuple[int, str]] = []
+            for name in names:
+                rank = rank_from_name(name, prefix)
+                if rank is None:
+                    continue
+                child = path / name
+                if child.is_file():
+                    ranked.append((rank, str(child)))
+                elif not child.is_dir():  # sub-folders (e.g. per-incident ones) are not dumps
+                    problems.append(f"{child}: not a regular file (a FIFO, device, socket or broken or looping "
+                                    "link); skipped")
             if not ranked:
                 wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
                 problems.append(f"{path}: no dump files (no file name {wanted})")
-            found.extend(ranked)  # type: ignore[arg-type]
+            found.extend(ranked)
         elif path.is_file() and path.name in _SIDECARS:
             continue  # read by attach_sidecars
         elif path.is_file():
@@ -157,19 +173,21 @@ def read_dumps(
     prefix: str | None = None,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> ReadResult:
     """Read every rank's dump under ``paths``; never raises on bad input.
 
     ``workers``: processes to parse with (default: all cores, used only when the
     dumps are large enough to repay starting them; 1 = in this process).
     ``progress(files done, files)`` is called as files are parsed.
+    ``max_file_bytes``: larger files are refused (one problem line each), not read.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found, problems = _discover(list(paths), prefix)
     chosen = _choose_per_rank(found, problems)
     result = ReadResult(problems=problems)
-    for dump, file_problems in _parse_all(chosen, workers, progress):
+    for dump, file_problems in _parse_all(chosen, workers, max_file_bytes, progress):
         result.problems.extend(file_problems)
         if dump is not None:
             result.dumps[dump.rank] = dump
@@ -200,7 +218,8 @@ _Parsed = tuple["RankDump | None", list[str]]
 
 
 def _parse_all(
-    chosen: list[tuple[int, str]], workers: int | None, progress: ProgressCallback | None = None
+    chosen: list[tuple[int, str]], workers: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: ProgressCallback | None = None,
 ) -> list[_Parsed]:
     n_workers = workers if workers is not None else (os.cpu_count() or 1)
     total = 0
@@ -211,7 +230,7 @@ def _parse_all(
             pass
     if n_workers <= 1 or len(chosen) < 2 or total < _PARALLEL_MIN_BYTES:
         # Small jobs: build every Entry now, in this process.
-        return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES, progress=progress)
+        return _parse_batch(chosen, full=total < _PARALLEL_MIN_BYTES, progress=progress, max_bytes=max_bytes)
     n_workers = min(n_workers, len(chosen))
     # Small batches handed out as workers free up: no worker waits on a slow sibling, and
     # results stream back instead of arriving as one big pickle per worker. Workers send
@@ -228,11 +247,11 @@ def _parse_all(
             progress(sum(len(r) for r in done.values()), len(chosen))
 
     with ProcessPoolExecutor(max_workers=n_workers - 1) as pool:
-        futures = [pool.submit(_parse_batch, batch) for batch in batches]
+        futures = [pool.submit(_parse_batch, batch, False, max_bytes) for batch in batches]
         for i in range(len(batches) - 1, -1, -1):
             if not futures[i].cancel():
                 break
-            done[i] = _parse_batch(batches[i])
+            done[i] = _parse_batch(batches[i], max_bytes=max_bytes)
             advance()
         pending = {f: i for i, f in enumerate(futures) if i not in done}
         for future in as_completed(pending):
@@ -241,12 +260,13 @@ def _parse_all(
     parsed = [item for i in range(len(batches)) for item in done[i]]
     for dump, _ in parsed:
         if dump is not None:
-            dump._loader = partial(_load_entries, dump.path, dump.rank)
+            dump._loader = partial(_load_entries, dump.path, dump.rank, max_bytes)
     return parsed
 
 
 def _parse_batch(
-    batch: list[tuple[int, str]], full: bool = False, progress: ProgressCallback | None = None
+    batch: list[tuple[int, str]], full: bool = False, progress: ProgressCallback | None = None,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> list[_Parsed]:
     out: list[_Parsed] = []
     # Unpickling allocates millions of short-lived containers and no cycles; the cyclic
@@ -256,7 +276,7 @@ def _parse_batch(
     try:
         for rank, path in batch:
             problems: list[str] = []
-            out.append((read_dump_file(path, rank, problems, full=full), problems))
+            out.append((read_dump_file(path, rank, problems, full=full, max_bytes=max_bytes), problems))
             if progress is not None:
                 progress(len(out), len(batch))
     finally:
@@ -265,26 +285,39 @@ def _parse_batch(
     return out
 
 
-def _load_entries(path: str, rank: int) -> list[Entry] | None:
-    dump = read_dump_file(path, rank, [], full=True)
+def _load_entries(path: str, rank: int, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> list[Entry] | None:
+    dump = read_dump_file(path, rank, [], full=True, max_bytes=max_bytes)
     return dump.entries if dump is not None else None
 
 
-def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = True) -> RankDump | None:
+def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = True,
+                   max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> RankDump | None:
     """Parse one dump file into a :class:`RankDump`; append one line per problem.
 
-    Returns None when the file is unusable (the reason is in ``problems``).
+    Returns None when the file is unusable (the reason is in ``problems``): not a
+    regular file, over ``max_bytes``, or not a dump. Loading may allocate only a small
+    multiple of the file's size (:func:`fr_otel.safe_pickle.memory_budget`).
     ``full=False`` keeps columns and the tail only; ``entries`` then re-reads the file.
     """
     try:
-        with open(path, "rb") as fh:
-            mtime = os.fstat(fh.fileno()).st_mtime_ns
-            dump = _parse_stream(fh, rank, path, mtime, problems, full)
+        # O_NONBLOCK: a FIFO put where a dump should be must not block us until a writer comes.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); skipped")
+                return None
+            if st.st_size > max_bytes:
+                problems.append(f"{path}: {st.st_size} bytes, over the {max_bytes}-byte limit per dump "
+                                "(--max-file-size); skipped")
+                return None
+            with memory_budget(budget_for(st.st_size)):
+                dump = _parse_stream(fh, rank, path, st.st_mtime_ns, problems, full)
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
     if dump is not None and not full:
-        dump._loader = partial(_load_entries, path, rank)
+        dump._loader = partial(_load_entries, path, rank, max_bytes)
     return dump
 
 
@@ -293,10 +326,14 @@ def parse_dump_bytes(data: bytes, rank: int, source: str = "<memory>", *, dumped
     """Parse a dump held in memory (e.g. ``torch._C._distributed_c10d._dump_fr_trace()``'s bytes).
 
     ``full=False`` keeps columns and the tail only (thousands of dumps at once); ``entries``
-    then parses ``data`` again.
+    then parses ``data`` again. Only the size cap applies here: this runs inside training
+    processes, where a process-wide memory limit would be felt by the training threads.
     """
-    dump = _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns,
-                         problems if problems is not None else [], full)
+    problems = problems if problems is not None else []
+    if len(data) > DEFAULT_MAX_FILE_BYTES:
+        problems.append(f"{source}: {len(data)} bytes, over the {DEFAULT_MAX_FILE_BYTES}-byte limit per dump; skipped")
+        return None
+    dump = _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns, problems, full)
     if dump is not None and not full:
         dump._loader = partial(_entries_from_bytes, data, rank, source, dumped_at_ns)
     return dump
@@ -310,14 +347,20 @@ def _entries_from_bytes(data: bytes, rank: int, source: str, dumped_at_ns: int |
 def _parse_stream(
     fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None, problems: list[str], full: bool
 ) -> RankDump | None:
+    kind = "corrupt dump"
     try:
         head = fh.peek(1)[:1]  # type: ignore[attr-defined]
         if not head:
             problems.append(f"{path}: empty file")
             return None
         if head == b"\x80":
+            kind = "truncated or corrupt pickle"
             raw = load_restricted(fh)
+            trailing = fh.read(1)
+            if trailing:
+                problems.append(f"{path}: data after the end of the pickle (another pickle, or garbage); ignored")
         elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
+            kind = "invalid JSON"
             raw = json.load(fh)
         else:
             problems.append(f"{path}: not a Flight Recorder dump (neither a pickle nor JSON)")
@@ -325,16 +368,19 @@ def _parse_stream(
     except ForbiddenPickle as exc:
         problems.append(f"{path}: unsafe pickle: {exc}; nothing was run")
         return None
-    except (EOFError, ValueError, pickle.UnpicklingError) as exc:
-        # json.JSONDecodeError and pickle's "truncated" errors are ValueErrors / EOF.
-        kind = "invalid JSON" if isinstance(exc, json.JSONDecodeError) else "truncated or corrupt pickle"
-        problems.append(f"{path}: {kind}: {one_line(exc)}")
+    except MemoryError:
+        problems.append(f"{path}: {kind}: it asks for far more memory than a dump of its size needs; skipped")
+        return None
+    except RecursionError:
+        problems.append(f"{path}: {kind}: nested too deeply; skipped")
         return None
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad file, not a crash
-        problems.append(f"{path}: corrupt dump: {type(exc).__name__}: {one_line(exc)}")
+        # pickle's "truncated" errors are EOF/UnpicklingError/ValueError; JSON's (including
+        # Python's 4300-digit integer limit) are ValueErrors: the format decides the words.
+        problems.append(f"{path}: {kind}: {one_line(exc)}")
         return None
     try:
         return _normalise(raw, rank, path, mtime, problems, full)
@@ -343,32 +389,31 @@ def _parse_stream(
         return None
 
 
-
-
 def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str], full: bool) -> RankDump | None:
     if not isinstance(raw, dict) or not ({"version", "entries", "pg_status"} & raw.keys()):
-        what = f"top-level keys {sorted(map(str, raw))[:5]}" if isinstance(raw, dict) else type(raw).__name__
+        keys = sorted(_text(k)[:40] or type(k).__name__ for k in islice(raw, 20)) if isinstance(raw, dict) else []
+        what = f"top-level keys {keys[:5]}" if isinstance(raw, dict) else type(raw).__name__
         problems.append(f"{path}: not a Flight Recorder dump ({what})")
         return None
-    version = str(raw.get("version", ""))
+    version = _text(raw.get("version", ""))
     if not version:
         problems.append(f"{path}: no 'version' key; reading it as a 2.x dump")
     elif not version.startswith(f"{SUPPORTED_MAJOR}."):
         problems.append(f"{path}: dump version {version} is not 2.x; reading it as 2.x may be wrong")
-    comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", "")) or ""
+    comm_lib = _text(raw.get("comm_lib_version", raw.get("nccl_version", "")) or "")
     raw_entries = raw.get("entries") or []
     if not isinstance(raw_entries, list):
         problems.append(f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; ignored")
         raw_entries = []
-    backend = _backend(raw_entries, str(comm_lib))
+    backend = _backend(raw_entries, comm_lib)
     gloo = backend == "gloo"
     stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
-    summary = summarise(raw_entries, gloo)
+    summary = summarise(raw_entries, gloo)  # None when a column fails validation (fr_otel.validate hooks)
     entries: list[Entry] | None = None
     if summary is None or full:
         entries = _entries(raw_entries, gloo, path, problems, stacks)
         if summary is None or len(entries) != len(raw_entries):
-            # Some entry is malformed: columns come from the good ones, re-expressed as plain dicts.
+            # Some entry is malformed: columns come from the validated (repaired) ones.
             raw_entries = [_as_raw(e) for e in entries]
             summary = summarise(raw_entries, gloo)
             if summary is None:  # pragma: no cover - _as_raw output is always well formed
@@ -377,7 +422,8 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     if entries is not None:
         tail = [entries[i] for i in summary.tail_index]
     else:
-        tail = _entries([raw_entries[i] for i in summary.tail_index], gloo, path, problems, stacks)
+        tail = _entries([raw_entries[i] for i in summary.tail_index], gloo, path, problems, stacks,
+                        summary.tail_index)
     created_next = {
         raw_entries[i].get("record_id", -1): raw_entries[i + 1]["time_created_ns"]
         for i in summary.tail_index
@@ -388,7 +434,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         path=path,
         version=version,
         backend=backend,
-        comm_lib_version=str(comm_lib),
+        comm_lib_version=comm_lib,
         pg_config=_pg_config(raw.get("pg_config"), path, problems),
         pg_status=_pg_status(raw.get("pg_status"), path, problems),
         histories=summary.histories,
@@ -407,10 +453,17 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     )
 
 
+def _text(value: Any) -> str:
+    """A name or version from the dump: strings as they are (escaped), numbers as text, anything else empty."""
+    if type(value) is str:
+        return printable(value)
+    return str(value) if int64(value) else ""
+
+
 def _backend(raw_entries: list[Any], comm_lib: str) -> str:
     for e in raw_entries:
         if isinstance(e, dict) and isinstance(e.get("profiling_name"), str) and ":" in e["profiling_name"]:
-            return e["profiling_name"].split(":", 1)[0]
+            return printable(e["profiling_name"].split(":", 1)[0])
     return "nccl" if comm_lib else "unknown"
 
 
@@ -432,7 +485,7 @@ def _parse_ranks(value: Any) -> tuple[int, ...] | None:
         parsed = _RANKS_SEEN[value] = _parse_ranks_text(value)
         return parsed
     if isinstance(value, (list, tuple)):
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        if not all(map(int64, value)):
             return None
         items = list(value)
     else:
@@ -492,15 +545,9 @@ def _pg_config(value: Any, path: str, problems: list[str]) -> dict[str, PgConfig
     for key, cfg in value.items():
         if not isinstance(cfg, dict):
             continue
-        name = str(cfg.get("name", key))
-        out[name] = PgConfig(name=name, desc=str(cfg.get("desc", "")), ranks=_parse_ranks(cfg.get("ranks")))
+        name = _text(cfg.get("name", key))
+        out[name] = PgConfig(name=name, desc=_text(cfg.get("desc", "")), ranks=_parse_ranks(cfg.get("ranks")))
     return out
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("bool is not a counter")
-    return int(value)  # JSON dumps give counters as strings
 
 
 def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress]:
@@ -513,10 +560,10 @@ def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress
     bad = 0
     for key, st in value.items():
         try:
-            out[_as_int(key)] = Progress(
-                enqueued=_as_int(st["last_enqueued_collective"]),
-                started=_as_int(st.get("last_started_collective", -1)),
-                completed=_as_int(st["last_completed_collective"]),
+            out[counter(key)] = Progress(
+                enqueued=counter(st["last_enqueued_collective"]),
+                started=counter(st.get("last_started_collective", -1)),
+                completed=counter(st["last_completed_collective"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             bad += 1
@@ -525,85 +572,21 @@ def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress
     return out
 
 
-_SHAPES: dict[tuple, tuple] = {}  # one tuple object per distinct sizes/dtypes value in the process
-
-
-def _shared(value: tuple) -> tuple:
-    if len(_SHAPES) > 65536:
-        _SHAPES.clear()
-    return _SHAPES.setdefault(value, value)
-
-
-def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
-    return _shared(tuple(map(tuple, value))) if value else ()
-
-
-def _time(value: Any) -> int | None:
-    return value or None  # JSON writes 0 where pickle writes None
-
-
 def _entries(
     raw_entries: list[Any], gloo: bool, path: str, problems: list[str],
-    stacks: dict[tuple[int, ...], tuple[Frame, ...]],
+    stacks: dict[tuple[int, ...], tuple[Frame, ...]], positions: Sequence[int] | None = None,
 ) -> list[Entry]:
-    """Full :class:`Entry` objects; malformed entries are skipped with one problem line."""
+    """Validated :class:`Entry` objects (see :mod:`fr_otel.validate`); faults cost one line per kind."""
     entries: list[Entry] = []
-    bad = 0
-    first_error = ""
+    faults = EntryFaults(path)
     append = entries.append
-    for e in raw_entries:
+    for index, e in zip(positions if positions is not None else range(len(raw_entries)), raw_entries):
         try:
-            append(_to_entry(e, gloo, stacks))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            bad += 1
-            if not first_error:
-                first_error = f"{type(exc).__name__}: {one_line(exc)}"
-    if bad:
-        problems.append(f"{path}: {bad} malformed entr{'y' if bad == 1 else 'ies'} skipped (first: {first_error})")
+            append(entry_from_raw(e, index, gloo, faults, stacks))
+        except BadField as exc:
+            faults.drop(index, str(exc))
+    problems.extend(faults.lines())
     return entries
-
-
-def _to_entry(e: dict[str, Any], gloo: bool, stacks: dict[tuple[int, ...], tuple[Frame, ...]]) -> Entry:
-    # Frame dicts are shared objects inside one pickle: key stacks by identity while
-    # the raw dump keeps them alive, and build each distinct stack once.
-    frames = e.get("frames")
-    if frames:
-        key = tuple(map(id, frames))
-        stack = stacks.get(key)
-        if stack is None:
-            stack = tuple(Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames)
-            stacks[key] = stack
-    else:
-        stack = ()
-    pg_name, pg_desc = e["process_group"]
-    state = e.get("state", "scheduled")
-    retired = bool(e.get("retired", False))
-    return Entry(
-        e.get("record_id", -1),
-        int(e["pg_id"]),
-        str(pg_name),
-        str(pg_desc),
-        int(e["collective_seq_id"]),
-        int(e.get("p2p_seq_id", 0)),
-        int(e.get("op_id", 0)),
-        str(e["profiling_name"]),
-        bool(e.get("is_p2p", False)),
-        state,
-        retired,
-        state == "completed" or (gloo and retired),
-        int(e["time_created_ns"]),
-        _time(e.get("time_discovered_started_ns")),
-        _time(e.get("time_discovered_completed_ns")),
-        e.get("duration_ms"),
-        e.get("timeout_ms"),
-        _sizes(e.get("input_sizes")),
-        _shared(tuple(e.get("input_dtypes") or ())),
-        _sizes(e.get("output_sizes")),
-        _shared(tuple(e.get("output_dtypes") or ())),
-        str(e.get("thread_name", "")),
-        str(e.get("thread_id", "")),
-        stack,
-    )
 
 
 def _as_raw(e: Entry) -> dict[str, Any]:

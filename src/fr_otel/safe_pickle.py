@@ -1,4 +1,4 @@
-"""Load Flight Recorder pickles without ever running code from them.
+"""Load Flight Recorder pickles without ever running code from them, in bounded memory.
 
 Dump files come from shared disks and are untrusted. A plain ``pickle.load`` can
 import and call anything the file names (``os.system`` included). Real dumps hold
@@ -6,14 +6,30 @@ only dicts, lists, tuples, str, int, float, bool and None, none of which need a
 global, so the restricted unpickler refuses *every* global and persistent id: it
 loses nothing and keeps the C unpickler's speed (``find_class`` is only consulted
 for GLOBAL/STACK_GLOBAL opcodes).
+
+Memory is bounded too. The C unpickler trusts the sizes a file states: a 9-byte
+pickle whose ``LONG_BINPUT`` names memo slot 2**27 makes it allocate (and zero) 2 GiB,
+and a ``BINUNICODE8`` header can ask for any length. :func:`memory_budget` caps what
+one load may allocate at a small multiple of the file's size (an ``RLIMIT_DATA``
+soft limit, raised back afterwards), so such a file fails fast with ``MemoryError``
+before touching the memory. Only single-purpose processes (the CLI, ``watch``, the
+reader's workers) use it: never call it inside a training process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["ForbiddenPickle", "load_restricted"]
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "ForbiddenPickle", "load_restricted", "memory_budget", "budget_for"]
+
+#: Dumps larger than this are refused unless the caller raises the cap (``--max-file-size``).
+DEFAULT_MAX_FILE_BYTES = 1 << 30
+#: What one load may allocate: this much, plus this many times the file's size.
+_BUDGET_BASE = 128 << 20
+_BUDGET_PER_BYTE = 16
 
 
 class ForbiddenPickle(pickle.UnpicklingError):
@@ -35,3 +51,52 @@ def load_restricted(fileobj: IO[bytes]) -> Any:
     through ``peek`` and is as fast as ``pickle.load``; a bare ``BytesIO`` is ~3x slower.
     """
     return _RestrictedUnpickler(fileobj).load()
+
+
+def budget_for(file_bytes: int) -> int:
+    """Bytes one load of a ``file_bytes`` dump may allocate (unpickled dumps take ~5-10x their size)."""
+    return _BUDGET_BASE + _BUDGET_PER_BYTE * max(file_bytes, 0)
+
+
+def _data_in_use() -> int | None:
+    """This process's data segment (what RLIMIT_DATA counts), from /proc; None where unknown."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def memory_budget(extra_bytes: int) -> Iterator[None]:
+    """Let the block allocate at most ``extra_bytes`` more (process-wide soft limit); no-op where unsupported."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        yield
+        return
+    used = _data_in_use()
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    except (OSError, ValueError):
+        used = None
+    if used is None:
+        yield
+        return
+    limit = used + extra_bytes
+    if soft != resource.RLIM_INFINITY:
+        limit = min(limit, soft)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))

@@ -82,7 +82,7 @@ def _sizes(sizes: Sequence[Sequence[int]]) -> str:
 
 def _span_name(e: Entry) -> str:
     """Low-cardinality: ``nccl:send 0->3`` becomes ``nccl:send``."""
-    return e.profiling_name.split(" ", 1)[0]
+    return e.profiling_name.split(" ", 1)[0][:128]
 
 
 def _derived_job_id(job: Job) -> str:
@@ -279,8 +279,8 @@ class _Builder:
         events = [
             Event(
                 "culprit",
-                {A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": _clip(c.evidence),
-                 **_now_attributes(c.process, c.now, self.options.max_stack_frames)},
+                A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": c.evidence,
+                           **_now_attributes(c.process, c.now, self.options.max_stack_frames)}),
                 timestamp=self.now,
             )
             for c in v.culprits[:64]
@@ -292,7 +292,7 @@ class _Builder:
             context=self._ctx(self.root_id),
             parent=None,
             resource=self.job_resource,
-            attributes=attrs,
+            attributes=A.bounded(attrs),
             events=events,
             kind=SpanKind.INTERNAL,
             status=status,
@@ -316,7 +316,7 @@ class _Builder:
             attrs[A.HOST_NAME] = process.host
         if process is not None and process.pid is not None:
             attrs[A.PROCESS_PID] = process.pid
-        return self.base_resource.merge(Resource(attrs))
+        return self.base_resource.merge(Resource(A.bounded(attrs)))
 
     def _rank_spans(
         self, rank: int, chosen: list[Entry], collectives: dict[tuple[str, int], list[tuple[int, Entry, int]]]
@@ -425,7 +425,8 @@ class _Builder:
             frames = e.frames[: self.options.max_stack_frames]
             attrs[A.STACK] = _clip("\n".join(f"{f.filename}:{f.line} in {f.name}" for f in frames))
             events.extend(
-                Event("frame", {A.CODE_FUNCTION: f.name, A.CODE_FILE: f.filename, A.CODE_LINE: f.line}, timestamp=e.time_created_ns)
+                Event("frame", A.bounded({A.CODE_FUNCTION: f.name, A.CODE_FILE: f.filename, A.CODE_LINE: f.line}),
+                      timestamp=e.time_created_ns)
                 for f in frames
             )
         return ReadableSpan(
@@ -433,7 +434,7 @@ class _Builder:
             context=self._ctx(span_id),
             parent=self._ctx(parent_id),
             resource=resource,
-            attributes=attrs,
+            attributes=A.bounded(attrs),
             events=events,
             links=links,
             kind=SpanKind.INTERNAL,
@@ -481,7 +482,7 @@ class _Builder:
             context=self._ctx(span_id),
             parent=self._ctx(self.root_id),
             resource=resource,
-            attributes=attrs,
+            attributes=A.bounded(attrs),
             events=events,
             kind=SpanKind.INTERNAL,
             status=status,
@@ -539,7 +540,7 @@ class _Builder:
                 context=self._ctx(self._collective_id(group, e0.pg_desc, seq)),
                 parent=self._ctx(self.root_id),
                 resource=self.job_resource,
-                attributes=attrs,
+                attributes=A.bounded(attrs),
                 kind=SpanKind.INTERNAL,
                 status=status,
                 start_time=first,

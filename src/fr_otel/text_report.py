@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._text import one_line, printable
 from .analysis import Culprit, Verdict
 from .ranks import compress_ranks
 
@@ -72,10 +73,11 @@ def render_verdict(v: Verdict) -> str:
     if v.problems:
         lines.append("")
         lines.append(f"Problems reading the dumps ({len(v.problems)}):")
-        lines.extend(f"  - {p}" for p in v.problems[:MAX_PROBLEMS])
+        lines.extend(f"  - {one_line(printable(p), 500)}" for p in v.problems[:MAX_PROBLEMS])
         if len(v.problems) > MAX_PROBLEMS:
             lines.append(f"  … {len(v.problems) - MAX_PROBLEMS} more (see --json)")
-    return "\n".join(lines) + "\n"
+    # File names and dump text reach the terminal: no control character may (a newline could forge a line).
+    return "\n".join(map(printable, lines)) + "\n"
 
 
 def _culprit_lines(c: Culprit, steps: dict[int, int]) -> list[str]:

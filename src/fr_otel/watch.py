@@ -32,13 +32,15 @@ from typing import Any
 
 from .analysis import AnalysisOptions, analyze
 from .dump import RankDump
-from .incident_export import ExportOutcome, deliver_trace, failure_reason, replay_command
+from .incident_export import ExportOutcome, deliver_trace, failure_reason, rejected_note, replay_command
 from .incident_file import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from .job import DEFAULT_PG_DESC, build_job
+from ._text import one_line, printable
 from .otlp_config import ExportConfig
 from .progress import TerminalProgress
 from .mounts import is_shared_filesystem
 from .rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
+from .output_files import atomic_write
 from .ranks import compress_ranks
 from .reader import ReadResult, attach_sidecars, host_from_name, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
@@ -159,7 +161,7 @@ class Incident:
     number: int
     key: str
     trace_id: str = ""
-    status: str = "exporting"  # exporting | sent | file | spooled | failed | disabled | error
+    status: str = "exporting"  # exporting | sent | file | partial | spooled | failed | disabled | error
     destination: str = ""
     spool_path: str | None = None
     reason: str = ""  # complete | deadline
@@ -181,9 +183,59 @@ class Incident:
         return {(str(n), int(m), int(s)) for n, m, s in self.files}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Incident:
-        known = {f for f in cls.__dataclass_fields__}  # type: ignore[attr-defined]
-        return cls(**{k: v for k, v in doc.items() if k in known})
+    def from_json(cls, doc: Any) -> Incident:
+        """One remembered incident; ValueError when any field has the wrong type."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"an incident is a {type(doc).__name__}, not an object")
+        values: dict[str, Any] = {}
+        for name, check in _INCIDENT_FIELDS.items():
+            if name in doc:
+                if not check(doc[name]):
+                    raise ValueError(f"incident field {name!r} has a bad value")
+                values[name] = doc[name]
+        if "number" not in values or "key" not in values:
+            raise ValueError("an incident needs 'number' and 'key'")
+        return cls(**values)
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and -(2**63) <= v < 2**63
+
+
+def _int_list(v: Any) -> bool:
+    return type(v) is list and all(map(_is_int, v))
+
+
+def _is_file_sig(v: Any) -> bool:
+    return type(v) is list and len(v) == 3 and type(v[0]) is str and _is_int(v[1]) and _is_int(v[2])
+
+
+_INCIDENT_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "number": lambda v: _is_int(v) and v >= 1,
+    "key": lambda v: type(v) is str,
+    "trace_id": lambda v: type(v) is str,
+    "status": lambda v: type(v) is str,
+    "destination": lambda v: type(v) is str,
+    "spool_path": lambda v: v is None or type(v) is str,
+    "reason": lambda v: type(v) is str,
+    "verdict": lambda v: type(v) is str,
+    "culprits": _int_list,
+    "ranks": _int_list,
+    "missing": _int_list,
+    "late_ranks": _int_list,
+    "files": lambda v: type(v) is list and all(map(_is_file_sig, v)),
+    "exported_at": lambda v: type(v) in (int, float) and v >= 0,
+}
+_MAX_STATE_BYTES = 16 << 20
+
+
+def _parse_state(doc: Any) -> list[Incident]:
+    if not isinstance(doc, dict) or type(doc.get("incidents")) is not list:
+        raise ValueError("not a watch state (no 'incidents' list)")
+    incidents = [Incident.from_json(i) for i in doc["incidents"]]
+    if len({i.number for i in incidents}) != len(incidents):
+        raise ValueError("two incidents share a number")
+    return incidents
 
 
 @dataclass(slots=True)
@@ -488,6 +540,9 @@ class DumpWatcher:
             _log.info("%s written to %s", head, outcome.destination)
         elif outcome.status == "disabled":
             _log.info("%s not exported: OTEL_SDK_DISABLED=true", head)
+        elif outcome.status == "partial":
+            _log.info("%s only partly delivered to %s: %s (%s)", head, outcome.destination,
+                      rejected_note(outcome, len(trace.spans)), outcome.result.error if outcome.result else "")
         else:
             why = failure_reason(outcome, self.export)
             if outcome.path:
@@ -537,32 +592,48 @@ class DumpWatcher:
     def _load_state(self) -> None:
         path = self.settings.state_file
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            incidents = [Incident.from_json(i) for i in doc["incidents"]]
-            done = set().union(*(i.signatures for i in incidents if i.status != "exporting"))
+            # O_NONBLOCK: a FIFO planted as the state file must not block the watcher (nor SIGTERM).
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            _log.info("%s: unreadable state (%s: %s); starting afresh: dumps present will be exported", path,
-                      type(exc).__name__, exc)
+        except OSError as exc:
+            _log.info("%s: cannot read the state (%s); starting afresh: dumps present will be exported",
+                      printable(str(path)), exc.strerror or exc)
             return
-        self.incidents, self._done = incidents, done
+        with open(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                _log.info("%s: not a regular file; starting afresh without a state file", printable(str(path)))
+                return
+            data = fh.read(_MAX_STATE_BYTES + 1)
+        try:
+            if len(data) > _MAX_STATE_BYTES:
+                raise ValueError(f"over {_MAX_STATE_BYTES} bytes")
+            incidents = _parse_state(json.loads(data.decode("utf-8")))
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
+            copy = path.with_name(f"{path.name}.bad")
+            try:
+                os.replace(path, copy)
+                kept = f"kept as {printable(str(copy))}"
+            except OSError:
+                kept = "could not keep a copy"
+            _log.info("%s: invalid state (%s); %s; starting afresh: dumps present will be exported",
+                      printable(str(path)), one_line(exc, 120), kept)
+            return
+        # An incident whose analysis failed is retried by a restarted watcher (a newer fr-otel may read it).
+        retry = ("exporting", "error")
+        self.incidents = incidents
+        self._done = set().union(*(i.signatures for i in incidents if i.status not in retry))
 
     def _save_state(self) -> None:
         self.incidents = self.incidents[-_MAX_REMEMBERED:]
         path = self.settings.state_file
         doc = {"version": _STATE_VERSION, "incidents": [asdict(i) for i in self.incidents]}
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+            atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode("utf-8", "backslashreplace"))
         except OSError as exc:
-            self._say_once(f"{path}: cannot write state ({exc.strerror or exc}); a restarted watcher would "
-                           "export these incidents again")
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
+            self._say_once(f"{printable(str(path))}: cannot write state ({exc.strerror or one_line(exc)}); a "
+                           "restarted watcher would export these incidents again")
 
     def _say_once(self, message: str) -> None:
         if message not in self._said:

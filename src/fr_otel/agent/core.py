@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from .._text import PrintableFormatter
 from ..ids import job_identity
 from ..otlp_config import ExportConfig
 from ..rank_process import this_process
@@ -207,7 +208,7 @@ class Agent:
             self._last_full_read = time.monotonic()
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
-        if self.channel is not None:
+        if self.channel is not None and self.channel.reachable():
             self._join_open_incidents()
             stalls = self.tracker.stalls(time.time_ns(), self.config.stall_seconds)
             if stalls:
@@ -469,7 +470,7 @@ def configure_logging(level: str) -> None:
     logger.setLevel(level.upper())
     if not any(getattr(h, "_fr_otel", False) for h in logger.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
+        handler.setFormatter(PrintableFormatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
         handler.addFilter(_RankFilter())
         handler._fr_otel = True  # type: ignore[attr-defined]
         logger.addHandler(handler)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..ids import trace_id_for
 from ..incident_file import write_incident_files
 from ..live_stack import capture_stacks
+from ..output_files import atomic_write
 from ..ranks import compress_ranks
 from ..rank_map import RANKS_FILE, rank_map_json
 from ..reader import ReadResult
@@ -56,13 +56,6 @@ def dump_path(agent: Agent, trace_hex: str) -> Path:
     return dump_root(agent.config) / trace_hex / f"{DUMP_FILE_PREFIX}{agent.rank}"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, deadline: float) -> None:
     """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
     assert agent.recorder is not None and agent.channel is not None and agent.job_id is not None
@@ -73,8 +66,10 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
     raw = agent.recorder.full_bytes(stacks=True)
     dumped_at = time.time_ns()
     path = dump_path(agent, trace_hex)
+    written = False
     with agent.health.guard("writing the dump file"):
-        _write_atomic(path, raw)
+        atomic_write(path, raw, mkdir=True)
+        written = True
         log.debug("incident %d: recorder written to %s", k, path)
     with agent.health.guard("sending the recorder to the incident's coordinator"):
         keep = entries_per_group(agent.config.incident_entries, agent.world_size)
@@ -82,13 +77,14 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
                                                                        agent.process, steps=COUNTER.log(), now=now))
     agent.health.incident(trace_hex)
     if owner:
-        coordinate(agent, k, meta, trace_hex, deadline)
+        coordinate(agent, k, meta, trace_hex, deadline, dump_written=written)
 
 
-def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float) -> None:
+def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
+               dump_written: bool = True) -> None:
     """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
     from ..analysis import analyze  # the export stack loads only when an incident happens
-    from ..incident_export import deliver_trace, failure_reason, replay_command
+    from ..incident_export import deliver_trace, failure_reason, rejected_note, replay_command
     from ..job import build_job
     from ..spans import TraceOptions, build_trace
 
@@ -119,9 +115,9 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     with agent.health.guard("writing ranks.json and steps.json beside the dumps"):
         # Dump files say neither where a rank ran nor its training step: these let a later
         # `fr-otel analyze` of the folder say both.
-        _write_atomic(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode())
+        atomic_write(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode(), mkdir=True)
         if any(d.steps is not None for d in job.dumps.values()):
-            _write_atomic(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode())
+            atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode(), mkdir=True)
     root = [
         ("fr_otel.incident.number", k),
         ("fr_otel.incident.reason", str(meta.get("reason", ""))),
@@ -143,15 +139,19 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
              "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
                         f"{replay_command(outcome.path or '', agent.export_config)}",
+             "partial": f"only PARTLY delivered to {outcome.destination}: "
+                        f"{rejected_note(outcome, len(trace.spans))} ({why})",
              "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({why})")
     with agent.health.guard("writing incident.json and incident.html beside the dumps"):
         write_incident_files(folder, job, verdict, trace, outcome)
-    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; "
-                "dumps and report in %s", k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
-                len(read.dumps), world, trace_hex, where, folder)
+    dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
+    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
+                k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
+                len(read.dumps), world, trace_hex, where, dumps)
     with agent.health.guard("publishing the verdict"):
         agent.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
-                                     "culprits": [c.rank for c in verdict.culprits], "export": outcome.status})
+                                     "culprits": [c.rank for c in verdict.culprits], "export": outcome.status,
+                                     "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
         agent.channel.cleanup(k, list(payloads))
 
 

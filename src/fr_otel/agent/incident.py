@@ -25,22 +25,100 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["STORE_TIMEOUT_S", "IncidentChannel", "connect_channel"]
+from .._text import one_line
+
+__all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreUnavailable", "IncidentChannel", "connect_channel"]
 
 STORE_TIMEOUT_S = 5.0
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
+
+log = logging.getLogger("fr_otel.agent")
+
+
+class StoreUnavailable(RuntimeError):
+    """The store failed repeatedly; calls are skipped until the back-off expires."""
+
+
+class StoreBackoff:
+    """After ``threshold`` failures in a row, wait ``base_s``, then twice as long each time, up to ``cap_s``.
+
+    A TCPStore client whose server is gone prints a ~15-line C++ warning on every call;
+    polling it every second from every rank floods the job's stderr. With back-off the
+    store is tried a handful of times a minute at most, and the agent says so once.
+    """
+
+    def __init__(self, threshold: int = 3, base_s: float = 2.0, cap_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.threshold, self.base_s, self.cap_s, self._clock = threshold, base_s, cap_s, clock
+        self.failures = 0
+        self.retry_at = 0.0
+        self._said = False
+
+    def allow(self) -> bool:
+        """True when a store call may be tried now."""
+        return self.failures < self.threshold or self._clock() >= self.retry_at
+
+    def success(self) -> None:
+        if self._said:
+            log.warning("the job's store answers again after %d failed calls; incidents are back on", self.failures)
+        self.failures, self.retry_at, self._said = 0, 0.0, False
+
+    def failure(self, exc: BaseException) -> None:
+        self.failures += 1
+        if self.failures < self.threshold:
+            return
+        wait = min(self.cap_s, self.base_s * 2 ** (self.failures - self.threshold))
+        self.retry_at = self._clock() + wait
+        if not self._said:
+            self._said = True
+            log.warning("the job's store failed %d times in a row (%s: %s); backing off (up to %gs between tries), "
+                        "incidents paused; training is not affected", self.failures, type(exc).__name__,
+                        one_line(exc, 160), self.cap_s)
+
+
+class _GuardedStore:
+    """A store whose calls go through a :class:`StoreBackoff` (same methods, same results)."""
+
+    def __init__(self, store: Any, backoff: StoreBackoff) -> None:
+        self._store, self._backoff = store, backoff
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self._backoff.allow():
+                raise StoreUnavailable("the job's store is unreachable; backing off")
+            try:
+                result = attr(*args, **kwargs)
+            except Exception as exc:
+                self._backoff.failure(exc)
+                raise
+            self._backoff.success()
+            return result
+
+        return call
 
 
 class IncidentChannel:
     """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
 
-    def __init__(self, store: Any, how: str) -> None:
-        self.store = store
+    def __init__(self, store: Any, how: str, backoff: StoreBackoff | None = None) -> None:
+        self.backoff = backoff if backoff is not None else StoreBackoff()
+        self.store = _GuardedStore(store, self.backoff)
         self.how = how  # "own connection to host:port" or "default store"
+
+    def reachable(self) -> bool:
+        """False while backing off after repeated store failures (skip the poll's store calls)."""
+        return self.backoff.allow()
 
     # -- incidents ----------------------------------------------------------------------
     def claim(self, k: int, meta: dict[str, Any]) -> tuple[bool, dict[str, Any]]:

@@ -11,9 +11,12 @@ from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident_file import IncidentIdentity, apply_identity, find_identity
 from ..job import Job, build_job
-from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, resolve_export_config
+from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, check_tls_files, resolve_export_config
+from ..output_files import OutputRefused, check_output_dir, check_output_file
 from ..progress import TerminalProgress
 from ..reader import read_dumps
+from ..safe_pickle import DEFAULT_MAX_FILE_BYTES
+from .._text import printable
 
 EXIT_OK = 0  # analysed, whatever the verdict
 EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
@@ -22,8 +25,24 @@ EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or 
 
 
 def error(message: str) -> None:
-    """One line on stderr, prefixed like every fr-otel message."""
-    print(f"fr-otel: {message}", file=sys.stderr)
+    """One printable line on stderr (file names and dump text may hold control characters)."""
+    print(f"fr-otel: {printable(message)}", file=sys.stderr)
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """``1073741824``, ``512M``, ``1G``, ``2GiB`` -> bytes (argparse type)."""
+    value = text.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (value[:-1], value[-1]) if value[-1:] in _UNITS and value[-1:] else (value, "")
+    try:
+        size = int(float(number) * _UNITS[unit])
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not a size in bytes (e.g. 512M, 1G): {text!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte: {text!r}")
+    return size
 
 
 def add_input_args(parser: argparse.ArgumentParser) -> None:
@@ -37,12 +56,29 @@ def add_input_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes to read dumps with (default: all cores)")
+    parser.add_argument("--max-file-size", type=byte_size, default=DEFAULT_MAX_FILE_BYTES, metavar="BYTES",
+                        help="refuse dump files larger than this, e.g. 512M, 4G (default: 1G)")
     add_quiet_arg(parser)
 
 
 def add_quiet_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar (shown on a terminal only, for work that takes over a second)")
+
+
+def outputs_ok(args: argparse.Namespace) -> bool:
+    """-o/--html must be regular files (or new), --out a folder (or new); else say why (exit 2, nothing touched)."""
+    try:
+        for name in ("output", "html"):
+            value = getattr(args, name, None)
+            if value and value != "-":
+                check_output_file(value)
+        if getattr(args, "out", None):
+            check_output_dir(args.out)
+    except OutputRefused as exc:
+        error(str(exc))
+        return False
+    return True
 
 
 def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
@@ -55,20 +91,22 @@ def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
 
 
 def load_job(
-    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None
+    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Job | None:
     """Read and model the dumps; None (after saying why) when not a single dump could be read."""
-    loaded = load_incident(paths, prefix, workers, progress)
+    loaded = load_incident(paths, prefix, workers, progress, max_file_bytes)
     return loaded[0] if loaded is not None else None
 
 
 def load_incident(
-    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None
+    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> tuple[Job, IncidentIdentity | None] | None:
     """:func:`load_job`, plus the live incident's identity when the folder has an ``incident.json``
     (its host, pid and stacks per rank are applied to the job)."""
     with (progress or TerminalProgress(enabled=False)).task("reading dumps", "files") as update:
-        read = read_dumps(paths, prefix=prefix, workers=workers, progress=update)
+        read = read_dumps(paths, prefix=prefix, workers=workers, progress=update, max_file_bytes=max_file_bytes)
     if not read.dumps:
         for line in read.problems:
             error(line)
@@ -115,6 +153,8 @@ def export_config(args: argparse.Namespace) -> ExportConfig | None:
             protocol=args.protocol, endpoint=args.endpoint, headers=args.headers, timeout_s=args.timeout,
             insecure=args.insecure, warnings=warnings,
         )
+        check_tls_files(config)
+        return config
     except ValueError as exc:
         error(str(exc))
         return None

@@ -8,7 +8,8 @@ import sys
 from ..analysis import analyze
 from ..text_report import render_verdict
 from ._common import (
-    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_incident, print_json, terminal_progress,
+    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_incident, outputs_ok, print_json,
+    terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -23,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    if not outputs_ok(args):
+        return EXIT_UNUSABLE
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
     if loaded is None:
         return EXIT_UNUSABLE
     job, identity = loaded

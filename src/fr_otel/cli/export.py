@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from typing import TYPE_CHECKING
 
 from ..analysis import Verdict, analyze
-from ..incident_export import ExportOutcome, deliver_trace, export_hint, failure_reason, replay_command
+from ..incident_export import ExportOutcome, deliver_trace, export_hint, failure_reason, rejected_note, replay_command
 from ..incident_file import IncidentIdentity
 from ..job import Job
 from ..otlp_config import ExportConfig
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exp
     from ..spans import IncidentTrace
 from ._common import (
     EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, add_quiet_arg,
-    analysis_options, error, export_config, load_incident, print_json, terminal_progress,
+    analysis_options, error, export_config, load_incident, outputs_ok, print_json, terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -87,7 +88,8 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
         doc = verdict.to_dict(include_groups=False)
         doc["trace_id"] = trace.trace_id_hex
         doc["export"] = {"status": outcome.status, "destination": outcome.destination,
-                         "path": str(outcome.path) if outcome.path else None, "spans": len(trace.spans)}
+                         "path": str(outcome.path) if outcome.path else None, "spans": len(trace.spans),
+                         "spans_rejected": outcome.result.spans_rejected if outcome.result else 0}
         print_json(doc)
     else:
         sys.stdout.write(render_verdict(verdict) + "\n")
@@ -115,7 +117,13 @@ def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: Expor
                 f"  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}")
     if outcome.status == "disabled":
         return f"Trace {trace.trace_id_hex} not exported: OTEL_SDK_DISABLED=true"
+    rejected = rejected_note(outcome, len(trace.spans))
+    if outcome.status == "partial" and outcome.result is not None:
+        return (f"Trace {trace.trace_id_hex}: only {outcome.result.spans_sent} of {len(trace.spans)} spans delivered "
+                f"to {outcome.destination}: {outcome.result.error}")
     why = failure_reason(outcome, config)
+    if rejected:
+        why = f"{rejected}: {why}"
     if outcome.path:
         return (f"export to {outcome.destination} incomplete ({why}); trace {trace.trace_id_hex} spooled to "
                 f"{outcome.path}: send it later with {replay_command(outcome.path, config)}")
@@ -123,10 +131,12 @@ def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: Expor
 
 
 def run(args: argparse.Namespace) -> int:
+    if not outputs_ok(args):
+        return EXIT_UNUSABLE
     config = export_config(args)
     if config is None:
         return EXIT_UNUSABLE
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
     if loaded is None:
         return EXIT_UNUSABLE
     job, identity = loaded
@@ -142,6 +152,10 @@ def run_replay(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     from ..otlp_export import replay
 
+    for name in args.files:
+        if not os.path.isfile(name):
+            error(f"{name}: {'no such file' if not os.path.lexists(name) else 'not a regular file'}")
+            return EXIT_UNUSABLE
     with terminal_progress(args).task("sending spans", "spans") as update:
         result = replay(args.files, config, deadline_s=config.timeout_s, remove_on_success=not args.keep,
                         progress=update)
@@ -149,6 +163,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
         return EXIT_OK
     hint = export_hint(result.error, config)
-    error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent, {result.spans_spooled} still "
-          f"in their files ({result.error}){'; ' + hint if hint else ''}")
+    rejected = f", {result.spans_rejected} rejected by the collector" if result.spans_rejected else ""
+    error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent{rejected}, {result.spans_spooled} "
+          f"still in their files ({result.error}){'; ' + hint if hint else ''}")
     return EXIT_NOT_DELIVERED

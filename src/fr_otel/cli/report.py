@@ -22,6 +22,7 @@ from ._common import (
     analysis_options,
     error,
     load_incident,
+    outputs_ok,
     terminal_progress,
 )
 
@@ -59,7 +60,9 @@ def write_html(
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args))
+    if not outputs_ok(args):
+        return EXIT_UNUSABLE
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
     if loaded is None:
         return EXIT_UNUSABLE
     job, identity = loaded

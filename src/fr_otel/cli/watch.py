@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from .._text import PrintableFormatter
 from ..incident_export import out_dir
 from ..ranks import compress_ranks
 from ..watch import (
@@ -32,6 +33,7 @@ from ._common import (
     error,
     export_config,
     terminal_progress,
+    outputs_ok,
 )
 from .export import add_trace_args, trace_options
 
@@ -97,7 +99,7 @@ def _settings(args: argparse.Namespace) -> WatchSettings | None:
 def _log_to_stderr() -> None:
     """One timestamped line per event; export warnings from the library go there too."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s fr-otel watch: %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
+    handler.setFormatter(PrintableFormatter("%(asctime)s fr-otel watch: %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
     root = logging.getLogger("fr_otel")
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
@@ -111,11 +113,14 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings is None:
         return EXIT_UNUSABLE
+    if not outputs_ok(args):
+        return EXIT_UNUSABLE
     _log_to_stderr()
     stop = threading.Event()
 
     def _on_term(signum: int, frame: FrameType | None) -> None:
         stop.set()  # the export in progress finishes (bounded by --timeout), then the loop ends
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
 
     signal.signal(signal.SIGTERM, _on_term)
     watcher = DumpWatcher(settings, config, trace_options(args), progress=terminal_progress(args))

@@ -2,8 +2,10 @@
 
 Both receivers speak the real protocol (the official gRPC stubs; OTLP/HTTP on a stdlib
 server), bind ``127.0.0.1:0`` and keep every accepted ``ExportTraceServiceRequest``.
-Failure injection answers queued status codes before succeeding (or always fails), so
-retry, refusal and spooling paths can be tested without a collector::
+Failure injection answers queued status codes before succeeding (or always fails), and
+``reject_fraction`` answers OTLP partial success (that share of each request's spans
+rejected), so retry, refusal, partial-success and spooling paths can be tested without
+a collector::
 
     with OtlpGrpcReceiver(fail_with=[grpc.StatusCode.UNAVAILABLE]) as rx:
         config = resolve_export_config(endpoint=rx.url)
@@ -27,6 +29,7 @@ from concurrent import futures
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import grpc
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -139,8 +142,13 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: floa
 class _Receiver(Generic[_Code]):
     """Storage, failure plan and query helpers shared by both transports."""
 
-    def __init__(self, fail_with: Iterable[_Code | None] = (), always_fail: _Code | None = None) -> None:
+    def __init__(self, fail_with: Iterable[_Code | None] = (), always_fail: _Code | None = None,
+                 reject_fraction: float = 0.0) -> None:
         self._lock = threading.Lock()
+        #: Share of each request's spans answered as rejected (OTLP partial success) and not kept.
+        self.reject_fraction = reject_fraction
+        #: Spans answered as rejected, in all.
+        self.rejected_spans = 0
         self._requests: list[ExportTraceServiceRequest] = []
         self._sizes: list[int] = []
         self._headers: list[dict[str, str]] = []
@@ -171,11 +179,27 @@ class _Receiver(Generic[_Code]):
                 self.failed_calls += 1
             return code
 
-    def _accept(self, request: ExportTraceServiceRequest, size: int, headers: dict[str, str]) -> None:
+    def _accept(self, request: ExportTraceServiceRequest, size: int, headers: dict[str, str]) -> int:
+        """Keep the request (minus the spans it rejects); returns how many it rejected."""
+        rejected = self._reject_some(request)
         with self._lock:
             self._requests.append(request)
             self._sizes.append(size)
             self._headers.append(headers)
+            self.rejected_spans += rejected
+        return rejected
+
+    def _reject_some(self, request: ExportTraceServiceRequest) -> int:
+        """Drop ``reject_fraction`` of the spans (rounded down, the last ones), like a collector's partial success."""
+        total = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        to_drop = int(total * self.reject_fraction)
+        left = to_drop
+        for rs in reversed(request.resource_spans):
+            for ss in reversed(rs.scope_spans):
+                while left and len(ss.spans):
+                    del ss.spans[-1]
+                    left -= 1
+        return to_drop
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -243,8 +267,12 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         if code is not None:
             context.abort(code, f"injected failure: {code.name}")
         headers = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
-        self._receiver._accept(request, request.ByteSize(), headers)
-        return ExportTraceServiceResponse()
+        rejected = self._receiver._accept(request, request.ByteSize(), headers)
+        response = ExportTraceServiceResponse()
+        if rejected:
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = f"test receiver rejected {rejected} spans"
+        return response
 
 
 class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
@@ -263,8 +291,9 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         fail_with: Sequence[grpc.StatusCode | None] = (),
         always_fail: grpc.StatusCode | None = None,
         max_workers: int = 4,
+        reject_fraction: float = 0.0,
     ) -> None:
-        super().__init__(fail_with, always_fail)
+        super().__init__(fail_with, always_fail, reject_fraction)
         options = []
         if max_receive_message_length is not None:
             options.append(("grpc.max_receive_message_length", int(max_receive_message_length)))
@@ -313,8 +342,9 @@ class OtlpHttpReceiver(_Receiver[int]):
         max_body_bytes: int | None = None,
         fail_with: Sequence[int | None] = (),
         always_fail: int | None = None,
+        reject_fraction: float = 0.0,
     ) -> None:
-        super().__init__(fail_with, always_fail)
+        super().__init__(fail_with, always_fail, reject_fraction)
         self.max_body_bytes = max_body_bytes
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -387,11 +417,15 @@ def _handler_for(receiver: OtlpHttpReceiver) -> type[http.server.BaseHTTPRequest
             except Exception as exc:  # a test receiver answers 400, like a collector
                 return self._reply(400, f"bad request: {exc}".encode())
             headers = {k.lower(): v for k, v in self.headers.items()}
-            receiver._accept(request, len(body), headers)
+            rejected = receiver._accept(request, len(body), headers)
+            response = ExportTraceServiceResponse()
+            if rejected:
+                response.partial_success.rejected_spans = rejected
+                response.partial_success.error_message = f"test receiver rejected {rejected} spans"
             if content_type == "application/json":
-                self._reply(200, b"{}", "application/json")
+                self._reply(200, json_format.MessageToJson(response).encode(), "application/json")
             else:
-                self._reply(200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
+                self._reply(200, response.SerializeToString(), "application/x-protobuf")
 
         def _reply(self, status: int, body: bytes, ctype: str = "text/plain", close: bool = False) -> None:
             self.send_response(status)

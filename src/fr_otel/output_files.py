@@ -1,0 +1,113 @@
+"""Every file fr-otel writes: regular files only, replaced atomically, never a device or a FIFO.
+
+Reports, traces, spools, dump copies and the watcher's state go to paths users (or
+whoever can write the folder) choose. Writing there must never turn ``/dev/full`` into
+a regular file, block forever on a FIFO, or leave half a file behind: so a path that
+exists must be a regular file (a symlink is followed to its target and that is
+replaced), and the new content goes to a temporary file in the same folder that is
+then renamed over it, so readers see the old file or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+__all__ = ["OutputRefused", "atomic_write", "check_output_dir", "check_output_file", "file_kind"]
+
+
+class OutputRefused(OSError):
+    """The output path exists and is not what fr-otel may write (a device, FIFO, directory...)."""
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a device``, ``a directory``... for an ``st_mode`` (problem lines)."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _check(path: str | os.PathLike[str], target: Path, directory: bool) -> Path:
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise OutputRefused(exc.errno, f"{path}: cannot use as output: {exc.strerror or exc}") from None
+    if (stat.S_ISDIR if directory else stat.S_ISREG)(st.st_mode):
+        return target
+    want = "a directory" if directory else "a regular file"
+    raise OutputRefused(f"{path}: is {file_kind(st.st_mode)}, not {want}; refusing to write there")
+
+
+def check_output_file(path: str | os.PathLike[str]) -> Path:
+    """The real path to write ``path``'s content to; raises :class:`OutputRefused` if it is not a regular file."""
+    return _check(path, Path(os.path.realpath(os.fspath(path))), directory=False)
+
+
+def check_output_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a folder to write into; raises :class:`OutputRefused` if it exists and is not a directory."""
+    return _check(path, Path(path), directory=True)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False) -> Path:
+    """Write ``data`` as ``path`` all at once (temp file in the same folder, then rename).
+
+    ``replace=False`` creates the file only if it does not exist (``FileExistsError``
+    otherwise; file systems without hard links fall back to a plain rename). A path
+    that exists must be a regular file (:class:`OutputRefused`); a symlink's target is
+    what gets replaced. Returns the path written.
+    """
+    target = check_output_file(path)
+    if mkdir:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), _mode_for(target))
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if replace:
+            check_output_file(target)  # not swapped for a FIFO or folder meanwhile
+            os.replace(tmp_name, target)
+        else:
+            try:
+                os.link(tmp_name, target)  # fails if someone created the file meanwhile
+            except FileExistsError:
+                raise
+            except OSError:  # no hard links on this file system
+                if target.exists():
+                    raise FileExistsError(f"{target} exists") from None
+                os.replace(tmp_name, target)
+    finally:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+    return Path(path) if not os.path.islink(path) else target
+
+
+def _mode_for(target: Path) -> int:
+    """Keep an existing file's permissions; new files get what ``open()`` would give them."""
+    try:
+        return os.stat(target).st_mode & 0o777
+    except OSError:
+        pass
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, racing other threads)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022

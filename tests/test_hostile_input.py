@@ -1,0 +1,531 @@
+"""Issue 11's reproductions, one regression test each: hostile dumps, outputs, endpoints, receivers, state."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_otel import analyze, build_job, read_dumps
+from fr_otel.html_report import render
+from fr_otel.otlp_config import resolve_export_config
+from fr_otel.otlp_export import to_requests
+from fr_otel.spans import build_trace
+from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
+from fr_otel.text_report import render_verdict
+from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
+
+CLI = [sys.executable, "-m", "fr_otel.cli"]
+
+
+def write_job(folder: Path, victim: dict[str, Any] | None = None, *, fmt: str = "pickle",
+              name: str | bytes | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(WORLD):
+        doc = victim if rank == VICTIM and victim is not None else nccl_dump(rank)
+        data = pickle.dumps(doc) if fmt == "pickle" else json.dumps(doc).encode()
+        file = f"rank_{rank}" + (".json" if fmt == "json" else "")
+        if rank == VICTIM and name is not None:
+            path = os.path.join(os.fsencode(folder), name) if isinstance(name, bytes) else str(folder / name)
+            with open(path, "wb") as fh:
+                fh.write(data)
+        else:
+            (folder / file).write_bytes(data)
+    return folder
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FR_OTEL_"))}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env={**base, **(env or {})},
+                          errors="backslashreplace")
+
+
+def victim_with(**fields: Any) -> dict[str, Any]:
+    """The victim rank's dump with these fields set in its last entry."""
+    doc = nccl_dump(VICTIM)
+    doc["entries"][-1].update(fields)
+    return doc
+
+
+def everything(folder: Path) -> tuple[Any, Any, list[str]]:
+    read = read_dumps(folder)
+    job = build_job(read)
+    verdict = analyze(job)
+    render_verdict(verdict)
+    render(job, verdict)
+    to_requests(build_trace(job, verdict).spans)
+    return job, verdict, read.problems
+
+
+# --------------------------------------------------------------------------- 1. validation at the boundary
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("input_dtypes", [None], "'input_dtypes' is list [None], not a list of strings"),
+    ("timeout_ms", "30000", "'timeout_ms' is str '30000'"),
+    ("duration_ms", "1.5ms", "'duration_ms' is str '1.5ms'"),
+    ("time_discovered_completed_ns", "late", "'time_discovered_completed_ns' is str 'late'"),
+    ("record_id", [7], "'record_id' is list [7]"),
+    ("record_id", 2**63, "'record_id' is int 9223372036854775808, not a 64-bit integer"),
+    ("op_id", 2**64, "'op_id' is int"),
+    ("timeout_ms", 2**63, "'timeout_ms' is int"),
+    ("time_discovered_started_ns", 10**400, "'time_discovered_started_ns' is int 1000000"),
+])
+def test_a_wrong_typed_optional_field_is_read_as_unknown_with_one_line(
+    tmp_path: Path, field: str, value: Any, words: str
+) -> None:
+    """Analyze, report and export all work; one line names the file, the entry and the field.
+
+    (Unreadable dtypes or sizes are a real disagreement with the other ranks' records, so the
+    victim may be named for a mismatch too; the stuck rank is always found.)"""
+    job, verdict, problems = everything(write_job(tmp_path, victim_with(**{field: value})))
+    culprits = [c.rank for c in verdict.culprits]
+    assert VICTIM in job.dumps and (culprits == [STUCK] or field.endswith(("_dtypes", "_sizes")) and STUCK in culprits)
+    hits = [p for p in problems if f"rank_{VICTIM}" in p]
+    assert len(hits) == 1 and words in hits[0] and "entry 5" in hits[0] and "read as unknown" in hits[0], hits
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("time_created_ns", -1), ("time_created_ns", "1700000000"), ("collective_seq_id", 2**63),
+    ("collective_seq_id", True), ("process_group", "0"), ("profiling_name", None),
+])
+def test_a_bad_required_field_drops_that_entry_not_the_rank(tmp_path: Path, field: str, value: Any) -> None:
+    """The entry goes (one line naming it), the rank stays; ``True`` is not sequence number 1."""
+    doc = nccl_dump(VICTIM)
+    doc["entries"][2][field] = value
+    job, verdict, problems = everything(write_job(tmp_path, doc))
+    assert VICTIM in job.dumps and job.dumps[VICTIM].entry_count == len(doc["entries"]) - 1
+    assert [p for p in problems if f"rank_{VICTIM}" in p] == [
+        next(p for p in problems if "1 malformed entry skipped (first: entry 2:" in p and field in p)]
+    assert not any(c.rank == 0 and c.kind == "desync" for c in verdict.culprits)
+
+
+def test_a_401_digit_time_does_not_break_the_text_report(tmp_path: Path) -> None:
+    """Huge integers never reach arithmetic: the entry is dropped, the report renders."""
+    doc = nccl_dump(VICTIM)
+    doc["entries"][-1]["time_created_ns"] = 10**400
+    doc["pg_status"]["0"]["last_enqueued_collective"] = 10**400
+    job, verdict, problems = everything(write_job(tmp_path, doc))
+    assert "malformed 'pg_status'" in " ".join(problems)
+
+
+def test_json_dump_with_wrong_types_is_read_like_the_pickle(tmp_path: Path) -> None:
+    """JSON's own shapes (lists for tuples, strings for counters) stay fine; wrong ones are repaired."""
+    job, verdict, problems = everything(write_job(tmp_path, victim_with(timeout_ms="30000"), fmt="json"))
+    assert [c.rank for c in verdict.culprits] == [STUCK]
+    assert len([p for p in problems if "'timeout_ms'" in p]) == 1
+
+
+def test_hostile_text_is_escaped_and_encodes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Lone surrogates and control characters in names, a non-UTF-8 file name, ints over 2**63 in
+    record_id/op_id/timeout/frame line: every attribute survives encoding, nothing is logged, and
+    fr_otel.problems (with "no dump for rank") is still on the root span."""
+    doc = victim_with(thread_name="\ud800\x1b[2J", record_id=2**63, op_id=2**64, timeout_ms=2**65,
+                      frames=[{"name": "f\udcff", "filename": "x.py", "line": 2**70}])
+    folder = write_job(tmp_path / "d", doc, name=b"rank_\xff\x1b[2J_1")
+    (folder / f"rank_{STUCK}").unlink()  # one rank has no dump at all
+    caplog.set_level(logging.WARNING)
+    job, verdict, problems = everything(folder)
+    trace = build_trace(job, verdict)
+    requests = to_requests(trace.spans)
+    root = next(s for r in requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans
+                if s.name == "fr_otel.incident")
+    values = {a.key: a.value for a in root.attributes}
+    listed = [v.string_value for v in values["fr_otel.problems"].array_value.values]
+    assert any("\\xff\\x1b[2J_1" in p for p in listed), listed
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "opentelemetry" in r.name]
+    entry_attrs = [{a.key: a.value for a in s.attributes} for r in requests for rs in r.resource_spans
+                   for ss in rs.scope_spans for s in ss.spans]
+    entry_attrs = [a for a in entry_attrs if a["fr_otel.span"].string_value == "entry"]
+    assert entry_attrs and all("thread.name" in a for a in entry_attrs)
+    assert "\\ud800\\x1b[2J" in {a["thread.name"].string_value for a in entry_attrs}
+
+
+def test_control_characters_in_file_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
+    """A newline in a file name cannot forge a line; ESC[2J cannot clear the screen."""
+    bad = victim_with(input_dtypes=[None])
+    write_job(tmp_path, bad, name="x\nfr-otel: HEALTHY\x1b[2J_1")
+    proc = cli("analyze", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "\x1b" not in out and "\nfr-otel: HEALTHY" not in out and "x\\x0afr-otel: HEALTHY\\x1b[2J_1" in out
+
+
+# --------------------------------------------------------------------------- 2. bounded resources
+
+
+def _peak_rss_mib(*args: str) -> tuple[int, float, subprocess.CompletedProcess[str]]:
+    """Run the CLI in a fresh interpreter; its own peak RSS (MiB) and wall time.
+
+    VmHWM, not ``ru_maxrss``: the latter keeps the forked parent's peak across exec."""
+    code = ("import sys; from fr_otel.cli import main; rc = main(sys.argv[1:]); "
+            "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]; "
+            "sys.stderr.write(f'\\nPEAK {hwm}\\n'); sys.exit(rc)")
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    peak = int(proc.stderr.rsplit("PEAK ", 1)[1].split()[0]) // 1024
+    return peak, time.monotonic() - began, proc
+
+
+def test_a_15_byte_memo_bomb_stays_under_256_mib(tmp_path: Path) -> None:
+    """LONG_BINPUT to memo slot 2**27 would make the unpickler zero 2 GiB: refused in one line."""
+    bomb = b"\x80\x02N" + b"r" + struct.pack("<I", 2**27) + b"." + b"\x00" * 6
+    assert len(bomb) == 15
+    write_job(tmp_path)
+    (tmp_path / f"rank_{VICTIM}").write_bytes(bomb)
+    peak, _, proc = _peak_rss_mib("analyze", str(tmp_path))
+    assert proc.returncode == 0 and peak < 256, (peak, proc.stderr)
+    assert f"rank_{VICTIM}: truncated or corrupt pickle: it asks for far more memory" in proc.stdout
+
+
+@pytest.mark.parametrize("head", [b"{", b"\x80\x04\x8d"])
+def test_a_2_gib_hostile_file_is_refused_quickly(tmp_path: Path, head: bytes) -> None:
+    """A sparse 2 GiB file starting like JSON or with a BINUNICODE8 header: refused by the size cap."""
+    write_job(tmp_path)
+    with open(tmp_path / f"rank_{VICTIM}", "wb") as fh:
+        fh.write(head + struct.pack("<Q", 2**31) if head.startswith(b"\x80") else head)
+        fh.truncate(2 << 30)
+    peak, seconds, proc = _peak_rss_mib("analyze", str(tmp_path))
+    assert proc.returncode == 0 and peak < 1024 and seconds < 20, (peak, seconds, proc.stderr)
+    assert "2147483648 bytes, over the 1073741824-byte limit per dump (--max-file-size); skipped" in proc.stdout
+
+
+def test_a_small_file_claiming_a_2_gib_string_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """Under the size cap, a BINUNICODE8 header asking for 2 GiB costs a line, not 2 GiB."""
+    write_job(tmp_path)
+    (tmp_path / f"rank_{VICTIM}").write_bytes(b"\x80\x04\x8d" + struct.pack("<Q", 2**31) + b"abc")
+    peak, _, proc = _peak_rss_mib("analyze", str(tmp_path), "--max-file-size", "4G")
+    assert proc.returncode == 0 and peak < 256, (peak, proc.stderr)
+    assert f"rank_{VICTIM}: truncated or corrupt pickle" in proc.stdout
+
+
+def test_the_size_cap_is_a_flag(tmp_path: Path) -> None:
+    """--max-file-size lowers the cap; a bad value is a usage error."""
+    write_job(tmp_path)
+    proc = cli("analyze", str(tmp_path), "--max-file-size", "1k")
+    assert proc.returncode == 2 and "no usable Flight Recorder dump" in proc.stderr
+    assert cli("analyze", str(tmp_path), "--max-file-size", "lots").returncode == 2
+
+
+def test_huge_list_attributes_are_clipped_before_encoding(tmp_path: Path) -> None:
+    """A 1 MB input_dtypes string in 6 entries: export stays fast and small."""
+    doc = nccl_dump(VICTIM)
+    for e in doc["entries"]:
+        e["input_dtypes"] = ["F" * 1_000_000] * 3
+        e["input_sizes"] = [[1] * 50_000]
+    began = time.monotonic()
+    job, verdict, _ = everything(write_job(tmp_path, doc))
+    requests = to_requests(build_trace(job, verdict).spans)
+    assert sum(r.ByteSize() for r in requests) < 512 << 10 and time.monotonic() - began < 10
+
+
+# --------------------------------------------------------------------------- 3. safe outputs
+
+
+@pytest.fixture
+def job_folder(tmp_path: Path) -> Path:
+    return write_job(tmp_path / "dumps")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "dir"])
+def test_report_to_a_fifo_device_or_directory_exits_2_and_leaves_it(job_folder: Path, tmp_path: Path,
+                                                                    kind: str) -> None:
+    """-o must be a regular file: a FIFO, a device or a directory is refused untouched."""
+    if kind == "fifo":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)
+    elif kind == "device":
+        target = Path("/dev/null")
+    else:
+        target = tmp_path / "dir"
+        target.mkdir()
+    before = os.stat(target)
+    proc = cli("report", str(job_folder), "-o", str(target), timeout=30)
+    assert proc.returncode == 2 and "not a regular file; refusing to write there" in proc.stderr
+    after = os.stat(target)
+    assert (before.st_mode, before.st_ino, before.st_rdev) == (after.st_mode, after.st_ino, after.st_rdev)
+
+
+def test_html_and_out_are_checked_before_reading(job_folder: Path, tmp_path: Path) -> None:
+    """analyze --html FIFO and export --out FILE are refused (exit 2) before any work."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = cli("analyze", str(job_folder), "--html", str(fifo), timeout=30)
+    assert proc.returncode == 2 and "FIFO" in proc.stderr
+    plain = tmp_path / "plain"
+    plain.write_text("keep")
+    proc = cli("export", str(job_folder), "--out", str(plain), timeout=30)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr and plain.read_text() == "keep"
+
+
+def test_report_through_a_symlink_replaces_its_target_atomically(job_folder: Path, tmp_path: Path) -> None:
+    """A symlink stays a symlink; its regular target gets the new page (no temp file left)."""
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    proc = cli("report", str(job_folder), "-o", str(link))
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_one_atomic_writer_for_the_project() -> None:
+    """Every file fr-otel writes goes through fr_otel.output_files (no private temp-and-rename left)."""
+    src = Path(__file__).resolve().parents[1] / "src" / "fr_otel"
+    pattern = re.compile(r"mkstemp\(|os\.replace\(\s*tmp|\.part\{")
+    offenders = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
+                 if p.name != "output_files.py" and pattern.search(p.read_text())]
+    assert offenders == []
+
+
+# --------------------------------------------------------------------------- 4. partial success
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_receiver_rejecting_half_the_spans_makes_export_say_so_and_exit_3(
+    job_folder: Path, tmp_path: Path, protocol: str
+) -> None:
+    """Partial success is not delivery: the count of rejected spans is printed, exit 3."""
+    receiver = OtlpGrpcReceiver if protocol == "grpc" else OtlpHttpReceiver
+    with receiver(reject_fraction=0.5) as rx:
+        proc = cli("export", str(job_folder), "--endpoint", rx.url, "--protocol", protocol, "--out",
+                   str(tmp_path / "out"), "--json")
+        rejected = rx.rejected_spans
+    assert proc.returncode == 3, proc.stderr
+    doc = json.loads(proc.stdout)
+    total = doc["export"]["spans"]
+    assert rejected == total // 2 and doc["export"]["spans_rejected"] == rejected
+    assert doc["export"]["status"] == "partial"
+    assert f"only {total - rejected} of {total} spans delivered" in proc.stderr
+    assert f"collector rejected {rejected} of {total} spans" in proc.stderr
+
+
+def test_partial_success_over_http_json_is_counted(tmp_path: Path) -> None:
+    """The OTLP/JSON body's partialSuccess is read too."""
+    from fr_otel.otlp_export import export_spans
+    from fr_otel.testing.otlp import synthetic_spans
+
+    with OtlpHttpReceiver(reject_fraction=0.5) as rx:
+        config = resolve_export_config(endpoint=rx.url, protocol="http/json", environ={})
+        result = export_spans(synthetic_spans(100), config, deadline_s=10, spool_dir=tmp_path)
+    assert result.spans_rejected == 50 and result.spans_sent == 50 and not result.ok
+    assert "collector rejected 50 of 100 spans" in (result.error or "")
+
+
+# --------------------------------------------------------------------------- 6. endpoints, headers, TLS files
+
+
+@pytest.mark.parametrize(("flags", "env", "words"), [
+    (["--endpoint", "ftp://host:21"], {}, "host:port or http[s]://host:port"),
+    (["--endpoint", "host:notaport"], {}, "port must be a number from 1 to 65535"),
+    (["--endpoint", "host:99999"], {}, "port must be a number from 1 to 65535"),
+    (["--endpoint", "not_a_url"], {}, "needs a port"),
+    (["--endpoint", "http://127.0.0.1:-1"], {}, "port must be a number"),
+    ([], {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:99999"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    (["--endpoint", "127.0.0.1:4317", "--headers", "auth=a%0Ab"], {}, "control characters"),
+    ([], {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_CERTIFICATE": "@CERT@"},
+     "not usable PEM"),
+])
+def test_bad_endpoint_settings_are_one_line_and_exit_2_before_dialling(
+    job_folder: Path, tmp_path: Path, flags: list[str], env: dict[str, str], words: str
+) -> None:
+    """Flags and OTEL_* alike: one line, exit 2, fast (nothing was dialled or retried)."""
+    cert = tmp_path / "ca.pem"
+    cert.write_text("not a certificate\n")
+    env = {k: v.replace("@CERT@", str(cert)) for k, v in env.items()}
+    began = time.monotonic()
+    proc = cli("export", str(job_folder), "--out", str(tmp_path / "out"), *flags, env=env, timeout=30)
+    assert proc.returncode == 2 and time.monotonic() - began < 15, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- 5. watch state and signals
+
+
+def test_watch_with_a_fifo_state_file_starts_and_sigterm_stops_it(job_folder: Path, tmp_path: Path) -> None:
+    """A FIFO as state file costs a line (no block); SIGTERM ends the watcher promptly."""
+    fifo = tmp_path / "state"
+    os.mkfifo(fifo)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FR_OTEL_"))}
+    proc = subprocess.Popen([*CLI, "watch", str(job_folder), "--state", str(fifo), "--out", str(tmp_path / "o"),
+                             "--settle", "0", "--deadline", "0"], stderr=subprocess.PIPE, text=True, env=base)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((tmp_path / "o").glob("*.jsonl")):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=15)
+    finally:
+        proc.kill()
+    err = proc.stderr.read() if proc.stderr else ""
+    assert rc == 0 and "not a regular file" in err and list((tmp_path / "o").glob("*.jsonl")), err
+    assert fifo.is_fifo()
+
+
+def test_watch_retries_an_incident_whose_analysis_failed_after_a_restart(job_folder: Path, tmp_path: Path) -> None:
+    """An incident recorded as an analysis error is not "done": a restarted watcher exports it."""
+    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.watch import DumpWatcher, WatchSettings
+
+    files = [[p.name, p.stat().st_mtime_ns, p.stat().st_size] for p in sorted(job_folder.iterdir())]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 1, "incidents": [
+        {"number": 1, "key": "k", "status": "error", "destination": "analysis failed: boom", "files": files}]}))
+    settings = WatchSettings(directory=job_folder, settle_s=0, deadline_s=0, state_path=state,
+                             out_dir=str(tmp_path / "o"))
+    watcher = DumpWatcher(settings, ExportConfig())
+    incident = None
+    for _ in range(5):
+        incident = watcher.poll() or incident
+    assert incident is not None and incident.ok and incident.number == 2
+
+
+def test_wrong_typed_state_fields_start_afresh_and_keep_a_copy(job_folder: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Valid JSON with wrong types (a string number, a non-list of files) is one line, not a failing poll."""
+    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.watch import DumpWatcher, WatchSettings
+
+    caplog.set_level(logging.INFO, logger="fr_otel.watch")
+    state = tmp_path / "state.json"
+    bad = json.dumps({"incidents": [{"number": "1", "key": 5, "files": [["a", "b", "c"]]}]})
+    state.write_text(bad)
+    watcher = DumpWatcher(WatchSettings(directory=job_folder, settle_s=0, deadline_s=0, state_path=state,
+                                        out_dir=str(tmp_path / "o")), ExportConfig())
+    assert [r.getMessage() for r in caplog.records if "invalid state" in r.getMessage()].__len__() == 1
+    assert (tmp_path / "state.json.bad").read_text() == bad
+    incident = None
+    for _ in range(5):
+        incident = watcher.poll() or incident
+    assert incident is not None and incident.ok
+
+
+# --------------------------------------------------------------------------- 7. agent store back-off
+
+
+def test_store_backoff_doubles_up_to_the_cap_and_speaks_once(caplog: pytest.LogCaptureFixture) -> None:
+    """After 3 failures: waits 2, 4, 8 ... 60 s between tries; one line when it starts, one when it ends."""
+    from fr_otel.agent.incident import StoreBackoff
+
+    now = [0.0]
+    backoff = StoreBackoff(threshold=3, base_s=2, cap_s=60, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="fr_otel.agent")
+    tries = []
+    while now[0] < 600:
+        if backoff.allow():
+            tries.append(now[0])
+            backoff.failure(ConnectionResetError("gone"))
+        now[0] += 1.0
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert gaps[:6] == [1, 1, 2, 4, 8, 16] and max(gaps) == 60 and len(tries) < 20
+    backoff.success()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 2 and "backing off" in msgs[0] and "answers again" in msgs[1]
+
+
+@pytest.mark.skipif(sys.modules.get("torch") is None and __import__("importlib").util.find_spec("torch") is None,
+                    reason="needs torch")
+def test_a_dead_store_does_not_flood_stderr(tmp_path: Path) -> None:
+    """Polling a TCPStore whose server is gone, once per 0.1 s for 4 s: a few tries, not one per poll."""
+    script = tmp_path / "dead_store.py"
+    script.write_text(
+        "import sys, time, logging\n"
+        "from datetime import timedelta\n"
+        "import torch.distributed as dist\n"
+        "from fr_otel.agent.incident import IncidentChannel, StoreUnavailable\n"
+        "from fr_otel.testing.ports import unused_tcp_port\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(name)s: %(message)s')\n"
+        "port = unused_tcp_port()\n"
+        "server = dist.TCPStore('127.0.0.1', port, is_master=True, timeout=timedelta(seconds=2))\n"
+        "client = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=1))\n"
+        "channel = IncidentChannel(dist.PrefixStore('x/', client), 'test')\n"
+        "del server\n"
+        "calls = 0\n"
+        "end = time.monotonic() + 4\n"
+        "while time.monotonic() < end:\n"
+        "    if channel.reachable():\n"
+        "        calls += 1\n"
+        "        try: channel.owner(1)\n"
+        "        except StoreUnavailable: pass\n"
+        "        except Exception: pass\n"
+        "    time.sleep(0.1)\n"
+        "print('CALLS', calls)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    calls = int(proc.stdout.split("CALLS")[1])
+    assert calls <= 5, proc.stdout + proc.stderr[-2000:]
+    assert proc.stderr.count("backing off") == 1
+
+
+# --------------------------------------------------------------------------- 8. minor items
+
+
+def test_replay_of_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    proc = cli("replay", str(tmp_path / "nope.jsonl"), "--endpoint", "127.0.0.1:4317")
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_a_5000_digit_json_integer_is_called_invalid_json(tmp_path: Path) -> None:
+    write_job(tmp_path)
+    (tmp_path / f"rank_{VICTIM}").unlink()
+    (tmp_path / f"rank_{VICTIM}.json").write_text('{"version": "2.1", "entries": [], "pg_status": {"0": '
+                                                  '{"last_enqueued_collective": ' + "9" * 5000 + "}}}")
+    read = read_dumps(tmp_path)
+    assert [p for p in read.problems if "rank_1.json" in p][0].startswith(f"{tmp_path}/rank_1.json: invalid JSON:")
+
+
+def test_trailing_data_after_the_pickle_is_reported(tmp_path: Path) -> None:
+    write_job(tmp_path)
+    victim = tmp_path / f"rank_{VICTIM}"
+    victim.write_bytes(victim.read_bytes() + pickle.dumps({"version": "2.10", "entries": []}))
+    read = read_dumps(tmp_path)
+    assert VICTIM in read.dumps
+    assert [p for p in read.problems if "data after the end of the pickle" in p] != []
+
+
+def test_fifos_devices_and_link_loops_in_a_dump_folder_are_named(tmp_path: Path) -> None:
+    """Skipped, each with one line; nothing blocks on the FIFO."""
+    write_job(tmp_path)
+    os.mkfifo(tmp_path / "rank_7")
+    (tmp_path / "rank_8").symlink_to("/dev/null")
+    (tmp_path / "rank_9").symlink_to(tmp_path / "rank_9")
+    read = read_dumps(tmp_path)
+    for n in (7, 8, 9):
+        assert len([p for p in read.problems if f"rank_{n}: not a regular file" in p]) == 1
+    assert set(read.dumps) == set(range(WORLD))
+
+
+def test_a_failed_spool_rewrite_counts_the_delivered_spans_still_in_it(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """If replay cannot rewrite a partly delivered file, it says those spans are still there."""
+    from fr_otel import otlp_export
+    from fr_otel.otlp_file import write_jsonl
+    from fr_otel.testing.otlp import synthetic_spans
+
+    spool = write_jsonl(tmp_path / "spool.jsonl", otlp_export.chunk_requests(
+        otlp_export.to_requests(synthetic_spans(200)), 4096))
+    with OtlpGrpcReceiver() as rx:
+        rx.fail_next(*([None] * 3), *([__import__("grpc").StatusCode.INVALID_ARGUMENT] * 200))
+
+        def failing_rewrite(*args: Any, **kwargs: Any) -> Any:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(otlp_export, "write_jsonl", failing_rewrite)
+        config = resolve_export_config(endpoint=rx.url, environ={}, max_request_bytes=4096)
+        result = otlp_export.replay([spool], config, deadline_s=10, remove_on_success=True)
+    assert result.spans_sent > 0 and result.spans_spooled == 200
+    assert f"its {result.spans_sent} delivered spans" in (result.error or "")
