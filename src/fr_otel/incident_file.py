@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ._text import one_line
 from .job import Job
 from .live_stack import LiveStacks, stacks_from_raw
+from .output_files import atomic_write
 from .rank_process import RankProcess, process_from_raw
 
 if TYPE_CHECKING:
@@ -87,10 +88,7 @@ class IncidentIdentity:
 def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -> Path:
     """Write ``folder/incident.json`` atomically; returns its path (raises OSError)."""
     path = Path(folder) / INCIDENT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(identity.to_json(), indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(identity.to_json(), indent=1, sort_keys=True).encode("utf-8"), mkdir=True)
     return path
 
 

@@ -247,7 +247,7 @@ def _parse_all(
             progress(sum(len(r) for r in done.values()), len(chosen))
 
     with ProcessPoolExecutor(max_workers=n_workers - 1) as pool:
-        futures = [pool.submit(_parse_batch, batch, False, max_bytes) for batch in batches]
+        futures = [pool.submit(_parse_batch, batch, False, None, max_bytes) for batch in batches]
         for i in range(len(batches) - 1, -1, -1):
             if not futures[i].cancel():
                 break
