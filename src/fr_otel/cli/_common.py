@@ -154,7 +154,6 @@ def export_config(args: argparse.Namespace) -> ExportConfig | None:
             insecure=args.insecure, warnings=warnings,
         )
         check_tls_files(config)
-        return config
     except ValueError as exc:
         error(str(exc))
         return None
