@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._json_file import read_rank_map_file
+from .output_files import atomic_write
 from .rank_process import RankProcess, process_from_raw
 
 __all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]
@@ -54,11 +55,5 @@ def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str)
 def write_rank_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess]) -> Path:
     """Write ``folder/ranks.json`` all at once (temp file, then rename); raises OSError."""
     path = Path(folder) / RANKS_FILE
-    tmp = path.with_name(f".{RANKS_FILE}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(rank_map_json(processes)), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, json.dumps(rank_map_json(processes)).encode("utf-8"))
     return path

@@ -39,8 +39,8 @@ from ._text import one_line, printable
 from .otlp_config import ExportConfig
 from .progress import TerminalProgress
 from .mounts import is_shared_filesystem
-from .rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
 from .output_files import atomic_write
+from .rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
 from .ranks import compress_ranks
 from .reader import ReadResult, attach_sidecars, host_from_name, rank_from_name, read_dump_file
 from .trace_options import TraceOptions
