@@ -227,11 +227,15 @@ def test_env_var_constants_are_listed_and_named_after_themselves() -> None:
     ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-3", "timeout_s", 10.0, "using the default (10 s)"),
     ("OTEL_EXPORTER_OTLP_INSECURE", "maybe", "insecure", None, "using the default (TLS unless"),
     ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "compression", "none", "using the default (none)"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuff", "protocol", "grpc", "using the default (grpc)"),
+    ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "no-equals-sign", "headers", {}, "using the default (no headers)"),
+    ("OTEL_SDK_DISABLED", "maybe", "disabled", False, "using the default (false)"),
 ])
 def test_a_bad_inherited_value_is_a_warning_and_the_default_when_asked(
         variable: str, value: str, field: str, default: object, said: str) -> None:
-    """With a warnings list, a bad timeout/insecure/compression variable is one line there and its
-    default is used, the endpoint kept; without one (or for an explicit argument) it still raises."""
+    """With a warnings list, a bad protocol/headers/timeout/insecure/compression/disabled variable is
+    one line there and its default is used, the endpoint kept; without one (or for an explicit
+    argument) it still raises."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", variable: value}
     warnings: list[str] = []
     config = resolve_export_config(environ=env, warnings=warnings)

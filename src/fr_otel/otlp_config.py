@@ -217,8 +217,9 @@ def resolve_export_config(
 
     ``environ`` defaults to ``os.environ`` (pass a dict in tests). An explicit endpoint is
     used verbatim, like the signal-specific variable. With a ``warnings`` list, a bad
-    timeout, insecure flag or compression read from a variable is one line there and the
-    default is used, so an inherited typo does not stop the export; a bad argument still raises.
+    protocol, headers, timeout, insecure flag, compression or ``OTEL_SDK_DISABLED`` read from a
+    variable is one line there and the default is used, so an inherited typo does not stop the
+    export; a bad argument still raises.
     """
     env = os.environ if environ is None else environ
 
@@ -241,7 +242,7 @@ def resolve_export_config(
         return None, ""
 
     raw_protocol, src = pick(protocol, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
-    proto = _choice(raw_protocol, src, PROTOCOLS, DEFAULT_PROTOCOL)
+    proto = lenient(lambda: _choice(raw_protocol, src, PROTOCOLS, DEFAULT_PROTOCOL), src, DEFAULT_PROTOCOL)
 
     resolved_endpoint = _endpoint(proto, endpoint, env)
 
@@ -249,7 +250,7 @@ def resolve_export_config(
     if raw_headers is None:
         hdrs: dict[str, str] = {}
     elif isinstance(raw_headers, str):
-        hdrs = parse_headers(raw_headers, source=src)
+        hdrs = lenient(lambda: parse_headers(raw_headers, source=src), src, {})
     else:
         hdrs = check_headers(dict(raw_headers), "headers argument")  # type: ignore[call-overload]
 
@@ -280,7 +281,7 @@ def resolve_export_config(
         is_disabled = bool(disabled)
     else:
         raw = env.get(OTEL_SDK_DISABLED, "").strip()
-        is_disabled = _bool(raw, OTEL_SDK_DISABLED) if raw else False
+        is_disabled = lenient(lambda: _bool(raw, OTEL_SDK_DISABLED), OTEL_SDK_DISABLED, False) if raw else False
 
     max_bytes = DEFAULT_MAX_REQUEST_BYTES if max_request_bytes is None else int(max_request_bytes)
     if max_bytes < 1024:
@@ -417,6 +418,10 @@ def check_tls_files(config: ExportConfig) -> None:
 def _shown(default: object) -> str:
     if default is None:  # the insecure flag: unset means TLS unless the endpoint says http://
         return "TLS unless the endpoint is http://"
+    if isinstance(default, dict):
+        return "no headers"
+    if isinstance(default, bool):
+        return str(default).lower()
     return f"{default:g} s" if isinstance(default, float) else str(default)
 
 
