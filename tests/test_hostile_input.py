@@ -22,6 +22,7 @@ from fr_otel.html_report import render
 from fr_otel.otlp_config import resolve_export_config
 from fr_otel.otlp_export import to_requests
 from fr_otel.spans import build_trace
+from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
 from fr_otel.text_report import render_verdict
 from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
@@ -529,3 +530,29 @@ def test_a_failed_spool_rewrite_counts_the_delivered_spans_still_in_it(tmp_path:
         result = otlp_export.replay([spool], config, deadline_s=10, remove_on_success=True)
     assert result.spans_sent > 0 and result.spans_spooled == 200
     assert f"its {result.spans_sent} delivered spans" in (result.error or "")
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+@pytest.mark.parametrize(("field", "value"), [("input_dtypes", [None]), ("input_sizes", "x"),
+                                              ("output_dtypes", 7), ("output_sizes", [[-1]])])
+def test_an_unreadable_call_on_a_healthy_rank_is_never_blamed_as_a_mismatch(
+        tmp_path: Path, fmt: str, field: str, value: object) -> None:
+    """A repaired sizes/dtypes field reads as an unknown call: the healthy rank it sits on is not
+    named for a mismatch, and the real culprit (rank 2, which never enqueued #6) still is."""
+    b = DumpBuilder(4)
+    world = b.group("0", "default_pg", range(4))
+    for _ in range(5):
+        b.collective(world)
+    b.collective(world, ranks=[0, 1, 3], done=False)
+    folder = b.write(tmp_path / fmt, fmt=fmt)
+    victim = folder / "nccl_trace_rank_1"
+    body = pickle.loads(victim.read_bytes()) if fmt == "pickle" else json.loads(victim.read_bytes())
+    for entry in body["entries"][2:4]:  # two completed collectives of the healthy rank 1
+        entry[field] = value
+    victim.write_bytes(pickle.dumps(body, protocol=2) if fmt == "pickle" else json.dumps(body).encode())
+
+    read = read_dumps(folder)
+    verdict = analyze(build_job(read))
+    assert any(str(victim) in p and field in p for p in read.problems)
+    assert [c.rank for c in verdict.culprits] == [2] and verdict.verdict == "hang"
+    assert all(c.kind != "mismatch" and all(ev.kind != "mismatch" for ev in c.related) for c in verdict.culprits)

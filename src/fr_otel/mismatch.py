@@ -17,6 +17,7 @@ from typing import Any
 from .dump import GroupHistory
 from .job import Job, ProcessGroup
 from .ranks import compress_ranks
+from .validate import is_unknown_call
 from .verdict import Evidence
 
 __all__ = ["describe_call", "find_mismatches"]
@@ -113,6 +114,8 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
             for r, ids_by_seq in per_rank.items():
                 if seq in ids_by_seq:
                     at[r] = ids_by_seq[seq]
+            # A call whose fields were unreadable (repaired by the reader) proves nothing either way.
+            at = {r: fid for r, fid in at.items() if not is_unknown_call(lookup.get(fid))}
             if len(set(at.values())) < 2:
                 continue
             bad_count += 1

@@ -39,9 +39,14 @@ __all__ = [
     "entry_from_raw",
     "fingerprint_ok",
     "int64",
+    "UNKNOWN_CALL",
+    "is_unknown_call",
 ]
 
 INT64_MAX = 2**63 - 1
+# The dtypes a repaired sizes/dtypes field reads as: no c10 dtype name has angle brackets, so the
+# call is never equal to a real one, and the mismatch rule leaves it out instead of blaming it.
+UNKNOWN_CALL: tuple[str, ...] = ("<unknown>",)
 INT64_MIN = -(2**63)
 _SEQ = (list, tuple)
 _MISSING = object()
@@ -260,19 +265,20 @@ class _Reader:
             return value  # type: ignore[no-any-return]
         return self.bad("timeout_ms", value, "an integer of ms >= 0", None)  # type: ignore[no-any-return]
 
-    def sizes(self, key: str) -> tuple[tuple[int, ...], ...]:
+    def sizes(self, key: str) -> tuple[tuple[int, ...], ...] | None:
+        """The shapes, or None when they were unreadable (the caller marks the call unknown)."""
         value = self.e.get(key) or ()
         if type(value) in _SEQ and all(
             type(s) in _SEQ and all(int64(n) and n >= 0 for n in s) for s in value
         ):
             return _shared(tuple(map(tuple, value)))
-        return self.bad(key, value, "a list of shapes (lists of integers >= 0)", ())  # type: ignore[no-any-return]
+        return self.bad(key, value, "a list of shapes (lists of integers >= 0)", None)  # type: ignore[no-any-return]
 
     def dtypes(self, key: str) -> tuple[str, ...]:
         value = self.e.get(key) or ()
         if type(value) in _SEQ and all(type(d) is str for d in value):
             return _shared(tuple(map(printable, value)))
-        return self.bad(key, value, "a list of strings", ())  # type: ignore[no-any-return]
+        return self.bad(key, value, "a list of strings", UNKNOWN_CALL)  # type: ignore[no-any-return]
 
     def frames(self, stacks: dict[tuple[int, ...], tuple[Frame, ...]]) -> tuple[Frame, ...]:
         frames = self.e.get("frames")
@@ -311,6 +317,22 @@ def _frame(f: Any) -> Frame:
     return Frame(printable(name), printable(filename), line)
 
 
+def _call_side(
+    sizes: tuple[tuple[int, ...], ...] | None, dtypes: tuple[str, ...]
+) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+    """Unreadable shapes make that side's call unknown (no shapes, :data:`UNKNOWN_CALL` dtypes)."""
+    return ((), UNKNOWN_CALL) if sizes is None else (sizes, dtypes)
+
+
+def is_unknown_call(fp: Any) -> bool:
+    """A comparable fingerprint (or a coalesced tuple of them) holding a repaired, unknown call."""
+    if fp is None:
+        return False
+    if fp and type(fp[0]) is tuple:  # coalesced: a tuple of calls
+        return any(is_unknown_call(f) for f in fp)
+    return UNKNOWN_CALL[0] in fp[2] or UNKNOWN_CALL[0] in fp[4]
+
+
 def entry_from_raw(
     e: Any, index: int, gloo: bool, faults: EntryFaults, stacks: dict[tuple[int, ...], tuple[Frame, ...]]
 ) -> Entry:
@@ -329,6 +351,8 @@ def entry_from_raw(
     created = _required_int(e, "time_created_ns", 0)
     r = _Reader(e, index, faults)
     pg_id = r.int("pg_id", -1)
+    in_sizes, in_dtypes = _call_side(r.sizes("input_sizes"), r.dtypes("input_dtypes"))
+    out_sizes, out_dtypes = _call_side(r.sizes("output_sizes"), r.dtypes("output_dtypes"))
     state = r.text("state", "scheduled")
     retired = r.flag("retired")
     return Entry(
@@ -349,10 +373,10 @@ def entry_from_raw(
         r.time("time_discovered_completed_ns"),
         r.duration(),
         r.timeout(),
-        r.sizes("input_sizes"),
-        r.dtypes("input_dtypes"),
-        r.sizes("output_sizes"),
-        r.dtypes("output_dtypes"),
+        in_sizes,
+        in_dtypes,
+        out_sizes,
+        out_dtypes,
         r.text("thread_name", ""),
         r.text("thread_id", ""),
         r.frames(stacks),
