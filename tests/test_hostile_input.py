@@ -73,7 +73,7 @@ def everything(folder: Path) -> tuple[Any, Any, list[str]]:
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("input_dtypes", [None], "'input_dtypes' is list [None], not a list of strings"),
+    ("input_dtypes", [None], "'input_dtypes' is list [None], not a list of at most 4096 strings"),
     ("timeout_ms", "30000", "'timeout_ms' is str '30000'"),
     ("duration_ms", "1.5ms", "'duration_ms' is str '1.5ms'"),
     ("time_discovered_completed_ns", "late", "'time_discovered_completed_ns' is str 'late'"),
@@ -556,3 +556,61 @@ def test_an_unreadable_call_on_a_healthy_rank_is_never_blamed_as_a_mismatch(
     assert any(str(victim) in p and field in p for p in read.problems)
     assert [c.rank for c in verdict.culprits] == [2] and verdict.verdict == "hang"
     assert all(c.kind != "mismatch" and all(ev.kind != "mismatch" for ev in c.related) for c in verdict.culprits)
+
+
+def _self_nested(depth: int = 60) -> list:
+    """A list holding itself twice, ``depth`` times: ~2 KB pickled, 2**depth elements unrolled."""
+    x: Any = [4, 4]
+    for _ in range(depth):
+        x = [x, x]
+    return x
+
+
+@pytest.mark.parametrize("field", ["input_sizes", "input_dtypes", "output_sizes", "profiling_name", "frames"])
+def test_a_pickle_that_nests_one_shared_list_in_itself_is_read_in_bounded_time(tmp_path: Path, field: str) -> None:
+    """Memo references let 2 KB of pickle stand for 2**60 elements: the reader never unrolls them
+    (the call key is marshalled with references), the field is repaired or the entry dropped with
+    one line, and the other ranks are analysed, in well under a second."""
+    b = DumpBuilder(4)
+    world = b.group("0", "default_pg", range(4))
+    for _ in range(3):
+        b.collective(world)
+    b.collective(world, ranks=[0, 1, 3], done=False)
+    folder = b.write(tmp_path)
+    victim = folder / "nccl_trace_rank_1"
+    body = pickle.loads(victim.read_bytes())
+    bomb = _self_nested()
+    for entry in body["entries"]:
+        entry[field] = bomb
+    victim.write_bytes(pickle.dumps(body, protocol=2))
+    assert victim.stat().st_size < 8192
+
+    started = time.monotonic()
+    read = read_dumps(folder)
+    verdict = analyze(build_job(read))
+    assert time.monotonic() - started < 5
+    assert set(read.dumps) >= {0, 2, 3} and any(field in p for p in read.problems)
+    assert 2 in [c.rank for c in verdict.culprits]
+
+
+@pytest.mark.parametrize(("field", "leaf"), [("input_sizes", [4, 4]), ("input_dtypes", "Float"),
+                                             ("frames", {"name": "f", "filename": "a.py", "line": 1})])
+def test_a_call_or_stack_repeated_by_reference_300000_times_is_capped(tmp_path: Path, field: str, leaf: Any) -> None:
+    """2000 entries sharing one list of 300,000 references (< 1 MB pickled) are read as unknown
+    calls/stacks with one line naming the cap, in bounded time, not walked 600 million times."""
+    b = DumpBuilder(4)
+    world = b.group("0", "default_pg", range(4))
+    for _ in range(3):
+        b.collective(world)
+    folder = b.write(tmp_path)
+    victim = folder / "nccl_trace_rank_1"
+    body = pickle.loads(victim.read_bytes())
+    template, wide = body["entries"][0], [leaf] * 300_000
+    body["entries"] = [dict(template, collective_seq_id=i + 1, record_id=i, **{field: wide}) for i in range(2000)]
+    victim.write_bytes(pickle.dumps(body, protocol=2))
+
+    started = time.monotonic()
+    read = read_dumps(folder)
+    analyze(build_job(read))
+    assert time.monotonic() - started < 10
+    assert 1 in read.dumps and any(field in p and "at most" in p for p in read.problems)

@@ -85,6 +85,8 @@ class _FingerprintIds(dict):
             self.meaning.clear()
 
     def __missing__(self, encoded: bytes) -> int:
+        if len(encoded) > _MAX_CALL_BYTES:  # validation hook: no real call is this big
+            raise ValueError("op, sizes or dtypes too large")
         raw = marshal.loads(encoded)
         if not fingerprint_ok(raw):  # validation hook: once per distinct call, never cached when bad
             raise ValueError("malformed op, sizes or dtypes")
@@ -99,6 +101,7 @@ class _FingerprintIds(dict):
 
 
 _MAX_REMEMBERED = 1 << 16
+_MAX_CALL_BYTES = 1 << 20  # one call's marshalled (op, sizes, dtypes): 4096 tensors fit many times over
 _FINGERPRINTS = _FingerprintIds()
 
 
@@ -114,7 +117,9 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
         is_p2p = bytes(map(_IS_P2P, raw))
         done = bytes(map(_RETIRED, raw) if gloo else map("completed".__eq__, map(_STATE, raw)))
         # One marshal pass; the id of each distinct call is computed once per process.
-        global_ids = list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, map(_FP, raw), repeat(2))))
+        # marshal 4 writes a list shared by memo reference once, so a pickle that nests one list in
+        # itself (a few bytes, 2**60 elements unrolled) costs its size here, not its expansion.
+        global_ids = list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, map(_FP, raw), repeat(4))))
         "".join(names)  # TypeError unless every group name is a str
         seq_col = array("q", seq)  # TypeError or OverflowError unless every value is an int that fits
         created_col = array("q", created)

@@ -49,6 +49,11 @@ INT64_MAX = 2**63 - 1
 UNKNOWN_CALL: tuple[str, ...] = ("<unknown>",)
 INT64_MIN = -(2**63)
 _SEQ = (list, tuple)
+# Far above any real call or stack, low enough that a pickle which repeats one shared list
+# (a few bytes each, by memo reference) cannot make a pass over the entries take minutes.
+MAX_TENSORS_PER_CALL = 4096
+MAX_DIMS = 64
+MAX_FRAMES = 1024
 _MISSING = object()
 
 
@@ -144,13 +149,14 @@ def _any_negative(col: array) -> bool:
 
 
 def _shapes_ok(sizes: Any) -> bool:
-    return sizes is None or type(sizes) in _SEQ and all(
-        type(s) in _SEQ and all(int64(n) and n >= 0 for n in s) for s in sizes
+    return sizes is None or type(sizes) in _SEQ and len(sizes) <= MAX_TENSORS_PER_CALL and all(
+        type(s) in _SEQ and len(s) <= MAX_DIMS and all(int64(n) and n >= 0 for n in s) for s in sizes
     )
 
 
 def _names_ok(dtypes: Any) -> bool:
-    return dtypes is None or type(dtypes) in _SEQ and all(type(d) is str and d.isprintable() for d in dtypes)
+    return dtypes is None or type(dtypes) in _SEQ and len(dtypes) <= MAX_TENSORS_PER_CALL and all(
+        type(d) is str and d.isprintable() for d in dtypes)
 
 
 def fingerprint_ok(fp: tuple[Any, ...]) -> bool:
@@ -268,24 +274,22 @@ class _Reader:
     def sizes(self, key: str) -> tuple[tuple[int, ...], ...] | None:
         """The shapes, or None when they were unreadable (the caller marks the call unknown)."""
         value = self.e.get(key) or ()
-        if type(value) in _SEQ and all(
-            type(s) in _SEQ and all(int64(n) and n >= 0 for n in s) for s in value
-        ):
+        if _shapes_ok(value):
             return _shared(tuple(map(tuple, value)))
-        return self.bad(key, value, "a list of shapes (lists of integers >= 0)", None)  # type: ignore[no-any-return]
+        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} shapes (lists of at most {MAX_DIMS} integers >= 0)", None)  # type: ignore[no-any-return]
 
     def dtypes(self, key: str) -> tuple[str, ...]:
         value = self.e.get(key) or ()
-        if type(value) in _SEQ and all(type(d) is str for d in value):
+        if type(value) in _SEQ and len(value) <= MAX_TENSORS_PER_CALL and all(type(d) is str for d in value):
             return _shared(tuple(map(printable, value)))
-        return self.bad(key, value, "a list of strings", UNKNOWN_CALL)  # type: ignore[no-any-return]
+        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} strings", UNKNOWN_CALL)  # type: ignore[no-any-return]
 
     def frames(self, stacks: dict[tuple[int, ...], tuple[Frame, ...]]) -> tuple[Frame, ...]:
         frames = self.e.get("frames")
         if not frames:
             return ()
-        if type(frames) not in _SEQ:
-            return self.bad("frames", frames, "a list of frames", ())  # type: ignore[no-any-return]
+        if type(frames) not in _SEQ or len(frames) > MAX_FRAMES:
+            return self.bad("frames", frames, f"a list of at most {MAX_FRAMES} frames", ())  # type: ignore[no-any-return]
         # Frame dicts are shared objects inside one pickle: key stacks by identity while
         # the raw dump keeps them alive, and build each distinct stack once.
         key = tuple(map(id, frames))
