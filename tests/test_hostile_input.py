@@ -614,3 +614,39 @@ def test_a_call_or_stack_repeated_by_reference_300000_times_is_capped(tmp_path: 
     analyze(build_job(read))
     assert time.monotonic() - started < 10
     assert 1 in read.dumps and any(field in p and "at most" in p for p in read.problems)
+
+
+def test_an_output_in_a_missing_folder_is_one_line_and_exit_2_before_any_work(tmp_path: Path, run_cli) -> None:
+    """`-o`/`--html` into a folder that does not exist: one line naming it, exit 2 (not 1)."""
+    dumps = write_job(tmp_path / "dumps")
+    target = str(tmp_path / "missing" / "x.html")
+    for args in (["report", str(dumps), "-o", target], ["analyze", str(dumps), "--html", target],
+                 ["export", str(dumps), "--html", target, "--out", str(tmp_path / "out")]):
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert "missing" in line and "does not exist" in line
+
+
+def test_a_ca_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the CA file is stat'ed first, one line, exit 2."""
+    dumps = write_job(tmp_path / "dumps")
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    result = subprocess.run(
+        [sys.executable, "-m", "fr_otel.cli", "export", str(dumps), "--endpoint", "https://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=20, env={**os.environ, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(fifo)})
+    assert result.returncode == 2 and "not a regular file" in result.stderr
+
+
+def test_a_file_name_with_control_characters_is_escaped_in_json_problems_too(tmp_path: Path, run_cli) -> None:
+    """ESC, newline and an undecodable byte in a dump's file name reach `--json` escaped: strict
+    JSON, one problem per line, nothing a terminal would act on."""
+    dumps = write_job(tmp_path / "dumps")
+    (dumps / os.fsdecode(b"bad\x1b[2J\nHEALTHY\xff_rank_5")).write_bytes(b"not a pickle")
+    result = run_cli("analyze", str(dumps), "--json")
+    assert result.returncode == 0
+    problems = json.loads(result.stdout)["problems"]
+    text = json.dumps(problems, ensure_ascii=False)
+    assert problems and "\x1b" not in text and "\\n" not in text and "\udcff" not in "".join(problems)
+    assert any("HEALTHY" in p and "\\x1b" in p for p in problems)

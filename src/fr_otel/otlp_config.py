@@ -396,10 +396,11 @@ def check_tls_files(config: ExportConfig) -> None:
     for path, what in ((ca, "CA certificate"), (key, "client key"), (chain, "client certificate")):
         if path is None:
             continue
-        try:
-            with open(path, "rb") as fh:
-                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                    raise ValueError(f"{what} file {printable(path)!r}: not a regular file")
+        try:  # stat, never open, first: opening a FIFO blocks until someone writes to it
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise ValueError(f"{what} file {printable(path)!r}: not a regular file")
+            with open(path, "rb"):
+                pass
         except OSError as exc:
             raise ValueError(f"{what} file {printable(path)!r}: {exc.strerror or exc}") from None
     try:

@@ -31,10 +31,12 @@ def file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _check(path: str | os.PathLike[str], target: Path, directory: bool) -> Path:
+def _check(path: str | os.PathLike[str], target: Path, directory: bool, folder_made: bool = False) -> Path:
     try:
         st = os.stat(target)
     except FileNotFoundError:
+        if not directory and not folder_made and not target.parent.is_dir():
+            raise OutputRefused(f"{path}: its folder {target.parent} does not exist") from None
         return target
     except OSError as exc:
         raise OutputRefused(exc.errno, f"{path}: cannot use as output: {exc.strerror or exc}") from None
@@ -44,9 +46,10 @@ def _check(path: str | os.PathLike[str], target: Path, directory: bool) -> Path:
     raise OutputRefused(f"{path}: is {file_kind(st.st_mode)}, not {want}; refusing to write there")
 
 
-def check_output_file(path: str | os.PathLike[str]) -> Path:
-    """The real path to write ``path``'s content to; raises :class:`OutputRefused` if it is not a regular file."""
-    return _check(path, Path(os.path.realpath(os.fspath(path))), directory=False)
+def check_output_file(path: str | os.PathLike[str], *, folder_made: bool = False) -> Path:
+    """The real path to write ``path``'s content to; raises :class:`OutputRefused` if it is not a
+    regular file, or if its folder is missing (unless the caller makes it: ``folder_made``)."""
+    return _check(path, Path(os.path.realpath(os.fspath(path))), directory=False, folder_made=folder_made)
 
 
 def check_output_dir(path: str | os.PathLike[str]) -> Path:
@@ -62,7 +65,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     that exists must be a regular file (:class:`OutputRefused`); a symlink's target is
     what gets replaced. Returns the path written.
     """
-    target = check_output_file(path)
+    target = check_output_file(path, folder_made=mkdir)
     if mkdir:
         target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -193,6 +193,9 @@ def read_dumps(
             result.dumps[dump.rank] = dump
     _check_versions(result)
     attach_sidecars(result, list(paths))
+    # File names are anyone's bytes: a newline, ESC or lone surrogate in one must not reach a
+    # terminal, a log or strict JSON through the problem lines (text, --json, spans alike).
+    result.problems[:] = [printable(p) for p in result.problems]
     return result
 
 
