@@ -269,3 +269,17 @@ def test_the_agent_still_exports_with_a_bad_inherited_timeout(
     with caplog.at_level("DEBUG", logger="fr_otel.agent"):
         assert _export_config(config).endpoint == "http://collector:4317"
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
+
+
+@pytest.mark.parametrize(("endpoint", "said"), [
+    ("http://[::1", "Invalid IPv6 URL in endpoint 'http://[::1'"),
+    ("http://user:s3cret@127.0.0.1:4317", "no user:password"),
+    ("user:s3cret@127.0.0.1:4317", "no user:password"),
+])
+def test_bad_endpoints_name_the_source_and_never_echo_a_password(endpoint: str, said: str) -> None:
+    """An unparsable endpoint names where it came from; credentials in one are refused and masked."""
+    with pytest.raises(ValueError) as info:
+        resolve_export_config(environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint})
+    message = str(info.value)
+    assert message.startswith("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: ") and said in message
+    assert "s3cret" not in message and "\n" not in message

@@ -327,12 +327,13 @@ _HEADER_KEY = re.compile(r"[0-9a-z_.-]+")  # what gRPC metadata allows; a subset
 
 def _check_endpoint(protocol: str, value: str, source: str) -> None:
     """Scheme, host and port are checked before anything dials: a bad one is one ValueError line."""
-    shown = printable(value)
+    # Never echo credentials: user:password@ in an endpoint is shown as ***@.
+    shown = printable(re.sub(r"(?<=//)[^/@]*@|^[^/@]*@", "***@", value))
     if any(c.isspace() or not c.isprintable() for c in value):
         raise ValueError(f"{source}: endpoint contains spaces or control characters: {shown!r}")
     if protocol == "grpc":
         has_scheme = "://" in value
-        parts = urlsplit(value if has_scheme else f"//{value}")
+        parts = _split(value if has_scheme else f"//{value}", source, shown)
         if has_scheme and parts.scheme not in ("http", "https"):
             raise ValueError(f"{source}: a gRPC endpoint is host:port or http[s]://host:port, got {shown!r}")
         if parts.path not in ("", "/") or parts.query or parts.fragment:
@@ -341,13 +342,23 @@ def _check_endpoint(protocol: str, value: str, source: str) -> None:
         if port is None and not has_scheme:
             raise ValueError(f"{source}: a gRPC endpoint needs a port (host:port, e.g. localhost:4317), got {shown!r}")
     else:
-        parts = urlsplit(value)
+        parts = _split(value, source, shown)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{source}: OTLP/HTTP endpoint must be an http:// or https:// URL, got {shown!r}")
         _port(parts, source, shown)
     host = parts.hostname or ""
-    if parts.username is not None or not (_HOST.fullmatch(host) or ":" in host and _is_ipv6(host)):
+    if parts.username is not None:
+        raise ValueError(f"{source}: an endpoint carries no user:password (send credentials as headers), "
+                         f"got {shown!r}")
+    if not (_HOST.fullmatch(host) or ":" in host and _is_ipv6(host)):
         raise ValueError(f"{source}: not a valid host in endpoint {shown!r}")
+
+
+def _split(value: str, source: str, shown: str) -> SplitResult:
+    try:
+        return urlsplit(value)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL" for http://[::1
+        raise ValueError(f"{source}: {exc} in endpoint {shown!r}") from None
 
 
 def _is_ipv6(host: str) -> bool:
