@@ -622,3 +622,16 @@ def test_the_light_path_does_not_import_tqdm() -> None:
     ])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("analyze", "--straggler-threshold", "nan"), ("analyze", "--straggler-threshold", "-1"),
+    ("analyze", "--workers", "-1"), ("export", "--last-n", "-5"), ("export", "--max-spans", "-1"),
+    ("export", "--timeout", "inf"), ("watch", "--poll", "0"), ("watch", "--settle", "-1"),
+])
+def test_nonsense_numbers_in_flags_are_usage_errors(args: tuple[str, ...], tmp_path) -> None:
+    """NaN, infinite or negative counts and durations are refused by argparse (exit 2, one reason)."""
+    command, *flag = args
+    result = subprocess.run([sys.executable, "-m", "fr_otel.cli", command, str(tmp_path), *flag],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and flag[0] in result.stderr and "Traceback" not in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, Sequence
 
@@ -45,16 +46,46 @@ def byte_size(text: str) -> int:
     return size
 
 
+def count(text: str) -> int:
+    """A whole number >= 1 (argparse type): -5 workers or spans is a usage error, not a surprise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds > 0 (argparse type): nan, inf and -1 are usage errors."""
+    value = non_negative_seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
+    return value
+
+
 def add_input_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a directory of per-rank dumps, or dump files")
     parser.add_argument("--prefix", metavar="NAME",
                         help="dump file name prefix; the rest of the name is the rank (default: any name ending in a "
                         "rank number)")
     parser.add_argument(
-        "--straggler-threshold", type=float, default=DEFAULT_STRAGGLER_THRESHOLD_S, metavar="SECONDS",
+        "--straggler-threshold", type=seconds, default=DEFAULT_STRAGGLER_THRESHOLD_S, metavar="SECONDS",
         help="median enqueue lateness that makes a straggler (default: %(default)s)",
     )
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
+    parser.add_argument("--workers", type=count, default=None, metavar="N",
                         help="processes to read dumps with (default: all cores)")
     parser.add_argument("--max-file-size", type=byte_size, default=DEFAULT_MAX_FILE_BYTES, metavar="BYTES",
                         help="refuse dump files larger than this, e.g. 512M, 4G (default: 1G)")
@@ -134,7 +165,7 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
     parser.add_argument("--headers", metavar="K=V[,K=V]",
                         help="request headers, e.g. authorization=Bearer%%20x (default: "
                         "$OTEL_EXPORTER_OTLP_[TRACES_]HEADERS)")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds for the whole export, retries "
+    parser.add_argument("--timeout", type=seconds, metavar="SECONDS", help="seconds for the whole export, retries "
                         f"included (default: $OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT, else {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--insecure", action="store_true", default=None,
                         help="plaintext gRPC to a HOST:PORT endpoint written without http:// (default: "

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exp
     from ..spans import IncidentTrace
 from ._common import (
     EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, add_quiet_arg,
-    analysis_options, error, export_config, load_incident, outputs_ok, print_json, terminal_progress,
+    analysis_options, count, error, export_config, load_incident, outputs_ok, print_json, terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -54,9 +54,9 @@ def add_trace_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--incident", default="", metavar="KEY",
                         help="incident key, when one job has several (default: none)")
     parser.add_argument("--full", action="store_true", help="export every entry, not just the focus")
-    parser.add_argument("--last-n", type=int, default=DEFAULT_LAST_N, metavar="N",
+    parser.add_argument("--last-n", type=count, default=DEFAULT_LAST_N, metavar="N",
                         help="recent collectives per group per rank kept besides the focus (default: %(default)s)")
-    parser.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS, metavar="N",
+    parser.add_argument("--max-spans", type=count, default=DEFAULT_MAX_SPANS, metavar="N",
                         help="soft cap on spans in a focused trace (default: %(default)s)")
     parser.add_argument("--service-name", metavar="NAME", help="service.name (default: $OTEL_SERVICE_NAME, else "
                         f"{DEFAULT_SERVICE_NAME})")

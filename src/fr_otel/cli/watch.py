@@ -30,10 +30,13 @@ from ._common import (
     EXIT_UNUSABLE,
     add_export_args,
     add_quiet_arg,
+    count,
     error,
     export_config,
+    non_negative_seconds,
     terminal_progress,
     outputs_ok,
+    seconds,
 )
 from .export import add_trace_args, trace_options
 
@@ -51,15 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--prefix", metavar="NAME", help="dump file name prefix; the rest of the name is the rank "
                         "(default: the file part of those variables, else any name ending in a rank number)")
     expect = parser.add_mutually_exclusive_group()
-    expect.add_argument("--world-size", type=int, metavar="N",
+    expect.add_argument("--world-size", type=count, metavar="N",
                         help="expect ranks 0..N-1 (default: the world size the dumps' pg_config describes)")
     expect.add_argument("--expect-ranks", metavar="RANKS",
                         help="expect these ranks, e.g. 0-7,16-23 (this node's; default: as --world-size)")
-    parser.add_argument("--settle", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
+    parser.add_argument("--settle", type=non_negative_seconds, default=DEFAULT_SETTLE_S, metavar="SECONDS",
                         help="a dump is complete once unchanged this long (default: %(default)s)")
-    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+    parser.add_argument("--deadline", type=non_negative_seconds, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
                         help="export what is in this long after an incident's first dump (default: %(default)s)")
-    parser.add_argument("--poll", type=float, default=DEFAULT_POLL_S, metavar="SECONDS",
+    parser.add_argument("--poll", type=seconds, default=DEFAULT_POLL_S, metavar="SECONDS",
                         help="seconds between looks at the folder (default: %(default)s)")
     parser.add_argument("--once", action="store_true", help="exit after the first incident (exit code as export)")
     parser.add_argument("--state", metavar="FILE", help=f"state file (default: DIR/{STATE_NAME})")
