@@ -59,9 +59,12 @@ def count(text: str) -> int:
 
 def seconds(text: str) -> float:
     """A finite number of seconds > 0 (argparse type): nan, inf and -1 are usage errors."""
-    value = non_negative_seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
     return value
 
 
