@@ -650,3 +650,22 @@ def test_a_file_name_with_control_characters_is_escaped_in_json_problems_too(tmp
     text = json.dumps(problems, ensure_ascii=False)
     assert problems and "\x1b" not in text and "\\n" not in text and "\udcff" not in "".join(problems)
     assert any("HEALTHY" in p and "\\x1b" in p for p in problems)
+
+
+def test_a_json_number_with_thousands_of_digits_is_one_plain_line(tmp_path: Path, run_cli) -> None:
+    """Python's 4300-digit limit is not the user's business: the line says what is wrong with the file."""
+    dumps = write_job(tmp_path / "dumps")
+    (dumps / "rank_1").unlink()
+    (dumps / "rank_1.json").write_text('{"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": '
+                                       '[{"record_id": ' + "9" * 5000 + "}]}")
+    result = run_cli("analyze", str(dumps))
+    line = next(x for x in result.stdout.splitlines() + result.stderr.splitlines() if "rank_1.json" in x)
+    assert "thousands of digits" in line and "set_int_max_str_digits" not in result.stdout + result.stderr
+
+
+def test_an_output_folder_that_is_a_regular_file_is_named_as_such(tmp_path: Path, run_cli) -> None:
+    """`--out FILE` (a folder is wanted) says it is a regular file, not "not a plain file"."""
+    dumps = write_job(tmp_path / "dumps")
+    (tmp_path / "file").write_text("")
+    result = run_cli("export", str(dumps), "--out", str(tmp_path / "file"))
+    assert result.returncode == 2 and "is a regular file, not a directory" in result.stderr

@@ -24,7 +24,7 @@ class OutputRefused(OSError):
 
 def file_kind(mode: int) -> str:
     """``a FIFO``, ``a device``, ``a directory``... for an ``st_mode`` (problem lines)."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name

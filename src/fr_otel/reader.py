@@ -383,7 +383,10 @@ def _parse_stream(
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a bad file, not a crash
         # pickle's "truncated" errors are EOF/UnpicklingError/ValueError; JSON's (including
         # Python's 4300-digit integer limit) are ValueErrors: the format decides the words.
-        problems.append(f"{path}: {kind}: {one_line(exc)}")
+        why = one_line(exc)
+        if "integer string conversion" in why:  # Python's advice to raise its limit is not the reader's
+            why = "a number with thousands of digits (no dump field holds one)"
+        problems.append(f"{path}: {kind}: {why}")
         return None
     try:
         return _normalise(raw, rank, path, mtime, problems, full)
