@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
@@ -46,37 +46,30 @@ def byte_size(text: str) -> int:
     return size
 
 
+def _number(text: str, parse: Callable[[str], float], ok: Callable[[float], bool], want: str) -> Any:
+    """``parse(text)`` if it gives a finite value that is ``ok``, else a usage error naming ``want``."""
+    try:
+        value = parse(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and ok(value)):
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
+    return value
+
+
 def count(text: str) -> int:
     """A whole number >= 1 (argparse type): -5 workers or spans is a usage error, not a surprise."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")  # type: ignore[no-any-return]
 
 
 def seconds(text: str) -> float:
     """A finite number of seconds > 0 (argparse type): nan, inf and -1 are usage errors."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
-    return value
+    return _number(text, float, lambda v: v > 0, "a positive, finite number of seconds")  # type: ignore[no-any-return]
 
 
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
-    return value
+    return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")  # type: ignore[no-any-return]
 
 
 def add_input_args(parser: argparse.ArgumentParser) -> None:
