@@ -384,7 +384,8 @@ def test_cli_report_analyze_and_export_write_html(nvrx: Path, tmp_path: Path, br
         page.close()
 
     done = _cli("report", dumps, "-o", str(tmp_path / "missing" / "x.html"), cwd=tmp_path)
-    assert done.returncode == 1 and "cannot write the HTML report" in done.stderr
+    # A folder that does not exist is a usage error found before any work (exit 2, one line).
+    assert done.returncode == 2 and "does not exist" in done.stderr and len(done.stderr.splitlines()) == 1
     done = _cli("report", str(tmp_path / "nothing-here"), cwd=tmp_path)
     assert done.returncode == 2
 
