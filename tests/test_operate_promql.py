@@ -185,6 +185,10 @@ def prometheus_url(prometheus: PrometheusServer, scenario: Scenario) -> str:
         # Every rank scraped twice (rate() needs two samples), the blame rule evaluated.
         prometheus.wait_for("rate(fr_agent_polls_total[1m])", lambda r: len(r) == world, timeout=60)
         prometheus.wait_for("rank_pg:fr_behind:lag", timeout=30)
+        # The trace proves the agent saw the stall pass its 10 s; Prometheus may still hold the
+        # scrape taken just before (1 s interval): wait until it has seen it too, for every waiter.
+        prometheus.wait_for(f"count(max by (rank) (fr_inflight_collective_age_seconds) >= 10) >= {world - 1}",
+                            timeout=30)
     except TimeoutError as exc:
         pytest.fail(f"{exc}\ntargets: {prometheus.targets_health()}\n{prometheus.log_tail()}")
     return prometheus.url
