@@ -20,7 +20,7 @@ a real Prometheus scraping every 5 s, a real OTLP receiver. From the stall's sta
   and what capturing the threads' stacks cost each rank at that incident (from the
   ``capture_s`` each rank reports in ``incident.json``).
 
-**Stack capture.** ``fr_otel.live_stack.capture_stacks`` in this process with 8 extra
+**Stack capture.** ``fr_otel.read.live_stack.capture_stacks`` in this process with 8 extra
 threads blocked 40 frames deep (a data loader, pin-memory and friends) next to the main
 thread: median, p99 and max of 300 captures, and the payload bytes it adds (target
 < 5 ms per rank; it runs only when a rank takes part in an incident, never on a poll).
@@ -300,7 +300,7 @@ def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
 
 def stacks(captures: int = 300, threads: int = 8, depth: int = 40) -> dict[str, float]:
     """capture_stacks() here, with ``threads`` extra threads blocked ``depth`` frames deep."""
-    from fr_otel.live_stack import capture_stacks
+    from fr_otel.read.live_stack import capture_stacks
 
     stop = threading.Event()
 
@@ -337,7 +337,7 @@ def step_hook_cost(hidden: int, phases: int = 20, steps: int = 2000) -> dict[str
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from fr_otel.steps import StepCounter
+    from fr_otel.read.steps import StepCounter
 
     torch.set_num_threads(1)
     counter = StepCounter()

@@ -32,10 +32,10 @@ from make_scaled_dumps import default_out, generate  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 
 from fr_otel import analyze, build_job, read_dumps  # noqa: E402
-from fr_otel.incident_export import deliver_trace  # noqa: E402
-from fr_otel.otlp_config import resolve_export_config  # noqa: E402
-from fr_otel.otlp_encode import encode_request  # noqa: E402
-from fr_otel.spans import TraceOptions, build_trace  # noqa: E402
+from fr_otel.incident.delivery import deliver_trace  # noqa: E402
+from fr_otel.otlp.config import resolve_export_config  # noqa: E402
+from fr_otel.otlp.encode import encode_request  # noqa: E402
+from fr_otel.trace.spans import TraceOptions, build_trace  # noqa: E402
 from fr_otel.testing.otlp import OtlpGrpcReceiver  # noqa: E402
 
 

@@ -164,7 +164,7 @@ def encode(layout: Layout, rank: int, raw: bytes, t_end_ns: int) -> bytes:
     """What the rank's agent does with its recorder's bytes at an incident."""
     from fr_otel.agent.payload import encode_payload, entries_per_group
     from fr_otel.agent.recorder import GroupInfo
-    from fr_otel.rank_process import RankProcess
+    from fr_otel.read.rank_process import RankProcess
 
     groups = [GroupInfo(name=n, desc=d, ranks=r, local_id=s) for n, d, r, s in layout.groups(rank).values()]
     process = RankProcess(host=f"node{rank // 8:05d}", pid=10_000 + rank % 8, local_rank=rank % 8, source="agent")
@@ -288,8 +288,8 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     from fr_otel.agent.config import AgentConfig
     from fr_otel.agent.core import Agent
     from fr_otel.agent.flush import coordinate
-    from fr_otel.ids import trace_id_for
-    from fr_otel.otlp_config import resolve_export_config
+    from fr_otel.trace.ids import trace_id_for
+    from fr_otel.otlp.config import resolve_export_config
 
     layout = layout_for(world)
     raw_full = pickle.dumps(recorder(layout, 0, culprit, ENTRIES, t_end), protocol=2)
@@ -328,10 +328,10 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
 
 def _time_phases(agent: Any) -> dict[str, float]:
     """Wrap what coordinate() calls so each phase's seconds are recorded (the code itself is unchanged)."""
-    import fr_otel.analysis
-    import fr_otel.incident_export
-    import fr_otel.job
-    import fr_otel.spans
+    import fr_otel.diagnosis.analysis
+    import fr_otel.incident.delivery
+    import fr_otel.diagnosis.job
+    import fr_otel.trace.spans
     from fr_otel.agent import flush
 
     phases: dict[str, float] = {}
@@ -353,10 +353,10 @@ def _time_phases(agent: Any) -> dict[str, float]:
 
     agent.channel.fetch = first_fetch
     flush.decode_payload = timed("decode payloads", flush.decode_payload)
-    fr_otel.job.build_job = timed("build job", fr_otel.job.build_job)
-    fr_otel.analysis.analyze = timed("analyze", fr_otel.analysis.analyze)
-    fr_otel.spans.build_trace = timed("build trace", fr_otel.spans.build_trace)
-    fr_otel.incident_export.deliver_trace = timed("export", fr_otel.incident_export.deliver_trace)
+    fr_otel.diagnosis.job.build_job = timed("build job", fr_otel.diagnosis.job.build_job)
+    fr_otel.diagnosis.analysis.analyze = timed("analyze", fr_otel.diagnosis.analysis.analyze)
+    fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)
+    fr_otel.incident.delivery.deliver_trace = timed("export", fr_otel.incident.delivery.deliver_trace)
     return phases
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel.job import build_job
-from fr_otel.otlp_file import read_jsonl
-from fr_otel.rank_process import RankProcess
-from fr_otel.reader import ReadResult
+from fr_otel.diagnosis.job import build_job
+from fr_otel.otlp.jsonl import read_jsonl
+from fr_otel.read.rank_process import RankProcess
+from fr_otel.read.reader import ReadResult
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, unused_tcp_port, wait_for
 from fr_otel.testing.ports import free_port_block
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
@@ -199,7 +199,7 @@ def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, 
     time.sleep frame at the right file:line; exporting the dump folder afterwards gives the live
     trace id; the stuck all_reduce's entries are ERROR with code.*, and no completed span of
     rank 2 is stretched across the stall."""
-    from fr_otel.spans import MAX_ESTIMATED_END_NS
+    from fr_otel.trace.spans import MAX_ESTIMATED_END_NS
 
     ws, host = 4, socket.gethostname()
     line = next(i for i, text in enumerate(TRAIN_LOOP.read_text().splitlines(), 1) if "time.sleep(stall_s)" in text)

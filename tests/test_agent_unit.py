@@ -159,8 +159,8 @@ def test_bad_settings_fall_back_and_are_reported_not_raised() -> None:
 
 
 def test_out_dir_variable_matches_incident_export() -> None:
-    """The agent names the same export folder variable as fr_otel.incident_export."""
-    from fr_otel.incident_export import OUT_DIR_ENV as EXPORT_OUT_DIR_ENV
+    """The agent names the same export folder variable as fr_otel.incident.delivery."""
+    from fr_otel.incident.delivery import OUT_DIR_ENV as EXPORT_OUT_DIR_ENV
 
     assert OUT_DIR_ENV == EXPORT_OUT_DIR_ENV
 

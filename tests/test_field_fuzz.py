@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fr_otel import analyze, build_job
-from fr_otel.html_report import render
-from fr_otel.otlp_export import to_requests
-from fr_otel.reader import ReadResult, parse_dump_bytes, read_dumps
-from fr_otel.spans import build_trace
-from fr_otel.text_report import render_verdict
+from fr_otel.report.html import render
+from fr_otel.otlp.export import to_requests
+from fr_otel.read.reader import ReadResult, parse_dump_bytes, read_dumps
+from fr_otel.trace.spans import build_trace
+from fr_otel.report.text import render_verdict
 from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
 
 def _deep(levels: int) -> list[Any]:

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.reader import host_from_name
-from fr_otel.steps import StepCounter, StepLog, step_log_from_raw
-from fr_otel.text_report import render_verdict
+from fr_otel.read.reader import host_from_name
+from fr_otel.read.steps import StepCounter, StepLog, step_log_from_raw
+from fr_otel.report.text import render_verdict
 
 S = 1_000_000_000
 T0 = 1_760_000_000 * S  # 2025-10-09 08:53:20 UTC
@@ -209,9 +209,9 @@ def test_untrusted_step_logs_keep_only_sound_values() -> None:
 def test_trace_and_html_carry_step_host_and_first_to_stop(tmp_path: Path) -> None:
     """The root span names the step, the hosts and the first rank to stop; rank, entry and
     collective spans carry `pytorch.training.step`; the HTML card says it in words."""
-    from fr_otel import attributes as A
-    from fr_otel.html_report import render
-    from fr_otel.spans import build_trace
+    from fr_otel.trace import attributes as A
+    from fr_otel.report.html import render
+    from fr_otel.trace.spans import build_trace
 
     names = {r: f"nccl_trace_rank_node0{1 + r // 2}_{r}" for r in range(4)}
     job = build_job(read_dumps(write_job(tmp_path, stop={1: 0.3, 3: 0.0}, names=names, steps=True)))
@@ -261,9 +261,9 @@ def test_torch_optimizer_post_hook_counts_steps_with_no_code_change() -> None:
 def test_watch_reads_the_step_map_and_hosts_beside_the_dumps(tmp_path: Path) -> None:
     """`fr-otel watch` picks up steps.json and ranks.json beside NCCL-named dumps: the
     exported root span names the step and the culprit's host."""
-    from fr_otel.otlp_config import ExportConfig
-    from fr_otel.otlp_file import read_jsonl
-    from fr_otel.spans import TraceOptions
+    from fr_otel.otlp.config import ExportConfig
+    from fr_otel.otlp.jsonl import read_jsonl
+    from fr_otel.trace.spans import TraceOptions
     from fr_otel.watch import DumpWatcher, WatchSettings
 
     folder = write_job(tmp_path / "dumps", stop={1: 0.2})
@@ -313,7 +313,7 @@ def _two_tp_groups(tmp_path: Path, *, tp2_extra: int = 0) -> tuple[Path, int]:
 def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_bound(tmp_path: Path) -> None:
     """Ranks 3 and 7 left no timestamps and both stopped after TP #3: the verdict says they stopped
     at the same point, invents no order, and bounds both by their peers' first enqueue of #4."""
-    from fr_otel.stop_order import format_clock
+    from fr_otel.diagnosis.stop_order import format_clock
 
     folder, peers_next = _two_tp_groups(tmp_path)
     v = analyze(build_job(read_dumps(folder)))
@@ -353,9 +353,9 @@ def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp
 def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> None:
     """The real incident: ranks 9 and 14 left only pg_status; both stopped after TP #88683, before
     their peers entered #88684 at 22:47:17.550 UTC (rounded up; peers' clocks)."""
-    from fr_otel import attributes as A
-    from fr_otel.html_report import render
-    from fr_otel.spans import build_trace
+    from fr_otel.trace import attributes as A
+    from fr_otel.report.html import render
+    from fr_otel.trace.spans import build_trace
 
     job = build_job(read_dumps(nvrx / "lock_gil_1st"))
     v = analyze(job)
@@ -375,8 +375,8 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
     import socket
 
-    from fr_otel.rank_map import rank_map_json
-    from fr_otel.rank_process import process_from_raw, this_process
+    from fr_otel.read.rank_map import rank_map_json
+    from fr_otel.read.rank_process import process_from_raw, this_process
 
     me = this_process(3, {"SLURMD_NODENAME": "gpu-017", "SLURM_LOCALID": "3"})
     assert (me.host, me.node, me.local_rank) == (socket.gethostname(), "gpu-017", 3)
@@ -387,7 +387,7 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     folder = write_job(tmp_path, stop={1: 0.2, 3: 0.0})
     hosts = {0: ("ip-10-0-0-5", "gpu-016"), 1: ("ip-10-0-0-7", "gpu-017"), 2: ("ip-10-0-0-6", "gpu-016"),
              3: ("ip-10-0-0-7", "gpu-017")}
-    from fr_otel.rank_process import RankProcess
+    from fr_otel.read.rank_process import RankProcess
 
     (folder / "ranks.json").write_text(json.dumps(rank_map_json(
         {r: RankProcess(host=h, pid=100 + r, node=n) for r, (h, n) in hosts.items()})))
@@ -403,8 +403,8 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
 def _watch_real_dumps(nvrx: Path, folder: Path, out: Path, names: dict[int, str]) -> list[int]:
     """The real lock_gil_1st dumps under ``names`` in ``folder``; one in-process watcher exports
     the incident to a file; returns the culprits."""
-    from fr_otel.otlp_config import ExportConfig
-    from fr_otel.spans import TraceOptions
+    from fr_otel.otlp.config import ExportConfig
+    from fr_otel.trace.spans import TraceOptions
     from fr_otel.watch import DumpWatcher, WatchSettings
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -431,7 +431,7 @@ def test_watch_writes_ranks_json_with_file_name_hosts_and_its_own_host_on_a_loca
 
     import pytest
 
-    from fr_otel.mounts import is_shared_filesystem
+    from fr_otel.common.mounts import is_shared_filesystem
 
     if is_shared_filesystem(tmp_path) is not False:
         pytest.skip("the test folder is not on a local file system here")
@@ -469,7 +469,7 @@ def test_watch_on_a_shared_file_system_vouches_only_for_hosts_in_file_names(
 def test_shared_file_systems_are_told_from_the_mount_table() -> None:
     """The longest mount point holding the folder decides: NFS, Lustre, fuse.* are shared, ext4
     and tmpfs local, a local disk mounted inside an NFS tree is local; no table, no answer."""
-    from fr_otel.mounts import is_shared_filesystem
+    from fr_otel.common.mounts import is_shared_filesystem
 
     table = "\n".join([
         "/dev/vda / ext4 rw 0 0", "server:/export /shared nfs4 rw 0 0", "/dev/vdb /shared/scratch xfs rw 0 0",

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.html_report import render
-from fr_otel.otlp_config import resolve_export_config
-from fr_otel.otlp_export import to_requests
-from fr_otel.spans import build_trace
+from fr_otel.report.html import render
+from fr_otel.otlp.config import resolve_export_config
+from fr_otel.otlp.export import to_requests
+from fr_otel.trace.spans import build_trace
 from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
-from fr_otel.text_report import render_verdict
+from fr_otel.report.text import render_verdict
 from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
 
 CLI = [sys.executable, "-m", "fr_otel.cli"]
@@ -283,7 +283,7 @@ def test_report_through_a_symlink_replaces_its_target_atomically(job_folder: Pat
 
 
 def test_one_atomic_writer_for_the_project() -> None:
-    """Every file fr-otel writes goes through fr_otel.output_files (no private temp-and-rename left)."""
+    """Every file fr-otel writes goes through fr_otel.common.files (no private temp-and-rename left)."""
     src = Path(__file__).resolve().parents[1] / "src" / "fr_otel"
     pattern = re.compile(r"mkstemp\(|os\.replace\(\s*tmp|\.part\{")
     offenders = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
@@ -315,7 +315,7 @@ def test_a_receiver_rejecting_half_the_spans_makes_export_say_so_and_exit_3(
 
 def test_partial_success_over_http_json_is_counted(tmp_path: Path) -> None:
     """The OTLP/JSON body's partialSuccess is read too."""
-    from fr_otel.otlp_export import export_spans
+    from fr_otel.otlp.export import export_spans
     from fr_otel.testing.otlp import synthetic_spans
 
     with OtlpHttpReceiver(reject_fraction=0.5) as rx:
@@ -379,7 +379,7 @@ def test_watch_with_a_fifo_state_file_starts_and_sigterm_stops_it(job_folder: Pa
 
 def test_watch_retries_an_incident_whose_analysis_failed_after_a_restart(job_folder: Path, tmp_path: Path) -> None:
     """An incident recorded as an analysis error is not "done": a restarted watcher exports it."""
-    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.otlp.config import ExportConfig
     from fr_otel.watch import DumpWatcher, WatchSettings
 
     files = [[p.name, p.stat().st_mtime_ns, p.stat().st_size] for p in sorted(job_folder.iterdir())]
@@ -398,7 +398,7 @@ def test_watch_retries_an_incident_whose_analysis_failed_after_a_restart(job_fol
 def test_wrong_typed_state_fields_start_afresh_and_keep_a_copy(job_folder: Path, tmp_path: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     """Valid JSON with wrong types (a string number, a non-list of files) is one line, not a failing poll."""
-    from fr_otel.otlp_config import ExportConfig
+    from fr_otel.otlp.config import ExportConfig
     from fr_otel.watch import DumpWatcher, WatchSettings
 
     caplog.set_level(logging.INFO, logger="fr_otel.watch")
@@ -513,8 +513,8 @@ def test_fifos_devices_and_link_loops_in_a_dump_folder_are_named(tmp_path: Path)
 def test_a_failed_spool_rewrite_counts_the_delivered_spans_still_in_it(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """If replay cannot rewrite a partly delivered file, it says those spans are still there."""
-    from fr_otel import otlp_export
-    from fr_otel.otlp_file import write_jsonl
+    from fr_otel.otlp import export as otlp_export
+    from fr_otel.otlp.jsonl import write_jsonl
     from fr_otel.testing.otlp import synthetic_spans
 
     spool = write_jsonl(tmp_path / "spool.jsonl", otlp_export.chunk_requests(

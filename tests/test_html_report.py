@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.html_report import render, write_report
+from fr_otel.report.html import render, write_report
 from fr_otel.testing.browser import Chromium, Page, find_chromium
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def test_render_is_pure_self_contained_and_bounded(nvrx: Path) -> None:
 
 def test_trace_section_from_export() -> None:
     """What export passes (trace id, destination, outcome) turns into how to open the trace."""
-    from fr_otel.html_report import _trace_section
+    from fr_otel.report.html import _trace_section
 
     tid = "0123456789abcdef0123456789abcdef"
     sent = _trace_section(tid, "collector:4317", "sent")

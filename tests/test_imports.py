@@ -8,7 +8,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["fr_otel", "fr_otel.cli", "fr_otel.reader", "fr_otel.analysis", "fr_otel.watch"])
+@pytest.mark.parametrize("module", ["fr_otel", "fr_otel.cli", "fr_otel.read.reader", "fr_otel.diagnosis.analysis", "fr_otel.watch"])
 def test_import_loads_no_heavy_dependency(module: str) -> None:
     code = (
         f"import sys, {module}; "

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel.dump import Frame
-from fr_otel.ids import trace_id_for
-from fr_otel.incident_file import IncidentIdentity, write_identity
-from fr_otel.live_stack import LiveStacks, ThreadStack, capture_stacks, stacks_from_raw
-from fr_otel.otlp_file import read_jsonl
-from fr_otel.rank_process import RankProcess, process_from_raw, this_process
+from fr_otel.read.dump import Frame
+from fr_otel.trace.ids import trace_id_for
+from fr_otel.incident.files import IncidentIdentity, write_identity
+from fr_otel.read.live_stack import LiveStacks, ThreadStack, capture_stacks, stacks_from_raw
+from fr_otel.otlp.jsonl import read_jsonl
+from fr_otel.read.rank_process import RankProcess, process_from_raw, this_process
 from fr_otel.testing.otlp import ReceivedSpan
 
 
@@ -94,7 +94,7 @@ def test_live_stack_names_the_collective_the_main_thread_is_in() -> None:
     c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
     frames = (Frame("all_reduce", c10d, 2800), Frame("wrapper", "/venv/torch/distributed/c10d_logger.py", 81),
               Frame("train_step", "/job/train.py", 31))
-    from fr_otel.live_stack import _collective_of
+    from fr_otel.read.live_stack import _collective_of
     now = LiveStacks(1, (ThreadStack("MainThread", 1, frames, "work.wait()"),), _collective_of(list(frames)))
     assert now.in_collective == "all_reduce"
     assert now.describe() == "in all_reduce at /job/train.py:31 in train_step"
@@ -218,7 +218,7 @@ def test_a_broken_incident_file_costs_one_problem_line(nvrx: Path, tmp_path: Pat
 def test_time_axis_far_from_the_dump_reads_in_minutes_not_ten_digit_seconds() -> None:
     """A window 10 minutes before the dump: the first tick says −10 min 0 s, the dump is 0 (dump),
     no label like −600.00075 s."""
-    from fr_otel._timeline import _Scale
+    from fr_otel.report.timeline import _Scale
 
     ref = 10**18
     lo = ref - 600 * 10**9 - 750_000
@@ -230,7 +230,7 @@ def test_time_axis_far_from_the_dump_reads_in_minutes_not_ten_digit_seconds() ->
 
 def test_time_axis_over_minutes_counts_back_in_minutes() -> None:
     """A 10-minute window ending at the dump: ticks like −8 min 0 s … 0 (dump)."""
-    from fr_otel._timeline import _Scale
+    from fr_otel.report.timeline import _Scale
 
     ref = 10**18
     ticks = [t for _, t in _Scale(ref - 600 * 10**9, ref, ref, "0 (dump)").ticks()]

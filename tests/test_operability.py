@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel.progress import DELAY_S
+from fr_otel.common.progress import DELAY_S
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -181,7 +181,7 @@ def test_help_is_plain_text_with_real_metavars_and_defaults(name: str) -> None:
 def test_the_protocol_set_is_the_same_everywhere() -> None:
     """grpc, http/protobuf and http/json are accepted by every command that exports, and every
     --protocol help states the same default."""
-    from fr_otel.otlp_config import PROTOCOLS
+    from fr_otel.otlp.config import PROTOCOLS
 
     assert PROTOCOLS == ("grpc", "http/protobuf", "http/json")
     for name, parser in _subparsers().items():
@@ -477,7 +477,7 @@ def test_a_bar_appears_only_after_a_second_of_work() -> None:
     the bar is wiped when the step ends."""
     import io
 
-    from fr_otel.progress import TerminalProgress
+    from fr_otel.common.progress import TerminalProgress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -502,7 +502,7 @@ def test_a_bar_appears_only_after_a_second_of_work() -> None:
 def test_reader_reports_files_read_in_process_and_in_parallel(tmp_path: Path, workers: int) -> None:
     """read_dumps calls progress(files done, files) as files are parsed, on both of its paths
     (one process; a pool, for dumps over 16 MiB), ending at every file."""
-    from fr_otel import reader
+    from fr_otel.read import reader
 
     job = _write_hang(tmp_path, 48, 4000)
     size = sum(f.stat().st_size for f in job.iterdir())
@@ -573,12 +573,12 @@ def test_watch_shows_its_steps_on_a_terminal_only(big_job: Path, tmp_path: Path)
 def test_span_building_and_encoding_report_progress_to_the_end() -> None:
     """build_trace calls progress(ranks built, ranks) per rank and encode_chunks(spans encoded,
     spans) per request: both rise to their total (what the bars show)."""
-    from fr_otel.analysis import analyze
-    from fr_otel.job import build_job
-    from fr_otel.otlp_encode import encode_chunks
-    from fr_otel.reader import read_dumps
-    from fr_otel.spans import build_trace
-    from fr_otel.trace_options import TraceOptions
+    from fr_otel.diagnosis.analysis import analyze
+    from fr_otel.diagnosis.job import build_job
+    from fr_otel.otlp.encode import encode_chunks
+    from fr_otel.read.reader import read_dumps
+    from fr_otel.trace.spans import build_trace
+    from fr_otel.trace.options import TraceOptions
 
     job = build_job(read_dumps(REPO / "tests" / "data" / "nvrx-fr-traces" / "lock_gil_1st"))
     built: list[tuple[int, int]] = []
@@ -593,8 +593,8 @@ def test_span_building_and_encoding_report_progress_to_the_end() -> None:
 def test_export_reports_spans_sent_as_they_go() -> None:
     """The export loop calls progress(spans delivered, spans) after each request it delivers,
     ending at the total (what the bar on a terminal shows)."""
-    from fr_otel.otlp_config import resolve_export_config
-    from fr_otel.otlp_export import export_spans
+    from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.otlp.export import export_spans
     from fr_otel.testing.otlp import OtlpGrpcReceiver, synthetic_spans
 
     calls: list[tuple[int, int]] = []

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from fr_otel import attributes
+from fr_otel.trace import attributes
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = REPO / "dashboards"
@@ -688,7 +688,7 @@ def test_trace_links_use_the_attribute_contract() -> None:
     for query in traceql_queries:
         assert query.count("{") == query.count("}"), query
         for attr in re.findall(r"\bspan\.([\w.]+)", query):
-            assert attr in contract, f"{attr} is not in src/fr_otel/attributes.py ({query})"
+            assert attr in contract, f"{attr} is not in src/fr_otel/trace/attributes.py ({query})"
     assert any(attributes.IS_CULPRIT in q and attributes.RANK in q for q in traceql_queries)
 
 

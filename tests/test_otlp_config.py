@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fr_otel import otlp_config
-from fr_otel.otlp_config import (
+from fr_otel.otlp import config as otlp_config
+from fr_otel.otlp.config import (
     DEFAULT_GRPC_ENDPOINT,
     DEFAULT_HTTP_ENDPOINT,
     DEFAULT_MAX_REQUEST_BYTES,

@@ -15,10 +15,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.otlp_config import resolve_export_config
-from fr_otel.otlp_encode import Unencodable, encode_chunks, encode_request
-from fr_otel.otlp_export import export_spans
-from fr_otel.spans import TraceOptions, build_trace
+from fr_otel.otlp.config import resolve_export_config
+from fr_otel.otlp.encode import Unencodable, encode_chunks, encode_request
+from fr_otel.otlp.export import export_spans
+from fr_otel.trace.spans import TraceOptions, build_trace
 from fr_otel.testing.otlp import OtlpGrpcReceiver, synthetic_spans
 
 TRACE = 0x0123456789ABCDEF0123456789ABCDEF

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from fr_otel.otlp_file import request_to_json
+from fr_otel.otlp.jsonl import request_to_json
 from fr_otel.testing.otlp import (
     OtlpGrpcReceiver,
     OtlpHttpReceiver,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fr_otel.reader import _parse_ranks, parse_dump_bytes, read_dump_file
+from fr_otel.read.reader import _parse_ranks, parse_dump_bytes, read_dump_file
 
 
 def test_a_dump_from_bytes_read_without_entries_gives_the_same_dump_and_its_entries_on_demand(nvrx: Path) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel import reader
-from fr_otel.reader import read_dumps
+from fr_otel.read import reader
+from fr_otel.read.reader import read_dumps
 
 
 def _model(result: reader.ReadResult) -> dict[int, tuple]:

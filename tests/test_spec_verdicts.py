@@ -13,7 +13,7 @@ import pytest
 
 from fr_otel import Verdict, analyze, build_job, read_dumps
 from fr_otel.testing.dump_builder import DumpBuilder
-from fr_otel.text_report import render_verdict
+from fr_otel.report.text import render_verdict
 
 FORMATS = ("pickle", "json")
 

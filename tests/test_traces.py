@@ -21,7 +21,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.spans import TraceOptions, build_trace
+from fr_otel.trace.spans import TraceOptions, build_trace
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan, unused_tcp_port
 
 pytestmark = pytest.mark.gloo
@@ -194,7 +194,7 @@ def test_embedded_default_file_parses_back(hung: Path, tmp_path: Path) -> None:
                     for link in span.get("links", []):
                         assert len(link["spanId"]) == 16
         # hex ids are the OTLP file format; protobuf's own JSON wants base64: convert and parse.
-        from fr_otel.otlp_file import request_from_json
+        from fr_otel.otlp.jsonl import request_from_json
 
         request = request_from_json(doc)
         data = TracesData(resource_spans=request.resource_spans)
@@ -310,7 +310,7 @@ def test_spans_are_honest_about_the_stuck_collective(scenario_dumps, scenario: s
     culprit is stretched across the stall by gloo's estimated end."""
     from opentelemetry.trace import StatusCode
 
-    from fr_otel.spans import MAX_ESTIMATED_END_NS
+    from fr_otel.trace.spans import MAX_ESTIMATED_END_NS
 
     job = build_job(read_dumps(scenario_dumps(scenario) / "pickle"))
     verdict = analyze(job)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from fr_otel.otlp_config import ExportConfig
-from fr_otel.spans import TraceOptions
+from fr_otel.otlp.config import ExportConfig
+from fr_otel.trace.spans import TraceOptions
 from fr_otel.testing.otlp import (
     OtlpGrpcReceiver,
     OtlpHttpReceiver,

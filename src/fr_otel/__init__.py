@@ -10,11 +10,11 @@ job model, and names the culprit ranks with evidence::
 
 import logging as _logging
 
-from .analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
-from .dump import Entry, Frame, PgConfig, Progress, RankDump
-from .job import Job, ProcessGroup, build_job
-from .reader import ReadResult, read_dumps
-from .steps import step
+from .diagnosis.analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
+from .diagnosis.job import Job, ProcessGroup, build_job
+from .read.dump import Entry, Frame, PgConfig, Progress, RankDump
+from .read.reader import ReadResult, read_dumps
+from .read.steps import step
 
 __version__ = "0.1.0"
 

@@ -11,9 +11,9 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import Verdict, analyze
-from .job import Job, build_job
-from .reader import read_dumps
+from .diagnosis.analysis import Verdict, analyze
+from .diagnosis.job import Job, build_job
+from .read.reader import read_dumps
 
 __all__ = ["DemoResult", "TorchMissing", "run_demo"]
 
@@ -35,7 +35,9 @@ def run_demo(out_dir: str | Path, *, scenario: str = DEMO_SCENARIO, world_size: 
     """Run a real hanging gloo job, dump every rank, analyse; raises TorchMissing without torch."""
     if importlib.util.find_spec("torch") is None:
         raise TorchMissing("the demo runs a real gloo job and needs torch: pip install 'fr-otel[torch]'")
-    from .testing.gloo_jobs import make_dumps  # imports no torch itself; the job runs in a child
+    from .testing.gloo_jobs import (
+        make_dumps,  # imports no torch itself; the job runs in a child
+    )
 
     out = make_dumps(scenario, Path(out_dir), world_size=world_size, timeout_s=180)
     dumps_dir = out / "pickle"

@@ -30,20 +30,32 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .analysis import AnalysisOptions, analyze
-from .dump import RankDump
-from .incident_export import ExportOutcome, deliver_trace, failure_reason, rejected_note, replay_command
-from .incident_file import INCIDENT_FILE, REPORT_FILE, write_incident_files
-from .job import DEFAULT_PG_DESC, build_job
-from ._text import one_line, printable
-from .otlp_config import ExportConfig
-from .progress import TerminalProgress
-from .mounts import is_shared_filesystem
-from .output_files import atomic_write
-from .rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
-from .ranks import compress_ranks
-from .reader import ReadResult, attach_sidecars, host_from_name, rank_from_name, read_dump_file
-from .trace_options import TraceOptions
+from .common.files import atomic_write
+from .common.mounts import is_shared_filesystem
+from .common.progress import TerminalProgress
+from .common.ranks import compress_ranks
+from .common.text import one_line, printable
+from .diagnosis.analysis import AnalysisOptions, analyze
+from .diagnosis.job import DEFAULT_PG_DESC, build_job
+from .incident.delivery import (
+    ExportOutcome,
+    deliver_trace,
+    failure_reason,
+    rejected_note,
+    replay_command,
+)
+from .incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
+from .otlp.config import ExportConfig
+from .read.dump import RankDump
+from .read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
+from .read.reader import (
+    ReadResult,
+    attach_sidecars,
+    host_from_name,
+    rank_from_name,
+    read_dump_file,
+)
+from .trace.options import TraceOptions
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -498,7 +510,9 @@ class DumpWatcher:
                       len(dumps), lack)
         label = f"{self.trace.incident}/watch-{number}" if self.trace.incident else f"watch-{number}"
         try:
-            from .spans import build_trace  # the OpenTelemetry SDK loads only when there is something to export
+            from .trace.spans import (
+                build_trace,  # the OpenTelemetry SDK loads only when there is something to export
+            )
 
             self._note_hosts(dumps)
             read = ReadResult(dumps=dumps, problems=problems)

@@ -107,7 +107,7 @@ def _export_config(config: AgentConfig) -> Any:
     """The OTLP settings; a bad inherited timeout or insecure flag falls back to its default
     (still exporting), an unusable setting to the local file. Said once: by ``fr-otel run``
     at launch when it started this rank, else here."""
-    from ..otlp_config import resolve_export_config
+    from ..otlp.config import resolve_export_config
 
     level = logging.DEBUG if os.environ.get(FR_OTEL_AUTOSTART) == "1" else logging.WARNING
     warnings: list[str] = []
@@ -125,7 +125,13 @@ def _export_config(config: AgentConfig) -> Any:
 def _prepare_recorder(config: AgentConfig) -> None:
     """Before the process group exists, the recorder's size is still ours to set."""
     from .core import warn_recorder_off
-    from .recorder import BUFFER_SIZE_ENV, DEFAULT_CAPACITY, OLD_BUFFER_SIZE_ENV, process_group_ready, recorder_capacity
+    from .recorder import (
+        BUFFER_SIZE_ENV,
+        DEFAULT_CAPACITY,
+        OLD_BUFFER_SIZE_ENV,
+        process_group_ready,
+        recorder_capacity,
+    )
 
     current_capacity = recorder_capacity()
     if process_group_ready() is not None:

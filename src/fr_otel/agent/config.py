@@ -6,7 +6,7 @@ Precedence is the one OpenTelemetry uses everywhere::
 
 (``fr-otel run`` turns its flags into the variables, so in a launched job the flag wins.)
 Export settings are the standard ``OTEL_EXPORTER_OTLP_*`` variables, resolved by
-:mod:`fr_otel.otlp_config`; ``endpoint``/``protocol``/``headers``/``export_timeout`` here
+:mod:`fr_otel.otlp.config`; ``endpoint``/``protocol``/``headers``/``export_timeout`` here
 are only explicit overrides of them.
 
 A bad value never stops training: :func:`resolve_config` returns the default for it and a
@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..ids import JOB_ID_ENV
+from ..trace.ids import JOB_ID_ENV
 
-#: The export folder variable of :mod:`fr_otel.incident_export` (not imported: it loads gRPC).
+#: The export folder variable of :mod:`fr_otel.incident.delivery` (not imported: it loads gRPC).
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
 
 __all__ = [

@@ -24,18 +24,25 @@ import threading
 import time
 from typing import Any
 
-from .._text import PrintableFormatter
-from ..ids import job_identity
-from ..otlp_config import ExportConfig
-from ..rank_process import this_process
-from ..steps import COUNTER
+from ..common.text import PrintableFormatter
+from ..otlp.config import ExportConfig
+from ..read.rank_process import this_process
+from ..read.steps import COUNTER
+from ..trace.ids import job_identity
 from .config import AgentConfig
 from .flush import dump_root, flush_incident, publish_final
 from .health import HealthTracker
 from .hooks import ExitHooks
 from .incident import IncidentChannel, connect_channel
 from .poller import ProgressTracker, Stall
-from .recorder import GroupInfo, Recorder, groups_version, process_group_ready, read_groups, recorder_capacity
+from .recorder import (
+    GroupInfo,
+    Recorder,
+    groups_version,
+    process_group_ready,
+    read_groups,
+    recorder_capacity,
+)
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .state import ProcessInfo, Snapshot
 
@@ -276,7 +283,7 @@ class Agent:
         if self.export_config.disabled:
             trace = "no trace (OTEL_SDK_DISABLED)"
         elif self.export_config.endpoint is None:
-            from ..incident_export import out_dir
+            from ..incident.delivery import out_dir
 
             trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(self.config.out_dir))}/ (no OTLP endpoint set)"
         else:

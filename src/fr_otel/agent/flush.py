@@ -21,18 +21,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..ids import trace_id_for
-from ..incident_file import write_incident_files
-from ..live_stack import capture_stacks
-from ..output_files import atomic_write
-from ..ranks import compress_ranks
-from ..rank_map import RANKS_FILE, rank_map_json
-from ..reader import ReadResult
-from ..steps import COUNTER, STEPS_FILE, steps_file_json
+from ..common.files import atomic_write
+from ..common.ranks import compress_ranks
+from ..diagnosis.step_map import steps_file_json
+from ..incident.files import write_incident_files
+from ..read.live_stack import capture_stacks
+from ..read.rank_map import RANKS_FILE, rank_map_json
+from ..read.reader import ReadResult
+from ..read.steps import COUNTER, STEPS_FILE
+from ..trace.ids import trace_id_for
 from .payload import decode_payload, encode_payload, entries_per_group
 
 if TYPE_CHECKING:
-    from ..verdict import Culprit
+    from ..diagnosis.verdict import Culprit
     from .config import AgentConfig
     from .core import Agent
 
@@ -47,7 +48,7 @@ log = logging.getLogger("fr_otel.agent")
 
 def dump_root(config: AgentConfig) -> Path:
     """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
-    from ..incident_export import out_dir
+    from ..incident.delivery import out_dir
 
     return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
 
@@ -83,10 +84,17 @@ def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, dead
 def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
                dump_written: bool = True) -> None:
     """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
-    from ..analysis import analyze  # the export stack loads only when an incident happens
-    from ..incident_export import deliver_trace, failure_reason, rejected_note, replay_command
-    from ..job import build_job
-    from ..spans import TraceOptions, build_trace
+    from ..diagnosis.analysis import (
+        analyze,  # the export stack loads only when an incident happens
+    )
+    from ..diagnosis.job import build_job
+    from ..incident.delivery import (
+        deliver_trace,
+        failure_reason,
+        rejected_note,
+        replay_command,
+    )
+    from ..trace.spans import TraceOptions, build_trace
 
     assert agent.channel is not None and agent.world_size is not None
     world = agent.world_size

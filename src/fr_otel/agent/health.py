@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .._text import one_line
+from ..common.text import one_line
 from .state import Health
 
 __all__ = ["LOG_EVERY_S", "HealthTracker"]

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .._text import one_line
+from ..common.text import one_line
 
 __all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreUnavailable", "IncidentChannel", "connect_channel"]
 

@@ -14,19 +14,19 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from functools import partial
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
-from ..dump import Entry, RankDump
-from ..live_stack import PAYLOAD_KEY as STACKS_KEY
-from ..live_stack import LiveStacks
-from ..ranks import compress_ranks
-from ..rank_process import PAYLOAD_KEY as PROCESS_KEY
-from ..rank_process import RankProcess
-from ..reader import parse_dump_bytes
-from ..steps import PAYLOAD_KEY as STEPS_KEY
-from ..steps import StepLog
+from ..common.ranks import compress_ranks
+from ..read.dump import Entry, RankDump
+from ..read.live_stack import PAYLOAD_KEY as STACKS_KEY
+from ..read.live_stack import LiveStacks
+from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
+from ..read.rank_process import RankProcess
+from ..read.reader import parse_dump_bytes
+from ..read.steps import PAYLOAD_KEY as STEPS_KEY
+from ..read.steps import StepLog
 from .recorder import GroupInfo, entry_completed, gc_paused
 
 __all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]

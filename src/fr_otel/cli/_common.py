@@ -8,16 +8,22 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
-from ..analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident_export import DEFAULT_OUT_DIR, OUT_DIR_ENV
-from ..incident_file import IncidentIdentity, apply_identity, find_identity
-from ..job import Job, build_job
-from ..otlp_config import DEFAULT_TIMEOUT_S, PROTOCOLS, ExportConfig, check_tls_files, resolve_export_config
-from ..output_files import OutputRefused, check_output_dir, check_output_file
-from ..progress import TerminalProgress
-from ..reader import read_dumps
-from ..safe_pickle import DEFAULT_MAX_FILE_BYTES
-from .._text import printable
+from ..common.files import OutputRefused, check_output_dir, check_output_file
+from ..common.progress import TerminalProgress
+from ..common.text import printable
+from ..diagnosis.analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
+from ..diagnosis.job import Job, build_job
+from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
+from ..incident.files import IncidentIdentity, apply_identity, find_identity
+from ..otlp.config import (
+    DEFAULT_TIMEOUT_S,
+    PROTOCOLS,
+    ExportConfig,
+    check_tls_files,
+    resolve_export_config,
+)
+from ..read.reader import read_dumps
+from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 
 EXIT_OK = 0  # analysed, whatever the verdict
 EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)

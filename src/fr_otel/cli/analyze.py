@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis import analyze
-from ..text_report import render_verdict
+from ..diagnosis.analysis import analyze
+from ..report.text import render_verdict
 from ._common import (
-    EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE, add_input_args, analysis_options, load_incident, outputs_ok, print_json,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNUSABLE,
+    add_input_args,
+    analysis_options,
+    load_incident,
+    outputs_ok,
+    print_json,
     terminal_progress,
 )
 from .report import add_html_arg, write_html

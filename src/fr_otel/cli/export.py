@@ -5,22 +5,46 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
 from typing import TYPE_CHECKING
 
-from ..analysis import Verdict, analyze
-from ..incident_export import ExportOutcome, deliver_trace, export_hint, failure_reason, rejected_note, replay_command
-from ..incident_file import IncidentIdentity
-from ..job import Job
-from ..otlp_config import ExportConfig
-from ..text_report import render_verdict
-from ..trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
+from ..diagnosis.analysis import Verdict, analyze
+from ..diagnosis.job import Job
+from ..incident.delivery import (
+    ExportOutcome,
+    deliver_trace,
+    export_hint,
+    failure_reason,
+    rejected_note,
+    replay_command,
+)
+from ..incident.files import IncidentIdentity
+from ..otlp.config import ExportConfig
+from ..report.text import render_verdict
+from ..trace.options import (
+    DEFAULT_LAST_N,
+    DEFAULT_MAX_SPANS,
+    DEFAULT_SERVICE_NAME,
+    TraceOptions,
+)
 
 if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exports
-    from ..spans import IncidentTrace
+    from ..trace.spans import IncidentTrace
 from ._common import (
-    EXIT_FAILED, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE, add_export_args, add_input_args, add_quiet_arg,
-    analysis_options, count, error, export_config, load_incident, outputs_ok, print_json, terminal_progress,
+    EXIT_FAILED,
+    EXIT_NOT_DELIVERED,
+    EXIT_OK,
+    EXIT_UNUSABLE,
+    add_export_args,
+    add_input_args,
+    add_quiet_arg,
+    analysis_options,
+    count,
+    error,
+    export_config,
+    load_incident,
+    outputs_ok,
+    print_json,
+    terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -77,7 +101,7 @@ def trace_options(args: argparse.Namespace, identity: IncidentIdentity | None = 
 def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace,
                       identity: IncidentIdentity | None = None) -> int:
     """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
-    from ..spans import build_trace
+    from ..trace.spans import build_trace
 
     bars = terminal_progress(args)
     with bars.task("building spans", "ranks") as update:
@@ -150,7 +174,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if config.endpoint is None:
         error("replay needs an endpoint: --endpoint or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
         return EXIT_UNUSABLE
-    from ..otlp_export import replay
+    from ..otlp.export import replay
 
     for name in args.files:
         if not os.path.isfile(name):

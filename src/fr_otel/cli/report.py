@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from ..analysis import Verdict, analyze
-from ..html_report import render, write_report
-from ..job import Job
-from ..ranks import compress_ranks
+from ..common.ranks import compress_ranks
+from ..diagnosis.analysis import Verdict, analyze
+from ..diagnosis.job import Job
+from ..report.html import render, write_report
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,

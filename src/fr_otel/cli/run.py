@@ -18,8 +18,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..agent.config import FR_OTEL_AGENT_PID, FR_OTEL_AUTOSTART, OPTIONS, launch_environment
-from ..otlp_config import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, PROTOCOLS
+from ..agent.config import (
+    FR_OTEL_AGENT_PID,
+    FR_OTEL_AUTOSTART,
+    OPTIONS,
+    launch_environment,
+)
+from ..otlp.config import (
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    PROTOCOLS,
+)
 from ._common import EXIT_OK, EXIT_UNUSABLE, error
 
 __all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
@@ -150,7 +159,7 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
 
 def _export_problems(env: Mapping[str, str]) -> list[str]:
     """Say now, once, what each rank would otherwise say: the OTLP settings are unusable."""
-    from ..otlp_config import resolve_export_config
+    from ..otlp.config import resolve_export_config
 
     warnings: list[str] = []
     try:

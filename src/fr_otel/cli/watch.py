@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from .._text import PrintableFormatter
-from ..incident_export import out_dir
-from ..ranks import compress_ranks
+from ..common.ranks import compress_ranks
+from ..common.text import PrintableFormatter
+from ..incident.delivery import out_dir
 from ..watch import (
     DEFAULT_DEADLINE_S,
     DEFAULT_POLL_S,
@@ -34,9 +34,9 @@ from ._common import (
     error,
     export_config,
     non_negative_seconds,
-    terminal_progress,
     outputs_ok,
     seconds,
+    terminal_progress,
 )
 from .export import add_trace_args, trace_options
 

@@ -43,8 +43,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
-from ..ids import _hash_int
-from ..otlp_file import request_from_json
+from ..otlp.jsonl import request_from_json
+from ..trace.ids import _hash_int
 from .ports import unused_tcp_port
 
 __all__ = [

@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ._json_file import read_rank_map_file
-from .output_files import atomic_write
+from ..common.files import atomic_write
+from .json_file import read_rank_map_file
 from .rank_process import RankProcess, process_from_raw
 
 __all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]

@@ -4,7 +4,7 @@ A path may be a directory of per-rank dumps, one file or several. The rank comes
 from the file name's trailing number (``nccl_trace_rank_node02_5`` is rank 5), or
 from what follows an explicit prefix. Each bad file costs one problem line
 ("file: what is wrong") and the rest of the job is still read; nothing here
-raises on bad input. Pickles go through :mod:`fr_otel.safe_pickle`. Large jobs are
+raises on bad input. Pickles go through :mod:`fr_otel.read.safe_pickle`. Large jobs are
 read on all cores.
 """
 
@@ -23,23 +23,29 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ._columns import summarise
-from ._text import one_line, printable
+from ..common.files import file_kind
+from ..common.ranks import compress_ranks
+from ..common.text import one_line, printable
+from .columns import summarise
 from .dump import Entry, Frame, PgConfig, Progress, RankDump
 from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
-from .output_files import file_kind
+from .rank_map import RANKS_FILE, read_rank_map
 from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
-from .ranks import compress_ranks
-from .safe_pickle import DEFAULT_MAX_FILE_BYTES, ForbiddenPickle, budget_for, load_restricted, memory_budget
-from .rank_map import RANKS_FILE, read_rank_map
+from .safe_pickle import (
+    DEFAULT_MAX_FILE_BYTES,
+    ForbiddenPickle,
+    budget_for,
+    load_restricted,
+    memory_budget,
+)
 from .steps import PAYLOAD_KEY as STEPS_KEY
 from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
 from .validate import BadField, EntryFaults, counter, entry_from_raw, int64
 
 if TYPE_CHECKING:
-    from .progress import ProgressCallback
+    from ..common.progress import ProgressCallback
 
 __all__ = [
     "ReadResult", "attach_sidecars", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes",
@@ -299,7 +305,7 @@ def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = Tr
 
     Returns None when the file is unusable (the reason is in ``problems``): not a
     regular file, over ``max_bytes``, or not a dump. Loading may allocate only a small
-    multiple of the file's size (:func:`fr_otel.safe_pickle.memory_budget`).
+    multiple of the file's size (:func:`fr_otel.read.safe_pickle.memory_budget`).
     ``full=False`` keeps columns and the tail only; ``entries`` then re-reads the file.
     """
     try:
@@ -414,7 +420,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     backend = _backend(raw_entries, comm_lib)
     gloo = backend == "gloo"
     stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
-    summary = summarise(raw_entries, gloo)  # None when a column fails validation (fr_otel.validate hooks)
+    summary = summarise(raw_entries, gloo)  # None when a column fails validation (fr_otel.read.validate hooks)
     entries: list[Entry] | None = None
     if summary is None or full:
         entries = _entries(raw_entries, gloo, path, problems, stacks)
@@ -582,7 +588,7 @@ def _entries(
     raw_entries: list[Any], gloo: bool, path: str, problems: list[str],
     stacks: dict[tuple[int, ...], tuple[Frame, ...]], positions: Sequence[int] | None = None,
 ) -> list[Entry]:
-    """Validated :class:`Entry` objects (see :mod:`fr_otel.validate`); faults cost one line per kind."""
+    """Validated :class:`Entry` objects (see :mod:`fr_otel.read.validate`); faults cost one line per kind."""
     entries: list[Entry] = []
     faults = EntryFaults(path)
     append = entries.append

@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from .dump import GroupHistory
+from ..common.ranks import compress_ranks
+from ..read.dump import GroupHistory
+from ..read.validate import is_unknown_call
 from .job import Job, ProcessGroup
-from .ranks import compress_ranks
-from .validate import is_unknown_call
 from .verdict import Evidence
 
 __all__ = ["describe_call", "find_mismatches"]

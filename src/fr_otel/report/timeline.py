@@ -23,10 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .analysis import Culprit, Verdict
-from .dump import Entry, RankDump
-from .job import Job, ProcessGroup
-from .ranks import compress_ranks
+from ..common.ranks import compress_ranks
+from ..diagnosis.analysis import Culprit, Verdict
+from ..diagnosis.job import Job, ProcessGroup
+from ..read.dump import Entry, RankDump
 
 __all__ = ["Facts", "clip", "esc", "fmt_duration", "fmt_rel", "history_at", "render_timeline", "tail_entry"]
 

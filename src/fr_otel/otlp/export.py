@@ -4,7 +4,7 @@ fr-otel exports at the worst moment: a job is hung or being killed. The SDK's ex
 retry inside their own timeout and ``BatchSpanProcessor.force_flush`` reports success
 even when every export failed, so this module sends the protobufs itself:
 
-1. encode ``ReadableSpan``s straight to protobuf bytes (:mod:`fr_otel.otlp_encode`, the
+1. encode ``ReadableSpan``s straight to protobuf bytes (:mod:`fr_otel.otlp.encode`, the
    SDK's ``encode_spans`` bytes ~10x sooner; the SDK itself for values it does not
    handle), or take encoded requests;
 2. split them into chunks under ``ExportConfig.max_request_bytes`` (collectors refuse
@@ -14,7 +14,7 @@ even when every export failed, so this module sends the protobufs itself:
 3. send each chunk with gRPC or HTTP, retrying transient failures with jittered backoff
    (or the server's RetryInfo / Retry-After), every attempt capped by the time left;
 4. write every chunk that failed, was rejected or was never attempted to an OTLP JSON
-   Lines spool file (:mod:`fr_otel.otlp_file`) for :func:`replay`.
+   Lines spool file (:mod:`fr_otel.otlp.jsonl`) for :func:`replay`.
 
 ``deadline_s`` covers all of it, spool writing included: the network phase stops early
 enough to render what is left as JSON (rendered ahead while backing off, at a speed
@@ -71,10 +71,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ._text import one_line
-from .otlp_config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig, check_tls_files
-from .otlp_encode import Unencodable, encode_chunks
-from .otlp_file import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
+from ..common.text import one_line
+from .config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig, check_tls_files
+from .encode import Unencodable, encode_chunks
+from .jsonl import read_jsonl, request_to_json, to_jsonl_line, write_jsonl
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .dump import Frame, Progress
+from ..read.dump import Frame, Progress
+from ..read.live_stack import LiveStacks
+from ..read.rank_process import RankProcess
 from .job import ProcessGroup
-from .live_stack import LiveStacks
-from .rank_process import RankProcess
 
 if TYPE_CHECKING:
     from .stop_order import StopOrder

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .otlp_config import ExportConfig
+from ..otlp.config import ExportConfig
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
-    from .otlp_export import ExportResult
-    from .progress import ProgressCallback
-    from .spans import IncidentTrace
+    from ..common.progress import ProgressCallback
+    from ..otlp.export import ExportResult
+    from ..trace.spans import IncidentTrace
 
 __all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "rejected_note", "replay_command",
            "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
@@ -62,7 +62,7 @@ def deliver_trace(
 ) -> ExportOutcome:
     """Export ``trace`` to the configured endpoint, or write it to the embedded file;
     ``encoding(spans encoded, spans)`` and ``progress(spans sent, spans)`` follow the two steps."""
-    from .otlp_export import export_spans, write_embedded
+    from ..otlp.export import export_spans, write_embedded
 
     folder = out_dir(directory).absolute()  # every path we print can be used from any folder
     name = f"fr-otel-trace-{trace.trace_id_hex}.jsonl"
@@ -118,7 +118,10 @@ def export_hint(error: str | None, config: ExportConfig) -> str | None:
     """
     if not error:
         return None
-    from .otlp_export import NOT_GRPC, NOT_HTTP  # an export ran: grpc is loaded already
+    from ..otlp.export import (  # an export ran: grpc is loaded already
+        NOT_GRPC,
+        NOT_HTTP,
+    )
 
     target = config.target()
     netloc = urlsplit(target).netloc if "://" in target else target

@@ -3,7 +3,7 @@
 The SDK's exporter classes read some of these variables themselves, but not all
 (``OTEL_EXPORTER_OTLP_PROTOCOL`` is only read by auto-configuration) and they retry
 inside their own timeout. fr-otel sends the protobufs itself (see
-:mod:`fr_otel.otlp_export`), so it resolves the configuration here, once, with the
+:mod:`fr_otel.otlp.export`), so it resolves the configuration here, once, with the
 precedence the OpenTelemetry specification uses everywhere::
 
     explicit argument > OTEL_EXPORTER_OTLP_TRACES_* > OTEL_EXPORTER_OTLP_* > default
@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from ._text import one_line, printable
+from ..common.text import one_line, printable
 
 __all__ = [
     "DEFAULT_GRPC_ENDPOINT",

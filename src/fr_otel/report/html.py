@@ -16,8 +16,16 @@ import hashlib
 import os
 from collections.abc import Iterable
 
-from . import __version__
-from ._timeline import (
+from .. import __version__
+from ..common.files import atomic_write
+from ..common.ranks import compress_ranks
+from ..diagnosis.analysis import Culprit, GroupState, Verdict
+from ..diagnosis.job import Job
+from ..diagnosis.stop_order import format_clock
+from ..incident.delivery import replay_command
+from ..read.dump import Entry, Frame, Progress
+from .text import step_sentence
+from .timeline import (
     Facts,
     esc,
     fmt_duration,
@@ -26,14 +34,6 @@ from ._timeline import (
     render_timeline,
     tail_entry,
 )
-from .analysis import Culprit, GroupState, Verdict
-from .dump import Entry, Frame, Progress
-from .incident_export import replay_command
-from .job import Job
-from .output_files import atomic_write
-from .ranks import compress_ranks
-from .stop_order import format_clock
-from .text_report import step_sentence
 
 __all__ = ["render", "write_report"]
 
@@ -117,7 +117,7 @@ def render(
 
 
 def write_report(path: str | os.PathLike[str], document: str) -> int:
-    """Write ``document`` atomically as UTF-8 (see :mod:`fr_otel.output_files`); returns its size in bytes."""
+    """Write ``document`` atomically as UTF-8 (see :mod:`fr_otel.common.files`); returns its size in bytes."""
     data = document.encode("utf-8", "replace")
     atomic_write(path, data)
     return len(data)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._text import one_line, printable
-from .analysis import Culprit, Verdict
-from .ranks import compress_ranks
+from ..common.ranks import compress_ranks
+from ..common.text import one_line, printable
+from ..diagnosis.analysis import Culprit, Verdict
 
 __all__ = ["render_verdict", "step_sentence"]
 

@@ -2,7 +2,7 @@
 
 Within a group, a rank with a collective in flight waits for every member that
 has not enqueued it; a pending send/recv waits for the peer that never posted its
-counterpart (edges added by :mod:`fr_otel.p2p`). Edges go through (group, seq, why) hubs, so N waiters on M
+counterpart (edges added by :mod:`fr_otel.diagnosis.p2p`). Edges go through (group, seq, why) hubs, so N waiters on M
 laggards cost N + M edges, not N × M. Culprits are the ranks in *sink*
 components that someone waits on: waited for, and waiting for no one (a cycle of
 ranks waiting on each other is a sink too: collectives issued in different
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..common.ranks import compress_ranks
 from .job import Job
-from .ranks import compress_ranks
 from .verdict import Evidence, GroupState
 
 __all__ = ["WaitGraph", "add_waits"]

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .dump import Frame
+from ..common.ranks import compress_ranks
+from ..read.dump import Frame
+from ..read.live_stack import LiveStacks
+from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
-from .live_stack import LiveStacks
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
-from .steps import step_of_collective
+from .step_map import step_of_collective
 from .stop_order import StopOrder, order_stops
-from .rank_process import RankProcess
 from .straggler import find_stragglers
 from .verdict import (
     DEFAULT_STRAGGLER_THRESHOLD_S,
@@ -36,7 +37,6 @@ from .verdict import (
     InFlight,
     Verdict,
 )
-from .ranks import compress_ranks
 from .waits import WaitGraph, add_waits
 
 # The result types live in .verdict; they are re-exported here, where users look first.

@@ -89,7 +89,7 @@ class P2PChannel:
     """One rank's send/recv of one kind to one peer in one group (``send 1->2``), in record order.
 
     Kept apart from the collectives: p2p counters are per rank and never comparable
-    across ranks; pairing goes by order within the channel (see :mod:`fr_otel.p2p`).
+    across ranks; pairing goes by order within the channel (see :mod:`fr_otel.diagnosis.p2p`).
     """
 
     done: bytes  # 1 where completed (backend-aware)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, TypeVar
 
-from ._text import one_line
+from ..common.text import one_line
 
 __all__ = ["read_json_file", "read_rank_map_file"]
 

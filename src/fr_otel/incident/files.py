@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ._text import one_line
-from .job import Job
-from .live_stack import LiveStacks, stacks_from_raw
-from .output_files import atomic_write
-from .rank_process import RankProcess, process_from_raw
+from ..common.files import atomic_write
+from ..common.text import one_line
+from ..diagnosis.job import Job
+from ..read.live_stack import LiveStacks, stacks_from_raw
+from ..read.rank_process import RankProcess, process_from_raw
 
 if TYPE_CHECKING:
-    from .incident_export import ExportOutcome
-    from .spans import IncidentTrace
-    from .verdict import Verdict
+    from ..diagnosis.verdict import Verdict
+    from ..trace.spans import IncidentTrace
+    from .delivery import ExportOutcome
 
 __all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
            "write_identity", "write_incident_files", "apply_identity"]
@@ -96,7 +96,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
                          outcome: ExportOutcome) -> Path:
     """``incident.json`` (the identity offline tools pick up) and ``incident.html`` beside the dumps
     of an incident just exported (by the agent's coordinator or ``fr-otel watch``); raises OSError."""
-    from .html_report import render, write_report
+    from ..report.html import render, write_report
 
     summary = {
         "verdict": verdict.verdict,

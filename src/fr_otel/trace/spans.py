@@ -25,20 +25,32 @@ from typing import Any, Iterable, Sequence
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
-from . import __version__
+from .. import __version__
+from ..common.progress import ProgressCallback
+from ..common.ranks import compress_ranks
+from ..diagnosis.analysis import Verdict
+from ..diagnosis.job import Job
+from ..read.columns import TAIL_PER_GROUP
+from ..read.dump import Entry
+from ..read.live_stack import LiveStacks, is_library_frame
+from ..read.rank_process import RankProcess
 from . import attributes as A
-from ._columns import TAIL_PER_GROUP
-from .analysis import Verdict
-from .dump import Entry
 from .ids import job_identity, span_id_for, trace_id_for
-from .job import Job
-from .live_stack import LiveStacks, is_library_frame
-from .progress import ProgressCallback
-from .rank_process import RankProcess
-from .ranks import compress_ranks
-from .trace_options import DEFAULT_LAST_N, DEFAULT_MAX_SPANS, DEFAULT_SERVICE_NAME, TraceOptions
+from .options import (
+    DEFAULT_LAST_N,
+    DEFAULT_MAX_SPANS,
+    DEFAULT_SERVICE_NAME,
+    TraceOptions,
+)
 
 # TraceOptions and the defaults live in .trace_options (light to import); re-exported here.
 __all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N", "DEFAULT_MAX_SPANS"]

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 
-from .output_files import OutputRefused, atomic_write, check_output_file
+from ..common.files import OutputRefused, atomic_write, check_output_file
 
 __all__ = [
     "read_jsonl",

@@ -15,10 +15,10 @@ from functools import partial
 from itertools import compress
 from operator import not_
 
-from .dump import Entry, GroupHistory, Progress, RankDump
-from .rank_process import RankProcess
-from .ranks import compress_ranks
-from .reader import ReadResult, host_from_name
+from ..common.ranks import compress_ranks
+from ..read.dump import Entry, GroupHistory, Progress, RankDump
+from ..read.rank_process import RankProcess
+from ..read.reader import ReadResult, host_from_name
 
 __all__ = ["ProcessGroup", "Job", "build_job"]
 

@@ -25,7 +25,7 @@ import re
 from array import array
 from dataclasses import dataclass, field
 
-from .dump import Entry, P2PChannel
+from ..read.dump import Entry, P2PChannel
 from .job import Job, ProcessGroup
 from .mismatch import describe_call
 from .verdict import Evidence

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._text import printable
+from ..common.text import printable
 
 __all__ = [
     "MAX_STRING_CHARS", "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",

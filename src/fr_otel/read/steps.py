@@ -10,8 +10,8 @@ step. The recorder stamps every collective with its enqueue time on the same clo
 the ring places each collective in its step afterwards (and the step map file beside the
 dumps lists, per group, the first sequence number of each recent step).
 
-Analysis side (pure data): :class:`StepLog` is one rank's counter and ring as a dump,
-payload or ``steps.json`` carries it; :func:`step_of_collective` answers which step a
+Read side (pure data): :class:`StepLog` is one rank's counter and ring as a dump,
+payload or ``steps.json`` carries it; :mod:`fr_otel.diagnosis.step_map` answers which step a
 collective belongs to.
 """
 
@@ -21,16 +21,12 @@ import bisect
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._json_file import read_rank_map_file
-
-if TYPE_CHECKING:
-    from .job import Job
+from .json_file import read_rank_map_file
 
 __all__ = [
-    "COUNTER", "PAYLOAD_KEY", "STEPS_FILE", "StepCounter", "StepLog", "first_seqs", "read_steps_file", "step",
-    "step_log_from_raw", "step_of_collective", "steps_file_json",
+    "COUNTER", "PAYLOAD_KEY", "STEPS_FILE", "StepCounter", "StepLog", "read_steps_file", "step", "step_log_from_raw",
 ]
 
 #: Top-level key of an agent payload holding the rank's :class:`StepLog`.
@@ -143,55 +139,6 @@ def step_log_from_raw(value: Any) -> StepLog | None:
 
 def _is_int(v: Any) -> bool:
     return type(v) is int and abs(v) < _MAX_STEP
-
-
-def first_seqs(job: Job, rank: int) -> dict[str, list[tuple[int, int]]]:
-    """Per group, ``(step, first collective seq)`` of each step the rank's entries show."""
-    dump = job.dumps.get(rank)
-    log = dump.steps if dump is not None else None
-    out: dict[str, list[tuple[int, int]]] = {}
-    if dump is None or log is None:
-        return out
-    for name, h in dump.histories.items():
-        pairs: list[tuple[int, int]] = []
-        for seq, created in zip(h.seq, h.created_ns):
-            s = log.step_at(created)
-            if s is not None and (not pairs or s != pairs[-1][0]):
-                pairs.append((s, seq))
-        if pairs:
-            out[name] = pairs
-    return out
-
-
-def step_of_collective(job: Job, group: str, seq: int) -> int | None:
-    """The step collective ``seq`` of ``group`` belongs to, from any rank that enqueued it and
-    counted steps (each rank reads its own clock against its own ring)."""
-    for rank in sorted(job.dumps):
-        dump = job.dumps[rank]
-        if dump.steps is None:
-            continue
-        h = dump.histories.get(group)
-        if h is None:
-            continue
-        try:
-            i = h.seq.index(seq)
-        except ValueError:
-            continue
-        found = dump.steps.step_at(h.created_ns[i])
-        if found is not None:
-            return found
-    return None
-
-
-def steps_file_json(job: Job) -> dict[str, Any]:
-    """The step map written beside the dumps: per rank its step, step starts and, per group,
-    the first sequence number of each recent step."""
-    ranks: dict[str, Any] = {}
-    for rank, dump in sorted(job.dumps.items()):
-        if dump.steps is not None:
-            ranks[str(rank)] = {**dump.steps.as_json(),
-                                "first_seq": {g: [list(p) for p in pairs] for g, pairs in first_seqs(job, rank).items()}}
-    return {"version": 1, "ranks": ranks}
 
 
 def read_steps_file(path: str, problems: list[str]) -> dict[int, StepLog]:

@@ -15,7 +15,7 @@ Two speeds, so validation costs almost nothing on good dumps:
   extracts anyway, across all entries at once with C-level builtins (``set``, ``min``)
   and over the few distinct values in Python; they only say yes or no;
 - :func:`entry_from_raw` checks every field of one entry as it becomes an
-  :class:`~fr_otel.dump.Entry` (the tail always; every entry when a column failed).
+  :class:`~fr_otel.read.dump.Entry` (the tail always; every entry when a column failed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from array import array
 from typing import Any
 
-from ._text import one_line, printable
+from ..common.text import one_line, printable
 from .dump import Entry, Frame
 
 __all__ = [
@@ -87,7 +87,7 @@ def _what(value: Any) -> str:
 
 
 def clean_text(value: str) -> str:
-    """A string from a dump, safe to print and encode (see :func:`fr_otel._text.printable`)."""
+    """A string from a dump, safe to print and encode (see :func:`fr_otel.common.text.printable`)."""
     return printable(value)
 
 
@@ -109,7 +109,7 @@ def counter(value: Any) -> int:
 
 
 # --------------------------------------------------------------------------- hooks for the column builder
-# ``fr_otel._columns.summarise`` extracts the columns anyway; these check what it extracted
+# ``fr_otel.read.columns.summarise`` extracts the columns anyway; these check what it extracted
 # (C-speed set/min/max over whole columns, Python only over the few distinct values: each
 # distinct fingerprint once per process) and send any dump they reject down the validating
 # slow path (:func:`entry_from_raw`). The int64 bound is ``array('q')``'s own OverflowError.

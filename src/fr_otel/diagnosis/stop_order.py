@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..common.ranks import compress_ranks
 from .job import Job
-from .ranks import compress_ranks
 from .verdict import Culprit
 
 __all__ = ["StopOrder", "StopPoint", "format_clock", "order_stops"]

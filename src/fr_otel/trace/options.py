@@ -1,6 +1,6 @@
 """What goes into an incident trace: options and defaults, light to import.
 
-Kept apart from :mod:`fr_otel.spans` (which imports the OpenTelemetry SDK) so that
+Kept apart from :mod:`fr_otel.trace.spans` (which imports the OpenTelemetry SDK) so that
 command-line parsing and the analysis never pay for the SDK they may not use.
 """
 

@@ -1,0 +1,2 @@
+"""OTLP delivery: export configuration, protobuf encoding, chunked transport, the JSON Lines spool and replay.
+"""

@@ -1,0 +1,2 @@
+"""The incident as OpenTelemetry spans: one timeline per rank, linked across ranks by collective.
+"""
