@@ -15,8 +15,9 @@ from .diagnosis.job import Job, ProcessGroup, build_job
 from .read.dump import Entry, Frame, PgConfig, Progress, RankDump
 from .read.reader import ReadResult, read_dumps
 from .read.steps import step
+from .version import __version__
 
-__version__ = "0.1.0"
+
 
 # A library logs, the application decides where it goes (stdlib convention).
 _logging.getLogger("fr_otel").addHandler(_logging.NullHandler())

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from .. import __version__
+from ..version import __version__
 from . import analyze, demo, export, report, run, watch
 from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
 

@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 
-from .. import __version__
+from ..version import __version__
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
 from ..diagnosis.analysis import Culprit, GroupState, Verdict

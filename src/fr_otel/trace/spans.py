@@ -34,7 +34,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from .. import __version__
+from ..version import __version__
 from ..common.progress import ProgressCallback
 from ..common.ranks import compress_ranks
 from ..diagnosis.analysis import Verdict
