@@ -2,7 +2,7 @@
 """The live incident path at 1k/4k/16k simulated ranks, against a real TCPStore.
 
 What is real: the store (``torch.distributed.TCPStore`` server in its own process), the
-agent's incident protocol (:class:`fr_otel.agent.incident.IncidentChannel` over the same
+agent's incident protocol (:class:`fr_otel.agent.channel.IncidentChannel` over the same
 ``PrefixStore`` chain :func:`connect_channel` builds), the payloads
 (:func:`fr_otel.agent.payload.encode_payload` on realistic recorders), the coordinator
 (:func:`fr_otel.agent.flush.coordinate` in a process of its own, on a real ``Agent``), and
@@ -186,7 +186,7 @@ def channel(port: int) -> Any:
 
     import torch.distributed as dist
 
-    from fr_otel.agent.incident import IncidentChannel
+    from fr_otel.agent.channel import IncidentChannel
 
     root = dist.PrefixStore("fr_otel/", _store(port))
     digest = hashlib.blake2b(JOB_ID.encode(), digest_size=8).hexdigest()

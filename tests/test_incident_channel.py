@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from fr_otel.agent.incident import IncidentChannel
+from fr_otel.agent.channel import IncidentChannel
 from fr_otel.testing.ports import unused_tcp_port
 
 

@@ -33,7 +33,7 @@ from .config import AgentConfig
 from .flush import dump_root, flush_incident, publish_final
 from .health import HealthTracker
 from .hooks import ExitHooks
-from .incident import IncidentChannel, connect_channel
+from .channel import IncidentChannel, connect_channel
 from .poller import ProgressTracker, Stall
 from .recorder import (
     GroupInfo,
