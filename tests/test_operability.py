@@ -614,7 +614,9 @@ def test_the_light_path_does_not_import_tqdm() -> None:
     code = "\n".join([
         "import sys",
         "from fr_otel.cli import main",
-        "from fr_otel import analysis, progress, reader",
+        "from fr_otel.common import progress",
+        "from fr_otel.diagnosis import analysis",
+        "from fr_otel.read import reader",
         "assert 'tqdm' not in sys.modules, 'imported at start'",
         "with progress.TerminalProgress(enabled=False).task('x', 'y') as update:",
         "    update(1, 2)",
