@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from fr_otel import analyze, build_job
 from fr_otel.report.html import render
-from fr_otel.otlp.export import to_requests
+from fr_otel.otlp.chunks import to_requests
 from fr_otel.read.reader import ReadResult, parse_dump_bytes, read_dumps
 from fr_otel.trace.spans import build_trace
 from fr_otel.report.text import render_verdict

@@ -20,7 +20,7 @@ import pytest
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.report.html import render
 from fr_otel.otlp.config import resolve_export_config
-from fr_otel.otlp.export import to_requests
+from fr_otel.otlp.chunks import to_requests
 from fr_otel.trace.spans import build_trace
 from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
@@ -514,11 +514,12 @@ def test_a_failed_spool_rewrite_counts_the_delivered_spans_still_in_it(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """If replay cannot rewrite a partly delivered file, it says those spans are still there."""
     from fr_otel.otlp import export as otlp_export
+    from fr_otel.otlp.chunks import chunk_requests
     from fr_otel.otlp.jsonl import write_jsonl
     from fr_otel.testing.otlp import synthetic_spans
 
-    spool = write_jsonl(tmp_path / "spool.jsonl", otlp_export.chunk_requests(
-        otlp_export.to_requests(synthetic_spans(200)), 4096))
+    spool = write_jsonl(tmp_path / "spool.jsonl", chunk_requests(
+        to_requests(synthetic_spans(200)), 4096))
     with OtlpGrpcReceiver() as rx:
         rx.fail_next(*([None] * 3), *([__import__("grpc").StatusCode.INVALID_ARGUMENT] * 200))
 

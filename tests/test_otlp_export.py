@@ -17,14 +17,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from fr_otel.otlp.config import ExportConfig, resolve_export_config
-from fr_otel.otlp.export import (
-    ExportResult,
-    chunk_requests,
-    export_spans,
-    replay,
-    to_requests,
-    write_embedded,
-)
+from fr_otel.otlp.chunks import chunk_requests, to_requests
+from fr_otel.otlp.export import ExportResult, export_spans, replay, write_embedded
 from fr_otel.otlp.jsonl import read_jsonl, request_from_json, request_to_json, write_jsonl
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, synthetic_spans, unused_tcp_port
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..otlp.config import ExportConfig
+from ..otlp.transport import NOT_GRPC, NOT_HTTP
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from ..common.progress import ProgressCallback
@@ -118,11 +119,6 @@ def export_hint(error: str | None, config: ExportConfig) -> str | None:
     """
     if not error:
         return None
-    from ..otlp.export import (  # an export ran: grpc is loaded already
-        NOT_GRPC,
-        NOT_HTTP,
-    )
-
     target = config.target()
     netloc = urlsplit(target).netloc if "://" in target else target
     if NOT_HTTP in error:
