@@ -5,8 +5,8 @@ What is real: the store (``torch.distributed.TCPStore`` server in its own proces
 agent's incident protocol (:class:`fr_otel.agent.channel.IncidentChannel` over the same
 ``PrefixStore`` chain :func:`connect_channel` builds), the payloads
 (:func:`fr_otel.agent.payload.encode_payload` on realistic recorders), the coordinator
-(:func:`fr_otel.agent.flush.coordinate` in a process of its own, on a real ``Agent``), and
-the trace's destination (a loopback OTLP/gRPC receiver from :mod:`fr_otel.testing.otlp`).
+(:func:`fr_otel.agent.incident_work.coordinate` in a process of its own, on a real
+``IncidentRank``), and the trace's destination (a loopback OTLP/gRPC receiver from :mod:`fr_otel.testing.otlp`).
 
 What is simulated: the ranks. ``--procs`` poller processes play N ranks over ``--conns``
 store connections each (a TCPStore client takes ~0.1 s to open here, so 16k real
@@ -284,12 +284,13 @@ def probe(port: int, clock: Any, out: Any) -> None:
 
 def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, endpoint: str, out_dir: str,
                 out: Any) -> None:
-    """Rank 0: raises incident 1 at ``raise_at`` and runs the real coordinator on a real Agent."""
+    """Rank 0: raises incident 1 at ``raise_at`` and runs the real coordinator on a real IncidentRank."""
     from fr_otel.agent.config import AgentConfig
-    from fr_otel.agent.core import Agent
-    from fr_otel.agent.flush import coordinate
-    from fr_otel.trace.ids import trace_id_for
+    from fr_otel.agent.health import HealthTracker
+    from fr_otel.agent.incident_work import IncidentRank, coordinate
     from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.read.rank_process import this_process
+    from fr_otel.trace.ids import trace_id_for
 
     layout = layout_for(world)
     raw_full = pickle.dumps(recorder(layout, 0, culprit, ENTRIES, t_end), protocol=2)
@@ -298,9 +299,9 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     encode_full_s = time.perf_counter() - t
     # The pollers build payloads from the newest entries only: the same bytes as from all 2000.
     same = own == payload_for(layout, 0, culprit, _BULK_ENTRIES, t_end)
-    agent = Agent(AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None),
-                  resolve_export_config(endpoint=endpoint, environ={}, timeout_s=30))
-    agent.channel, agent.world_size, agent.rank, agent.job_id = channel(port), world, 0, JOB_ID
+    agent = IncidentRank(AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None),
+                         resolve_export_config(endpoint=endpoint, environ={}, timeout_s=30), HealthTracker(),
+                         channel(port), JOB_ID, 0, world, this_process(None), lambda: raw_full, tuple)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.put({"role": "ready"})
     _wait_start(clock)
@@ -332,7 +333,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.delivery
     import fr_otel.diagnosis.job
     import fr_otel.trace.spans
-    from fr_otel.agent import flush
+    from fr_otel.agent import incident_work
 
     phases: dict[str, float] = {}
 
@@ -352,7 +353,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
         return fetch(*a, **k)
 
     agent.channel.fetch = first_fetch
-    flush.decode_payload = timed("decode payloads", flush.decode_payload)
+    incident_work.decode_payload = timed("decode payloads", incident_work.decode_payload)
     fr_otel.diagnosis.job.build_job = timed("build job", fr_otel.diagnosis.job.build_job)
     fr_otel.diagnosis.analysis.analyze = timed("analyze", fr_otel.diagnosis.analysis.analyze)
     fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)

@@ -202,12 +202,12 @@ def test_recorder_that_is_off_is_turned_on_before_the_process_group(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """TORCH_FR_BUFFER_SIZE=0 before any process group: one clear warning, and the recorder is on."""
-    from fr_otel import agent
+    from fr_otel.agent.recorder import prepare_recorder
 
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
     monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")
     with caplog.at_level(logging.WARNING, logger="fr_otel.agent"):
-        agent._prepare_recorder(resolve_config(environ={})[0])
+        prepare_recorder(resolve_config(environ={})[0])
     assert os.environ["TORCH_FR_BUFFER_SIZE"] == os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert [r.getMessage() for r in caplog.records] == [
         ("the PyTorch Flight Recorder was OFF (TORCH_FR_BUFFER_SIZE=0): fr-otel turned it on with 2000 entries "
@@ -216,10 +216,10 @@ def test_recorder_that_is_off_is_turned_on_before_the_process_group(
 
 def test_recorder_capacity_setting_sizes_the_recorder(monkeypatch: pytest.MonkeyPatch) -> None:
     """FR_OTEL_RECORDER_CAPACITY (or recorder_capacity=) becomes TORCH_FR_BUFFER_SIZE while it still matters."""
-    from fr_otel import agent
+    from fr_otel.agent.recorder import prepare_recorder
 
     monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
-    agent._prepare_recorder(resolve_config({"recorder_capacity": 20000}, environ={})[0])
+    prepare_recorder(resolve_config({"recorder_capacity": 20000}, environ={})[0])
     assert os.environ["TORCH_FR_BUFFER_SIZE"] == "20000"
 
 
@@ -305,6 +305,20 @@ def test_importing_fr_otel_loads_neither_torch_nor_prometheus() -> None:
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_started_agent_loads_no_grpc_sdk_or_torch_and_flush_stays_a_function() -> None:
+    """start() in a process without torch.distributed loads neither gRPC, the OTel SDK nor torch,
+    and fr_otel.agent.flush is still the documented function once the agent's modules are in."""
+    proc = _python("""
+        import sys, fr_otel, fr_otel.agent
+        agent = fr_otel.start(metrics_port="off", hooks="none")
+        print(agent is not None, callable(fr_otel.agent.flush), fr_otel.agent.flush("manual", 0.1))
+        print(sorted(m for m in ("torch", "grpc", "opentelemetry") if m in sys.modules))
+        fr_otel.stop()
+    """, env={"FR_OTEL_ENABLED": "true", "FR_OTEL_AGENT_PID": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["True True False", "[]"]
 
 
 HOOK_SCRIPT = """

@@ -252,7 +252,7 @@ def test_the_agent_still_exports_with_a_bad_inherited_timeout(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The agent keeps the endpoint with OTEL_EXPORTER_OTLP_TIMEOUT=abc (default 10 s) and says so
     once; launched by `fr-otel run` (which already said it) it stays quiet."""
-    from fr_otel.agent import _export_config
+    from fr_otel.agent.lifecycle import export_config_for
     from fr_otel.agent.config import resolve_config
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4317")
@@ -260,14 +260,14 @@ def test_the_agent_still_exports_with_a_bad_inherited_timeout(
     monkeypatch.delenv("FR_OTEL_AUTOSTART", raising=False)
     config, _ = resolve_config({})
     with caplog.at_level("DEBUG", logger="fr_otel.agent"):
-        resolved = _export_config(config)
+        resolved = export_config_for(config)
     assert resolved.endpoint == "http://collector:4317" and resolved.timeout_s == 10.0
     warned = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 1 and "OTEL_EXPORTER_OTLP_TIMEOUT" in warned[0].getMessage()
     caplog.clear()
     monkeypatch.setenv("FR_OTEL_AUTOSTART", "1")
     with caplog.at_level("DEBUG", logger="fr_otel.agent"):
-        assert _export_config(config).endpoint == "http://collector:4317"
+        assert export_config_for(config).endpoint == "http://collector:4317"
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
 
 

@@ -18,23 +18,25 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
-from ..common.text import PrintableFormatter
+from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
 from ..read.rank_process import this_process
 from ..read.steps import COUNTER
 from ..trace.ids import job_identity
+from .channel import connect_channel
 from .config import AgentConfig
-from .flush import dump_root, flush_incident, publish_final
 from .health import HealthTracker
 from .hooks import ExitHooks
-from .channel import IncidentChannel, connect_channel
-from .poller import ProgressTracker, Stall
+from .incident_runner import IncidentRunner
+from .incident_work import IncidentRank, dump_root
+from .logs import set_log_rank
+from .poller import ProgressTracker
 from .recorder import (
     GroupInfo,
     Recorder,
@@ -42,6 +44,7 @@ from .recorder import (
     process_group_ready,
     read_groups,
     recorder_capacity,
+    warn_recorder_off,
 )
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .state import ProcessInfo, Snapshot
@@ -52,7 +55,6 @@ log = logging.getLogger("fr_otel.agent")
 
 _EXIT_STORE_TIMEOUT_S = 2.0
 _ARM_POLL_S = 0.05
-_SEQUEL_WINDOW_S = 60.0
 
 
 class Agent:
@@ -70,27 +72,15 @@ class Agent:
         self.world_size: int | None = None
         self.recorder: Recorder | None = None
         self.recorder_enabled = False
-        self.channel: IncidentChannel | None = None
-        self.job_id: str | None = None
+        self.incidents: IncidentRunner | None = None  # None: incidents off, or not ready yet
         self.info = ProcessInfo()
         self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
         self._groups: tuple[GroupInfo, ...] = ()
         self._groups_version: tuple[int, int] | None = None
-        # Incidents
-        self._incident_lock = threading.RLock()
-        self._known_incident = 0  # highest incident number handled
-        self._covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
-        self._cap_warned = False
         self._last_full_read = 0.0
-        self._last_incident = float("-inf")  # monotonic time this rank last took part in one
-        # Threads
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._jobs: queue.Queue[tuple[int, dict[str, Any], bool, float, threading.Event] | None] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._pending = 0
-        self._idle = threading.Condition()
         self._hooks: ExitHooks | None = None
         self._exiting = False
         self._step_hook: Any = None  # torch's handle of the optimizer post-step hook (False: none in this torch)
@@ -131,11 +121,8 @@ class Agent:
             self._hooks = None
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        if self._worker is not None:
-            self._jobs.put(None)
-            if self._worker is not threading.current_thread():
-                self._worker.join(timeout)
-            self._worker = None
+        if self.incidents is not None:
+            self.incidents.stop(timeout)
         if self.server is not None and close_server:
             with self.health.guard("stopping /metrics"):
                 self.server.stop()
@@ -215,11 +202,11 @@ class Agent:
             self._last_full_read = time.monotonic()
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
-        if self.channel is not None and self.channel.reachable():
-            self._join_open_incidents()
+        if self.incidents is not None and self.incidents.reachable():
+            self.incidents.join_open()
             stalls = self.tracker.stalls(time.time_ns(), self.config.stall_seconds)
             if stalls:
-                self._raise_for(stalls)
+                self.incidents.raise_for(stalls)
 
     def _may_read_full(self) -> bool:
         """A full read holds the GIL (~30 ms per 2000 entries): keep it under ~2% of wall time."""
@@ -233,7 +220,7 @@ class Agent:
         rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
         recorder = Recorder(dist)
         self.dist, self.rank, self.world_size, self.recorder = dist, rank, world_size, recorder
-        _RankFilter.rank = str(self.rank)
+        set_log_rank(rank)
         capacity = recorder_capacity()
         self.recorder_enabled = capacity > 0 and self.recorder.available
         if not recorder.available:
@@ -261,8 +248,11 @@ class Agent:
                 log.debug("serving /metrics at %s", self.server.url)
         if self.config.incidents and self.recorder_enabled:
             with self.health.guard("connecting to the job's store (incidents are off)"):
-                self.channel, self.job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
-                log.debug("incidents through %s, job id %s", self.channel.how, self.job_id)
+                channel, job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
+                me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
+                                  self.process, partial(recorder.full_bytes, stacks=True), self.all_groups)
+                self.incidents = IncidentRunner(me, self.tracker)
+                log.debug("incidents through %s, job id %s", channel.how, job_id)
         if local_rank() in (0, None):  # one line per host, not one per rank
             with self.health.guard("start-up line"):
                 log.info("%s", self.start_line())
@@ -278,13 +268,11 @@ class Agent:
             metrics = _served_at(self.server, self.process.host)
             if self.config.metrics_port and local is not None:
                 metrics += f"; this host's ranks on port {self.config.metrics_port} + LOCAL_RANK"
-        if self.channel is None:
+        if self.incidents is None:
             return f"agent on (rank {self.rank} of {self.world_size}): {metrics}; incidents off"
         if self.export_config.disabled:
             trace = "no trace (OTEL_SDK_DISABLED)"
         elif self.export_config.endpoint is None:
-            from ..incident.delivery import out_dir
-
             trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(self.config.out_dir))}/ (no OTLP endpoint set)"
         else:
             trace = f"trace to {self.export_config.endpoint} ({self.export_config.protocol})"
@@ -300,133 +288,32 @@ class Agent:
             self._groups_version = version
             self.tracker.set_groups(groups)
 
-    # -- incidents ----------------------------------------------------------------------
-    def _join_open_incidents(self) -> list[threading.Event]:
-        """Take part in every incident raised since the last look (one store round trip)."""
-        done: list[threading.Event] = []
-        assert self.channel is not None
-        with self._incident_lock:
-            while True:
-                k = self._known_incident + 1
-                meta = self.channel.owner(k)
-                if meta is None:
-                    return done
-                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.rank))
-
-    def _raise_for(self, stalls: list[Stall]) -> None:
-        fresh = [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
-        if not fresh:
-            return
-        s = max(fresh, key=lambda s: s.age_s)
-        g = s.group
-        self.raise_incident("stall", {"pg_name": g.name, "pg_desc": g.desc, "seq": g.inflight_seq, "op": g.op,
-                                      "age_s": round(s.age_s, 3), "threshold_s": round(s.threshold_s, 3)})
-
-    def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
-                       deadline: float | None = None) -> threading.Event | None:
-        """Raise the next incident (or join the one someone raised first); None when capped."""
-        if self.channel is None:
-            return None
-        with self._incident_lock:
-            self._join_open_incidents()
-            k = self._known_incident + 1
-            if k > self.config.max_incidents:
-                if not self._cap_warned:
-                    self._cap_warned = True
-                    log.warning("this job reached FR_OTEL_MAX_INCIDENTS=%d: no more incidents are raised",
-                                self.config.max_incidents)
-                return None
-            meta = {"rank": self.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
-            won, owner_meta = self.channel.claim(k, meta)
-            if won:
-                log.warning("rank %s raises incident %d: %s", self.rank, k, _describe(meta))
-            return self._take_part(k, owner_meta, owner=won, deadline=deadline)
-
-    def _take_part(self, k: int, meta: dict[str, Any], owner: bool, deadline: float | None = None) -> threading.Event:
-        self._known_incident = max(self._known_incident, k)
-        self._last_incident = time.monotonic()
-        for g in self.tracker.statuses:  # what is stuck now is this incident's business
-            if g.inflight_seq is not None:
-                self._covered.add((g.name, g.inflight_seq))
-        if deadline is None:
-            deadline = time.monotonic() + self.config.gather_seconds + self.export_config.timeout_s + 5
-        done = threading.Event()
-        with self._idle:
-            self._pending += 1
-        self._jobs.put((k, meta, owner, deadline, done))
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name="fr-otel-flush", daemon=True)
-            self._worker.start()
-        return done
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            k, meta, owner, deadline, done = job
-            try:
-                with self.health.guard(f"incident {k}"):
-                    flush_incident(self, k, meta, owner, deadline)
-            finally:
-                done.set()
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until no incident work is pending; False on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def flush(self, reason: str = "manual", timeout: float | None = None, *, raise_new: bool = True) -> bool:
-        """Join any open incident, else raise one (``raise_new``); wait (bounded) for this
-        rank's part, and the verdict if this rank raised it. True when all of it finished."""
-        timeout = self.config.flush_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        with self.health.guard(f"flush ({reason})"):
-            if self.channel is None:
-                return False
-            with self._incident_lock:
-                before = self._known_incident
-                self._join_open_incidents()
-                if raise_new and self._known_incident == before:
-                    self.raise_incident(reason, deadline=deadline)
-            return self.wait_idle(max(deadline - time.monotonic(), 0))
-        return False
+    # -- incidents: see IncidentRunner ----------------------------------------------------
+    def flush(self, reason: str = "manual", timeout: float | None = None) -> bool:
+        """Join any open incident, else raise one; wait (bounded) for this rank's part, and the
+        verdict if this rank raised it. True when all of it finished; False without incidents."""
+        return self.incidents.flush(reason, timeout) if self.incidents is not None else False
 
     # -- hooks (run in the training thread, or the signal watcher): bounded -------------
     def _on_exit(self) -> None:
         if self._exiting:
             return
         self._exiting = True
-        with self.health.guard("flush at exit", level=logging.DEBUG):
-            self.wait_idle(self.config.flush_timeout)
-            if self.channel is not None and self.recorder_enabled:
-                publish_final(self)
+        if self.incidents is not None:
+            self.incidents.at_exit()
         self.stop(timeout=_EXIT_STORE_TIMEOUT_S, close_server=False)
         h = self.health.snapshot()
         if h.errors or h.export_failures:
             log.warning("agent stopped: %d polls, %d agent errors, %d incident exports failed (training was not "
                         "affected)", h.polls, h.errors, h.export_failures)
 
-    def _recent_incident(self) -> bool:
-        """Took part in an incident within the last minute: a crash now is most likely its sequel
-        (a peer that went away makes gloo raise here), so it joins rather than raises."""
-        return time.monotonic() - self._last_incident < _SEQUEL_WINDOW_S
-
     def _on_exception(self, exc: BaseException) -> None:
-        reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-        self.flush(reason, raise_new=not self._recent_incident())
+        if self.incidents is not None:
+            self.incidents.at_exception(exc)
 
     def _on_sigterm(self) -> None:
-        stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
-                    for g in self.tracker.statuses)
-        self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck and not self._recent_incident())
-        with self.health.guard("flush at SIGTERM", level=logging.DEBUG):
-            if self.channel is not None and self.recorder_enabled:
-                publish_final(self)
+        if self.incidents is not None:
+            self.incidents.at_sigterm()
 
 
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever
@@ -436,52 +323,6 @@ def _watch_forks(agent: Agent) -> None:
     if not _fork_watch and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _fork_watch[0]._after_fork_in_child())
     _fork_watch[:] = [agent]
-
-
-def _describe(meta: dict[str, Any]) -> str:
-    if "pg_name" in meta:
-        return (f"{meta.get('op') or 'collective'} #{meta.get('seq')} on group {meta.get('pg_name')} "
-                f"({meta.get('pg_desc', '')}) in flight {meta.get('age_s')} s (threshold {meta.get('threshold_s')} s)")
-    return str(meta.get("reason", ""))
-
-
-_recorder_warned = False
-
-
-def warn_recorder_off(*, too_late: bool) -> None:
-    """Say once, clearly, that the recorder is off and what to do."""
-    global _recorder_warned
-    if _recorder_warned:
-        return
-    _recorder_warned = True
-    how = ("fr-otel started after the process group existed, too late to turn it on: set TORCH_FR_BUFFER_SIZE=2000 "
-           "in the job's environment, or call fr_otel.start() before init_process_group"
-           if too_late else "FR_OTEL_ENABLE_RECORDER=false keeps it off")
-    log.warning("the PyTorch Flight Recorder is OFF (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE = 0): no "
-                "per-collective progress, in-flight ages or incident traces. %s.", how)
-
-
-class _RankFilter(logging.Filter):
-    """Prefixes the agent's log lines with the rank once it is known."""
-
-    rank = os.environ.get("RANK", "?")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.fr_rank = _RankFilter.rank
-        return True
-
-
-def configure_logging(level: str) -> None:
-    """The agent logs to stderr itself (a library's NullHandler would swallow its warnings)."""
-    logger = logging.getLogger("fr_otel.agent")
-    logger.setLevel(level.upper())
-    if not any(getattr(h, "_fr_otel", False) for h in logger.handlers):
-        handler = logging.StreamHandler()
-        handler.setFormatter(PrintableFormatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
-        handler.addFilter(_RankFilter())
-        handler._fr_otel = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.propagate = False
 
 
 def _served_at(server: MetricsServer, host: str | None) -> str:

@@ -16,6 +16,7 @@ second thread while the main thread imports it is asking for trouble).
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import pickle
 import re
@@ -24,7 +25,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import AgentConfig
 
 __all__ = [
     "BUFFER_SIZE_ENV",
@@ -36,10 +40,14 @@ __all__ = [
     "Recorder",
     "distributed_module",
     "gc_paused",
+    "prepare_recorder",
     "process_group_ready",
     "read_groups",
     "recorder_capacity",
+    "warn_recorder_off",
 ]
+
+log = logging.getLogger("fr_otel.agent")
 
 BUFFER_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
 OLD_BUFFER_SIZE_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
@@ -78,6 +86,45 @@ def recorder_capacity(environ: dict[str, str] | None = None) -> int:
             except ValueError:
                 continue
     return DEFAULT_CAPACITY
+
+
+def prepare_recorder(config: AgentConfig) -> None:
+    """Size the recorder (``recorder_capacity``; on when off, unless ``enable_recorder`` is false)
+    while it is still ours to set: before the process group exists, torch has not read the size."""
+    current_capacity = recorder_capacity()
+    if process_group_ready() is not None:
+        if config.recorder_capacity is not None and config.recorder_capacity != current_capacity:
+            log.warning("recorder_capacity=%d ignored: the process group exists already, the recorder holds %d "
+                        "entries", config.recorder_capacity, current_capacity)
+        return  # a recorder that is off is reported when the agent gets ready
+    wanted: int | None = config.recorder_capacity
+    if wanted is None and current_capacity <= 0:
+        if not config.enable_recorder:
+            warn_recorder_off(too_late=False)
+            return
+        wanted = DEFAULT_CAPACITY
+        log.warning("the PyTorch Flight Recorder was OFF (TORCH_FR_BUFFER_SIZE=0): fr-otel turned it on with %d "
+                    "entries (FR_OTEL_ENABLE_RECORDER=false keeps it off)", wanted)
+    if wanted is not None:
+        os.environ[BUFFER_SIZE_ENV] = str(wanted)
+        if OLD_BUFFER_SIZE_ENV in os.environ:
+            os.environ[OLD_BUFFER_SIZE_ENV] = str(wanted)
+
+
+_recorder_warned = False
+
+
+def warn_recorder_off(*, too_late: bool) -> None:
+    """Say once, clearly, that the recorder is off and what to do."""
+    global _recorder_warned
+    if _recorder_warned:
+        return
+    _recorder_warned = True
+    how = ("fr-otel started after the process group existed, too late to turn it on: set TORCH_FR_BUFFER_SIZE=2000 "
+           "in the job's environment, or call fr_otel.start() before init_process_group"
+           if too_late else "FR_OTEL_ENABLE_RECORDER=false keeps it off")
+    log.warning("the PyTorch Flight Recorder is OFF (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE = 0): no "
+                "per-collective progress, in-flight ages or incident traces. %s.", how)
 
 
 @contextmanager

@@ -18,27 +18,34 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
 from ..diagnosis.step_map import steps_file_json
+from ..incident.delivery import out_dir
 from ..incident.files import write_incident_files
+from ..otlp.config import ExportConfig
 from ..read.live_stack import capture_stacks
 from ..read.rank_map import RANKS_FILE, rank_map_json
+from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from ..read.steps import COUNTER, STEPS_FILE
 from ..trace.ids import trace_id_for
+from .channel import IncidentChannel
+from .config import AgentConfig
+from .health import HealthTracker
 from .payload import decode_payload, encode_payload, entries_per_group
+from .recorder import GroupInfo
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
-    from .config import AgentConfig
-    from .core import Agent
 
-__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "coordinate", "dump_path", "dump_root", "flush_incident",
-           "publish_final"]
+__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "IncidentRank", "coordinate", "dump_path", "dump_root",
+           "flush_incident", "publish_final"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
 _GATHER_POLL_S = 0.05
@@ -46,42 +53,58 @@ _GATHER_POLL_S = 0.05
 log = logging.getLogger("fr_otel.agent")
 
 
+@dataclass(frozen=True, slots=True)
+class IncidentRank:
+    """What an incident needs of this rank, and nothing more: known once the process group exists."""
+
+    config: AgentConfig
+    export_config: ExportConfig
+    health: HealthTracker
+    channel: IncidentChannel
+    job_id: str
+    rank: int
+    world_size: int
+    #: Where this rank runs (host, pid, local rank), for the coordinator's job model.
+    process: RankProcess
+    #: This rank's recorder as torch's full pickle, stacks included.
+    read_recorder: Callable[[], bytes]
+    #: The process groups Python knows now (true membership; gloo's ``pg_config`` is empty).
+    groups: Callable[[], tuple[GroupInfo, ...]]
+
+
 def dump_root(config: AgentConfig) -> Path:
     """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
-    from ..incident.delivery import out_dir
-
     return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
 
 
-def dump_path(agent: Agent, trace_hex: str) -> Path:
-    return dump_root(agent.config) / trace_hex / f"{DUMP_FILE_PREFIX}{agent.rank}"
+def dump_path(me: IncidentRank, trace_hex: str) -> Path:
+    return dump_root(me.config) / trace_hex / f"{DUMP_FILE_PREFIX}{me.rank}"
 
 
-def flush_incident(agent: Agent, k: int, meta: dict[str, Any], owner: bool, deadline: float) -> None:
+def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float) -> None:
     """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
-    assert agent.recorder is not None and agent.channel is not None and agent.job_id is not None
-    trace_hex = f"{trace_id_for(agent.job_id, str(k)):032x}"
+    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     now = None
-    with agent.health.guard("capturing the threads' stacks"):
+    with me.health.guard("capturing the threads' stacks"):
         now = capture_stacks()  # first: where the training thread is at the incident, not after the read
-    raw = agent.recorder.full_bytes(stacks=True)
+    raw = me.read_recorder()
     dumped_at = time.time_ns()
-    path = dump_path(agent, trace_hex)
+    path = dump_path(me, trace_hex)
     written = False
-    with agent.health.guard("writing the dump file"):
+    with me.health.guard("writing the dump file"):
         atomic_write(path, raw, mkdir=True)
         written = True
         log.debug("incident %d: recorder written to %s", k, path)
-    with agent.health.guard("sending the recorder to the incident's coordinator"):
-        keep = entries_per_group(agent.config.incident_entries, agent.world_size)
-        agent.channel.publish(k, int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, dumped_at,
-                                                                       agent.process, steps=COUNTER.log(), now=now))
-    agent.health.incident(trace_hex)
+    with me.health.guard("sending the recorder to the incident's coordinator"):
+        keep = entries_per_group(me.config.incident_entries, me.world_size)
+        me.channel.publish(k, me.rank, encode_payload(raw, me.groups(), keep, dumped_at, me.process,
+                                                      steps=COUNTER.log(), now=now))
+    me.health.incident(trace_hex)
     if owner:
-        coordinate(agent, k, meta, trace_hex, deadline, dump_written=written)
+        coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
 
 
-def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
+def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
                dump_written: bool = True) -> None:
     """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
     from ..diagnosis.analysis import (
@@ -96,15 +119,14 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     )
     from ..trace.spans import TraceOptions, build_trace
 
-    assert agent.channel is not None and agent.world_size is not None
-    world = agent.world_size
-    gather_until = min(time.monotonic() + agent.config.gather_seconds, deadline)
-    while agent.channel.arrived(k) < world and time.monotonic() < gather_until:
+    world = me.world_size
+    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    while me.channel.arrived(k) < world and time.monotonic() < gather_until:
         time.sleep(_GATHER_POLL_S)
     ranks = list(range(world))
-    payloads = agent.channel.fetch(k, ranks)
+    payloads = me.channel.fetch(k, ranks)
     late = [r for r in ranks if r not in payloads]
-    finals = agent.channel.fetch_final(late) if late else {}
+    finals = me.channel.fetch_final(late) if late else {}
     problems: list[str] = []
     read = ReadResult(problems=problems)
     for rank, payload in sorted({**finals, **payloads}.items()):
@@ -115,12 +137,12 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     if late:
         gone = [r for r in late if r not in finals]
         if gone:
-            problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {agent.config.gather_seconds:g} s "
+            problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
                             "(stuck with the GIL held, or dead)")
     job = build_job(read)
     verdict = analyze(job)
-    folder = dump_path(agent, trace_hex).parent
-    with agent.health.guard("writing ranks.json and steps.json beside the dumps"):
+    folder = dump_path(me, trace_hex).parent
+    with me.health.guard("writing ranks.json and steps.json beside the dumps"):
         # Dump files say neither where a rank ran nor its training step: these let a later
         # `fr-otel analyze` of the folder say both.
         atomic_write(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode(), mkdir=True)
@@ -129,38 +151,38 @@ def coordinate(agent: Agent, k: int, meta: dict[str, Any], trace_hex: str, deadl
     root = [
         ("fr_otel.incident.number", k),
         ("fr_otel.incident.reason", str(meta.get("reason", ""))),
-        ("fr_otel.incident.raised_by", int(meta.get("rank", agent.rank or 0))),
+        ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
     ]
     for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
         if key in meta:
             root.append((f"fr_otel.incident.detected.{key}", meta[key]))
-    trace = build_trace(job, verdict, TraceOptions(job_id=agent.job_id, incident=str(k), root_attributes=tuple(root)))
+    trace = build_trace(job, verdict, TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root)))
     remaining = max(deadline - time.monotonic(), 1.0)
-    outcome = deliver_trace(trace, agent.export_config, directory=agent.config.out_dir,
-                            deadline_s=min(remaining, agent.export_config.timeout_s))
+    outcome = deliver_trace(trace, me.export_config, directory=me.config.out_dir,
+                            deadline_s=min(remaining, me.export_config.timeout_s))
     if not outcome.ok:
-        agent.health.export_failed()
+        me.health.export_failed()
     culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
-    why = failure_reason(outcome, agent.export_config)
+    why = failure_reason(outcome, me.export_config)
     where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
              "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
-                        f"{replay_command(outcome.path or '', agent.export_config)}",
+                        f"{replay_command(outcome.path or '', me.export_config)}",
              "partial": f"only PARTLY delivered to {outcome.destination}: "
                         f"{rejected_note(outcome, len(trace.spans))} ({why})",
              "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({why})")
-    with agent.health.guard("writing incident.json and incident.html beside the dumps"):
+    with me.health.guard("writing incident.json and incident.html beside the dumps"):
         write_incident_files(folder, job, verdict, trace, outcome)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
                 k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
                 len(read.dumps), world, trace_hex, where, dumps)
-    with agent.health.guard("publishing the verdict"):
-        agent.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
-                                     "culprits": [c.rank for c in verdict.culprits], "export": outcome.status,
-                                     "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
-        agent.channel.cleanup(k, list(payloads))
+    with me.health.guard("publishing the verdict"):
+        me.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
+                                  "culprits": [c.rank for c in verdict.culprits], "export": outcome.status,
+                                  "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
+        me.channel.cleanup(k, list(payloads))
 
 
 def _brief(c: Culprit) -> str:
@@ -178,12 +200,10 @@ def _brief(c: Culprit) -> str:
 FINAL_ENTRIES = 8
 
 
-def publish_final(agent: Agent) -> None:
+def publish_final(me: IncidentRank) -> None:
     """At exit: leave this rank's recorder in the store for a later incident's coordinator
     (a rank that finished early is exactly the one its peers will wait for)."""
-    if agent.recorder is None or agent.channel is None:
-        return
-    raw = agent.recorder.full_bytes(stacks=True)
-    keep = min(agent.config.incident_entries, FINAL_ENTRIES)
-    agent.channel.publish_final(int(agent.rank or 0), encode_payload(raw, agent.all_groups(), keep, time.time_ns(),
-                                                                      agent.process, COUNTER.log()))
+    raw = me.read_recorder()
+    keep = min(me.config.incident_entries, FINAL_ENTRIES)
+    me.channel.publish_final(me.rank, encode_payload(raw, me.groups(), keep, time.time_ns(), me.process,
+                                                     COUNTER.log()))

@@ -1,0 +1,42 @@
+"""The agent's own stderr log, each line prefixed with the rank.
+
+A library's ``NullHandler`` would swallow the agent's warnings, and a training job's stderr
+is where its operators look: the ``fr_otel.agent`` logger gets one handler of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..common.text import PrintableFormatter
+
+__all__ = ["configure_logging", "set_log_rank"]
+
+
+class _RankFilter(logging.Filter):
+    """Prefixes the agent's log lines with the rank once it is known."""
+
+    rank = os.environ.get("RANK", "?")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.fr_rank = _RankFilter.rank
+        return True
+
+
+def set_log_rank(rank: int) -> None:
+    """The rank the agent's lines name from now on (``RANK`` until the process group exists)."""
+    _RankFilter.rank = str(rank)
+
+
+def configure_logging(level: str) -> None:
+    """The agent logs to stderr itself (a library's NullHandler would swallow its warnings)."""
+    logger = logging.getLogger("fr_otel.agent")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "_fr_otel", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(PrintableFormatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
+        handler.addFilter(_RankFilter())
+        handler._fr_otel = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
