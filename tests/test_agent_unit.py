@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from fr_otel.agent.config import DEFAULT_METRICS_PORT, OUT_DIR_ENV, resolve_config
+from fr_otel.agent.config import DEFAULT_METRICS_PORT, resolve_config
 from fr_otel.agent.health import HealthTracker
 from fr_otel.agent.metrics import FrCollector, culprit_query
 from fr_otel.agent.poller import ProgressTracker, stall_threshold_s
@@ -23,6 +23,7 @@ from fr_otel.agent.recorder import GroupInfo, InFlightEntry, scan_entries
 from fr_otel.agent.server import port_for, start_metrics_server
 from fr_otel.agent.state import GroupStatus, Health, ProcessInfo, Snapshot
 from fr_otel.cli.run import BOOTSTRAP_DIR, child_environment
+from fr_otel.incident.delivery import OUT_DIR_ENV
 
 NOW_S = 1_700_000_000.0
 NOW_NS = int(NOW_S * 1e9)
@@ -158,11 +159,18 @@ def test_bad_settings_fall_back_and_are_reported_not_raised() -> None:
     assert any("FR_OTEL_POLL_INTERVAL" in p for p in problems) and any("nonsense" in p for p in problems)
 
 
-def test_out_dir_variable_matches_incident_export() -> None:
-    """The agent names the same export folder variable as fr_otel.incident.delivery."""
-    from fr_otel.incident.delivery import OUT_DIR_ENV as EXPORT_OUT_DIR_ENV
+def test_the_config_has_one_field_per_option_with_that_options_default() -> None:
+    """AgentConfig is built from OPTIONS: same names in order, each default written once, in the table."""
+    import dataclasses
 
-    assert OUT_DIR_ENV == EXPORT_OUT_DIR_ENV
+    from fr_otel.agent.config import OPTIONS, AgentConfig
+
+    fields = dataclasses.fields(AgentConfig)
+    assert [f.name for f in fields] == [o.name for o in OPTIONS] + ["endpoint", "protocol", "headers",
+                                                                     "export_timeout"]
+    assert [getattr(AgentConfig(), o.name) for o in OPTIONS] == [o.default for o in OPTIONS]
+    assert resolve_config(environ={}) == (AgentConfig(), [])
+    assert resolve_config({"export_timeout": "2.5"}, environ={})[0].export_timeout == 2.5
 
 
 def test_port_per_local_rank() -> None:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import math
 import os
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
+from ..incident.delivery import OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
-
-#: The export folder variable of :mod:`fr_otel.incident.delivery` (not imported: it loads gRPC).
-OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",
@@ -234,41 +233,27 @@ OPTIONS: tuple[Option, ...] = (
 ENV_VARS: tuple[str, ...] = tuple(o.env for o in OPTIONS)
 
 
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    """The resolved settings (see :data:`OPTIONS` for what each means)."""
-
-    enabled: bool = True
-    poll_interval: float = 1.0
-    stall_seconds: float = 60.0
-    suspect_seconds: float = 5.0
-    metrics_port: int | None = DEFAULT_METRICS_PORT
-    metrics_addr: str | None = DEFAULT_METRICS_ADDR
-    recorder_capacity: int | None = None
-    enable_recorder: bool = True
-    incidents: bool = True
-    dump_dir: str | None = None
-    out_dir: str | None = None
-    job_id: str | None = None
-    gather_seconds: float = 15.0
-    flush_timeout: float = 20.0
-    max_incidents: int = 10
-    incident_entries: int = 64
-    hooks: tuple[str, ...] = HOOK_NAMES
-    log_level: str = "info"
-    # OTLP overrides (None: the standard OTEL_EXPORTER_OTLP_* variables decide).
-    endpoint: str | None = None
-    protocol: str | None = None
-    headers: str | None = None
-    export_timeout: float | None = None
-
-    @property
-    def refine_after_s(self) -> float:
-        """When a collective in flight earns a full read: never later than half the threshold."""
-        return min(self.suspect_seconds, self.stall_seconds / 2)
+#: OTLP overrides of ``start()`` (None: the standard OTEL_EXPORTER_OTLP_* variables decide).
+_EXPORT_OVERRIDES: tuple[tuple[str, Any], ...] = (
+    ("endpoint", str), ("protocol", str), ("headers", str), ("export_timeout", float))
 
 
-_EXPORT_OVERRIDES = ("endpoint", "protocol", "headers", "export_timeout")
+def _refine_after_s(self: Any) -> float:
+    """When a collective in flight earns a full read: never later than half the threshold."""
+    return float(min(self.suspect_seconds, self.stall_seconds / 2))
+
+
+#: The resolved settings: one field per row of :data:`OPTIONS` (its default that row's, its
+#: type what the row's parser returns), then the OTLP overrides.
+AgentConfig = make_dataclass(
+    "AgentConfig",
+    [(o.name, typing.get_type_hints(o.parse)["return"], field(default=o.default)) for o in OPTIONS]
+    + [(name, kind | None, field(default=None)) for name, kind in _EXPORT_OVERRIDES],
+    namespace={"__doc__": "The resolved settings (see :data:`OPTIONS` for what each means).",
+               "__module__": __name__, "refine_after_s": property(_refine_after_s)},
+    frozen=True,
+    slots=True,
+)
 
 
 def _first_valid(option: Option, candidates: list[tuple[str, Any]], problems: list[str]) -> tuple[int, Any]:
@@ -294,7 +279,7 @@ def resolve_config(
     overrides = dict(overrides or {})
     problems: list[str] = []
     values: dict[str, Any] = {}
-    known = {o.name for o in OPTIONS} | set(_EXPORT_OVERRIDES)
+    known = {o.name for o in OPTIONS} | {name for name, _ in _EXPORT_OVERRIDES}
     for name in sorted(set(overrides) - known):
         problems.append(f"unknown option {name!r} ignored")
     for option in OPTIONS:
@@ -305,9 +290,9 @@ def resolve_config(
         if raw:
             candidates.append((option.env, raw))
         values[option.name] = _first_valid(option, candidates, problems)[1]
-    for name in _EXPORT_OVERRIDES:
+    for name, kind in _EXPORT_OVERRIDES:
         if overrides.get(name) is not None:
-            values[name] = float(overrides[name]) if name == "export_timeout" else str(overrides[name])
+            values[name] = kind(overrides[name])
     return AgentConfig(**values), problems
 
 
