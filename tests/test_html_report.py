@@ -1,12 +1,12 @@
 """The HTML incident report, rendered and then loaded in a real headless Chromium.
 
-The browser is driven over the DevTools protocol (fr_otel.testing.browser, stdlib only),
-so every claim is observed, not assumed: console errors and uncaught exceptions, every
-network request the page makes (none may leave the file), JavaScript dialogs (an escaping
-bug would open one), ``document.body.innerText`` (the culprit ranks must be there, with
-and without JavaScript), and screenshots, kept under ``artifacts/html-report/`` (git
-ignores ``/artifacts/``). Inputs are real: hung gloo jobs run here, the 16-rank NCCL dumps
-from tests/data/nvrx-fr-traces, and a 1024-rank job scaled from a real recorded rank by the bench generator.
+The system browser is driven by Playwright (tests/headless_chromium.py), so every claim is
+observed, not assumed: console errors and uncaught exceptions, every network request the page
+makes (none may leave the file), JavaScript dialogs (an escaping bug would open one),
+``document.body.innerText`` (the culprit ranks must be there, with and without JavaScript),
+and screenshots, kept under ``artifacts/html-report/`` (git ignores ``/artifacts/``). Inputs
+are real: hung gloo jobs run here, the 16-rank NCCL dumps from tests/data/nvrx-fr-traces, and
+a 1024-rank job scaled from a real recorded rank by the bench generator.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.report.html import render, write_report
-from fr_otel.testing.browser import Chromium, Page, find_chromium
+from headless_chromium import Chromium, Page, find_chromium
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "html-report"
@@ -61,6 +61,7 @@ EXTERNAL_REFS_JS = """
 
 @pytest.fixture(scope="session")
 def browser():
+    pytest.importorskip("playwright.sync_api", reason="Playwright drives the browser (the test extra)")
     exe = find_chromium()
     if exe is None:
         pytest.skip("headless Chromium not found (/usr/bin/chromium: Debian's chromium, which "

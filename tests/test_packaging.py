@@ -1,0 +1,52 @@
+"""What the wheel ships: the product and the user-facing test kit, not this suite's own drivers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Signs of a browser driver: a hand-written DevTools WebSocket client, or Playwright.
+BROWSER_DRIVER_MARKS = ("Sec-WebSocket-Key", "Page.navigate", "Runtime.evaluate", "playwright")
+
+
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Build the wheel from a copy of the checkout (no build output lands in the tree); its files by name."""
+    pytest.importorskip("setuptools", reason="building the wheel needs setuptools (the build backend)")
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "project"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src),
+         "-w", str(root / "dist")],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (root / "dist").glob("fr_otel-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def test_wheel_holds_no_browser_driver(wheel_files: dict[str, bytes]) -> None:
+    """No module of the wheel drives a browser: that is test machinery of this suite (tests/)."""
+    names = [n for n in wheel_files if n.endswith(".py")]
+    assert "fr_otel/cli/__init__.py" in names  # the wheel really holds the package
+    assert not [n for n in names if "browser" in n or "chromium" in n], names
+    drivers = [n for n in names if any(m.encode() in wheel_files[n] for m in BROWSER_DRIVER_MARKS)]
+    assert drivers == []
+
+
+def test_wheel_ships_the_user_test_kit_but_not_the_suite(wheel_files: dict[str, bytes]) -> None:
+    """Users get fr_otel.testing (receivers, dump factories); nothing of tests/ rides along."""
+    tops = {n.split("/", 1)[0] for n in wheel_files}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"fr_otel"}, tops
+    for module in ("otlp", "dump_builder", "gloo_jobs", "prometheus", "ports", "train_loop"):
+        assert f"fr_otel/testing/{module}.py" in wheel_files, module
