@@ -44,7 +44,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkSc
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
 from ..otlp.jsonl import request_from_json
-from ..trace.ids import _hash_int
+from ..trace.ids import hashed_id
 from .ports import unused_tcp_port
 
 __all__ = [
@@ -92,8 +92,8 @@ def synthetic_spans(
     a link to its "collective" span, so id handling in links is exercised too.
     ``attribute_bytes`` pads one attribute to make spans bigger.
     """
-    trace_id = _hash_int(f"{trace_seed}/trace", 16)
-    root = SpanContext(trace_id, _hash_int(f"{trace_seed}/root", 8), is_remote=False, trace_flags=_SAMPLED)
+    trace_id = hashed_id(f"{trace_seed}/trace", 16)
+    root = SpanContext(trace_id, hashed_id(f"{trace_seed}/root", 8), is_remote=False, trace_flags=_SAMPLED)
     resources = [
         SdkResource({"service.name": service_name, "service.instance.id": f"rank-{r}", "pytorch.distributed.rank": r})
         for r in range(max(ranks, 1))
@@ -103,8 +103,8 @@ def synthetic_spans(
     spans: list[ReadableSpan] = []
     for i in range(count):
         rank, seq = i % len(resources), i // len(resources)
-        context = SpanContext(trace_id, _hash_int(f"{trace_seed}/{i}", 8), is_remote=False, trace_flags=_SAMPLED)
-        collective = SpanContext(trace_id, _hash_int(f"{trace_seed}/c{seq}", 8), is_remote=False)
+        context = SpanContext(trace_id, hashed_id(f"{trace_seed}/{i}", 8), is_remote=False, trace_flags=_SAMPLED)
+        collective = SpanContext(trace_id, hashed_id(f"{trace_seed}/c{seq}", 8), is_remote=False)
         spans.append(
             ReadableSpan(
                 name="nccl:all_reduce",

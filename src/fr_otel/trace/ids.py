@@ -12,24 +12,25 @@ import hashlib
 import os
 from typing import Mapping
 
-__all__ = ["trace_id_for", "span_id_for", "job_identity", "JOB_ID_ENV"]
+__all__ = ["hashed_id", "trace_id_for", "span_id_for", "job_identity", "JOB_ID_ENV"]
 
 JOB_ID_ENV = "FR_OTEL_JOB_ID"
 
 
-def _hash_int(key: str, size: int) -> int:
+def hashed_id(key: str, size: int) -> int:
+    """A ``size``-byte id from a stable key: the same key gives the same id anywhere, never 0."""
     value = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=size).digest(), "big")
     return value or 1
 
 
 def trace_id_for(job_id: str, incident: str = "") -> int:
     """The 128-bit trace id of one incident of one job (run + restart)."""
-    return _hash_int(f"fr-otel/trace\0{job_id}\0{incident}", 16)
+    return hashed_id(f"fr-otel/trace\0{job_id}\0{incident}", 16)
 
 
 def span_id_for(trace_id: int, *key: object) -> int:
     """A 64-bit span id, unique within the trace for a distinct ``key``."""
-    return _hash_int(f"{trace_id:032x}\0" + "\0".join(map(str, key)), 8)
+    return hashed_id(f"{trace_id:032x}\0" + "\0".join(map(str, key)), 8)
 
 
 def job_identity(explicit: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
