@@ -15,6 +15,7 @@ import datetime as _dt
 import hashlib
 import os
 from collections.abc import Iterable
+from importlib import resources
 
 from ..version import __version__
 from ..common.files import atomic_write
@@ -708,188 +709,12 @@ def _footer(f: Facts) -> str:
 
 # --------------------------------------------------------------------------- assets
 
-_CSS = """
-:root{--ink:#1d2433;--dim:#5c6577;--line:#dde2ea;--bg:#f6f7f9;--card:#fff;--red:#c62828;--red-bg:#fdecea;
---amber:#e0a100;--purple:#7b3fb0;--green:#2e7d32;--blue:#1f5fa8;
---mono:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono","Liberation Mono",monospace}
-*{box-sizing:border-box}
-html{-webkit-text-size-adjust:100%}
-body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
-color:var(--ink);background:var(--bg)}
-.wrap,main{max-width:1240px;margin:0 auto;padding:0 24px}
-code{font-family:var(--mono);font-size:12.5px;background:#eef1f5;border-radius:3px;padding:0 3px;
-overflow-wrap:anywhere}
-header.top{background:#fff;border-bottom:1px solid var(--line);border-top:6px solid var(--dim);padding:18px 0 0}
-.v-hang header.top{border-top-color:var(--red)}.v-desync header.top{border-top-color:var(--purple)}
-.v-straggler header.top{border-top-color:var(--amber)}.v-healthy header.top{border-top-color:var(--green)}
-.brand{font-size:12px;letter-spacing:.08em;text-transform:uppercase;color:var(--dim)}
-h1{margin:4px 0 2px;font-size:30px;line-height:1.2;font-weight:700}
-.verdict-word{color:var(--dim)}
-.v-hang .verdict-word{color:var(--red)}.v-desync .verdict-word{color:var(--purple)}
-.v-straggler .verdict-word{color:#a87400}.v-healthy .verdict-word{color:var(--green)}
-h1 .sep{color:#b0b8c4;font-weight:400}h1 .who{font-weight:600}
-.meaning{margin:0 0 12px;color:var(--dim)}
-dl.facts{display:flex;flex-wrap:wrap;gap:8px 32px;margin:0 0 14px}
-dl.facts dt{font-size:11px;text-transform:uppercase;letter-spacing:.06em;color:var(--dim)}
-dl.facts dd{margin:0;font-weight:600}
-nav{display:flex;gap:2px;flex-wrap:wrap}
-nav a{color:var(--blue);text-decoration:none;padding:8px 12px;border-bottom:2px solid transparent}
-nav a:hover{border-bottom-color:var(--blue)}
-section{margin:28px 0}
-h2{font-size:19px;margin:0 0 10px;padding-bottom:6px;border-bottom:1px solid var(--line)}
-h3{font-size:15px;margin:18px 0 8px}
-h4{font-size:13px;margin:6px 0}
-.lead{color:var(--dim);margin:0 0 12px}
-.dim{color:var(--dim);font-weight:400}
-.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 14px;
-box-shadow:0 1px 2px rgba(20,30,50,.04)}
-.card.culprit{border-left:5px solid var(--red)}
-.card.k-mismatch{border-left-color:var(--purple)}.card.k-straggler{border-left-color:var(--amber)}
-.card header{display:flex;align-items:center;gap:12px;margin-bottom:8px}
-.card .rank{font-size:20px;font-weight:700}
-dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:3px 18px;margin:0 0 10px}
-dl.kv dt{color:var(--dim)}dl.kv dd{margin:0}
-.evidence{margin:8px 0;padding:8px 12px;background:#f8f9fb;border-radius:6px;border:1px solid #eceff3}
-.next{margin:10px 0 2px}
-.next code{white-space:nowrap}
-.next b{display:inline-block;margin-right:8px;padding:1px 8px;border-radius:10px;background:#e8f0fb;color:var(--blue);
-font-size:12px;text-transform:uppercase;letter-spacing:.04em}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
-background:var(--red-bg);color:var(--red);vertical-align:1px}
-.badge.k-mismatch{background:#f3eafa;color:var(--purple)}.badge.k-straggler{background:#fff4d6;color:#8a6100}
-.badge.k-missing_dump{background:#eceff3;color:#37474f}
-details summary{cursor:pointer;color:var(--blue)}
-details.related ul{margin:6px 0 0;padding-left:18px}
-.tl-box{background:#fff;border:1px solid var(--line);border-radius:8px;padding:6px 4px;overflow-x:auto}
-svg.timeline{display:block;min-width:900px}
-svg .lane{fill:#fff}svg .lane-alt{fill:#f7f8fa}svg .lane-culprit{fill:#fdf0ef}svg .lane-summary{fill:#f1f4f8}
-svg .ll{font-weight:600;fill:#1d2433}svg .ll.culprit{fill:var(--red)}svg .ll.summary{fill:#37474f}
-svg .ls{font-size:10px;fill:#5c6577;font-weight:400}
-svg .tick{fill:#5c6577;font-size:10.5px}
-svg .grid{stroke:#e6e9ef;stroke-width:1}svg .axis{stroke:#9aa3b2}
-svg .ref-line{stroke:#1d2433;stroke-width:1.2;stroke-dasharray:4 3}
-svg .focus-line{stroke:var(--red);stroke-width:1.2;stroke-dasharray:2 3;opacity:.75}
-svg .break{fill:#eef0f4;opacity:.9}svg .break-mark{stroke:#5c6577;stroke-width:1.5;fill:none}
-svg .break-label{fill:#5c6577;font-size:10px;font-style:italic}
-svg .bar rect{stroke:none}
-svg .bar.est rect{fill-opacity:.55;stroke:#3d4f66;stroke-width:.6;stroke-dasharray:2 2}
-svg .bar.open rect{fill:#f2b533;stroke:#b7860b;stroke-width:.8}
-svg .bar.open .arrow{fill:#b7860b}
-svg .bar.ghost rect{fill:#fff;fill-opacity:.4;stroke:var(--red);stroke-width:1.4;stroke-dasharray:4 3}
-svg .bar.ghost .bl{fill:var(--red);font-weight:600}
-svg .bar.focus rect{stroke:var(--red);stroke-width:2;stroke-dasharray:none}
-svg .bar.ghost.focus rect{stroke-dasharray:4 3}
-svg .bar.mm-odd rect{fill:var(--purple);stroke:#4a1d73;stroke-width:1.5}
-svg .bar.mm-odd .bl{fill:#fff;font-weight:700}
-svg .bar.mm-peer rect{stroke:var(--purple);stroke-width:1.5}
-svg .bar.agg rect{fill-opacity:.75}
-svg .bl{font-size:9.5px;fill:#fff;pointer-events:none}
-svg .bar.open .bl{fill:#3b2a00}
-svg .bar.open.mm-odd .bl{fill:#fff}
-svg .bar .bl.outside{fill:var(--red);font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}
-svg .clip-mark{stroke:#fff;stroke-width:1.3;fill:none}
-svg .nodump{fill:#eceff3;stroke:#b0b8c4;stroke-dasharray:3 3}svg .nodump-label{fill:#5c6577;font-size:10px}
-svg .bar{cursor:pointer;outline:none}
-svg .bar.hl rect{stroke:#0b57d0;stroke-width:2.5;stroke-dasharray:none}
-svg .bar:focus rect{stroke:#0b57d0;stroke-width:2.5}
-.legend{display:flex;flex-wrap:wrap;gap:6px 18px;margin:10px 4px 0;font-size:12.5px;color:var(--dim)}
-.lg{display:inline-flex;align-items:center;gap:6px}
-.lg svg{flex:none}
-.lg .bar.open rect{fill:#f2b533;stroke:#b7860b}.lg .bar.est rect{fill-opacity:.55;stroke:#3d4f66;stroke-dasharray:2 2}
-.lg .bar.focus rect{stroke:var(--red);stroke-width:2}.lg .bar.ghost rect{fill:#fff;stroke:var(--red);stroke-dasharray:3 2}
-.lg .bar.mm-odd rect{fill:var(--purple)}
-.legend-note{font-size:12px;color:var(--dim);margin:6px 4px 0}
-.tl-info{white-space:pre-wrap;font-family:var(--mono);font-size:12px;background:#fff;border:1px solid var(--line);
-border-left:4px solid #0b57d0;border-radius:6px;padding:8px 12px;margin:8px 0 0}
-.group-block{background:#fff;border:1px solid var(--line);border-radius:8px;padding:4px 16px 12px;margin:0 0 14px}
-.inflight{margin:0 0 8px}
-table.grid{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
-table.grid th{text-align:left;font-weight:600;color:var(--dim);font-size:12px;border-bottom:1px solid var(--line);
-padding:5px 8px}
-table.grid td{border-bottom:1px solid #eef0f4;padding:4px 8px;vertical-align:top}
-table.grid .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-table.grid tr.culprit td{background:#fdf3f2}
-table.grid td.ev{font-size:12px}
-table.ranks{table-layout:fixed}table.ranks col.c-rank{width:240px}table.ranks col.c-n{width:96px}
-.more-groups{margin-top:8px}
-.more-groups table{margin-top:8px}
-ol.stack{font-size:12.5px;margin:4px 0 12px;padding-left:28px;background:#fff;border:1px solid var(--line);
-border-radius:6px;padding-top:6px;padding-bottom:6px}
-ol.stack code{overflow-wrap:break-word}
-ol.stack li{padding:1px 0}ol.stack li.lib,ol.stack li.torch{color:var(--dim)}
-ol.stack li.lib code,ol.stack li.torch code{background:none}
-ol.stack li.user code.frame{font-weight:700}
-ol.stack li.differs{background:#f6eefc}
-.tag{display:inline-block;font-size:10.5px;font-weight:600;padding:0 6px;border-radius:8px;margin-left:6px}
-.tag.site{background:#e8f0fb;color:var(--blue)}.tag.differs{background:#ecdcf8;color:var(--purple)}
-.compare{display:grid;grid-template-columns:1fr 1fr;gap:16px}.compare>div{min-width:0}
-.problems li{font-family:var(--mono);font-size:12px;overflow-wrap:anywhere}
-.ok{color:var(--green)}.warn{color:#8a4b00}
-code.tid{font-size:14px;padding:2px 6px}
-footer{border-top:1px solid var(--line);color:var(--dim);font-size:12px;padding:14px 0 30px;margin-top:30px}
-@media (max-width:800px){.compare{grid-template-columns:1fr}h1{font-size:24px}}
-@media print{
- @page{margin:14mm}
- body{background:#fff;font-size:11px}
- .wrap,main{max-width:none;padding:0}
- nav,.tl-info{display:none!important}
- header.top{border-top-width:4px;padding-top:8px}
- .card,.group-block,.tl-box,ol.stack{box-shadow:none;break-inside:avoid}
- .tl-box{overflow:visible;border:none;padding:0}
- svg.timeline{min-width:0}
- section{margin:16px 0}
- h2{break-after:avoid}
- details>summary{color:var(--ink)}
- *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-}
-"""
 
-_SCRIPT = """
-(function () {
-  "use strict";
-  var svg = document.getElementById("timeline");
-  var info = document.getElementById("tl-info");
-  if (svg) {
-    var lit = [];
-    var clear = function () {
-      for (var i = 0; i < lit.length; i++) { lit[i].classList.remove("hl"); }
-      lit = [];
-    };
-    var light = function (key) {
-      clear();
-      var all = svg.querySelectorAll("g.bar");
-      for (var i = 0; i < all.length; i++) {
-        if (all[i].getAttribute("data-k") === key) { all[i].classList.add("hl"); lit.push(all[i]); }
-      }
-    };
-    var barOf = function (node) { return node && node.closest ? node.closest("g.bar") : null; };
-    var show = function (bar) {
-      var t = bar.querySelector("title");
-      if (info && t) { info.textContent = t.textContent; info.hidden = false; }
-    };
-    svg.addEventListener("mouseover", function (ev) {
-      var bar = barOf(ev.target);
-      if (bar) { light(bar.getAttribute("data-k")); }
-    });
-    svg.addEventListener("mouseleave", clear);
-    svg.addEventListener("click", function (ev) {
-      var bar = barOf(ev.target);
-      if (bar) { show(bar); light(bar.getAttribute("data-k")); }
-    });
-    svg.addEventListener("focusin", function (ev) {
-      var bar = barOf(ev.target);
-      if (bar) { show(bar); light(bar.getAttribute("data-k")); }
-    });
-  }
-  var opened = [];
-  window.addEventListener("beforeprint", function () {
-    var ds = document.querySelectorAll("details:not([open])");
-    for (var i = 0; i < ds.length; i++) { ds[i].open = true; opened.push(ds[i]); }
-  });
-  window.addEventListener("afterprint", function () {
-    for (var i = 0; i < opened.length; i++) { opened[i].open = false; }
-    opened = [];
-  });
-  document.documentElement.setAttribute("data-js", "1");
-})();
-"""
+def _asset(name: str) -> str:
+    """A file of ``report/assets`` (package data, shipped in the wheel): CSS and JavaScript
+    live in files of their own so editors, linters and diffs treat them as what they are."""
+    return "\n" + resources.files("fr_otel.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+_CSS = _asset("report.css")
+_SCRIPT = _asset("report.js")
