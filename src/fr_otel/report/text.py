@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
 from ..diagnosis.analysis import Culprit, Verdict
+from .headline import headline
 
 __all__ = ["render_verdict", "step_sentence"]
 
@@ -12,21 +13,13 @@ MAX_CULPRITS = 12
 MAX_GROUP_LINES = 10
 MAX_PROBLEMS = 15
 
-_HEADLINES = {
-    "hang": "HANG",
-    "desync": "DESYNC (ranks disagree on a collective)",
-    "straggler": "STRAGGLER (no hang; a rank is consistently late)",
-    "healthy": "HEALTHY (no collective stuck, no mismatch, no straggler)",
-    "inconclusive": "INCONCLUSIVE",
-}
-
 
 def render_verdict(v: Verdict) -> str:
     """Verdict, culprits with evidence, what is in flight, notes, problems (each bounded)."""
     lines: list[str] = []
     loaded = f"{v.ranks_loaded} of {v.world_size}" if v.world_size else str(v.ranks_loaded)
     backend = "/".join(v.backends) or "unknown backend"
-    head = f"fr-otel: {_HEADLINES[v.verdict]}"
+    head = f"fr-otel: {headline(v.verdict).terminal}"
     if v.incomplete is not None:
         head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
     if v.culprits:
