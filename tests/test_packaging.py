@@ -50,3 +50,11 @@ def test_wheel_ships_the_user_test_kit_but_not_the_suite(wheel_files: dict[str, 
     assert {t for t in tops if not t.endswith(".dist-info")} == {"fr_otel"}, tops
     for module in ("otlp", "dump_builder", "gloo_jobs", "prometheus", "ports", "train_loop"):
         assert f"fr_otel/testing/{module}.py" in wheel_files, module
+
+
+def test_wheel_ships_the_report_stylesheet_and_script(wheel_files: dict[str, bytes]) -> None:
+    """The HTML page inlines report/assets/report.css and report.js: they are package data, in the wheel as in the tree."""
+    for name in ("report.css", "report.js"):
+        shipped = wheel_files.get(f"fr_otel/report/assets/{name}")
+        assert shipped is not None, name
+        assert shipped == (REPO / "src" / "fr_otel" / "report" / "assets" / name).read_bytes()
