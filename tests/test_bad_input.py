@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.read.reader import rank_from_name
+from fr_otel.read.discovery import rank_from_name
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.read.reader import host_from_name
+from fr_otel.read.discovery import host_from_name
 from fr_otel.read.steps import StepCounter, StepLog, step_log_from_raw
 from fr_otel.report.text import render_verdict
 
@@ -209,8 +209,8 @@ def test_untrusted_step_logs_keep_only_sound_values() -> None:
 def test_trace_and_html_carry_step_host_and_first_to_stop(tmp_path: Path) -> None:
     """The root span names the step, the hosts and the first rank to stop; rank, entry and
     collective spans carry `pytorch.training.step`; the HTML card says it in words."""
-    from fr_otel.trace import attributes as A
     from fr_otel.report.html import render
+    from fr_otel.trace import attributes as A
     from fr_otel.trace.spans import build_trace
 
     names = {r: f"nccl_trace_rank_node0{1 + r // 2}_{r}" for r in range(4)}
@@ -353,8 +353,8 @@ def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp
 def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> None:
     """The real incident: ranks 9 and 14 left only pg_status; both stopped after TP #88683, before
     their peers entered #88684 at 22:47:17.550 UTC (rounded up; peers' clocks)."""
-    from fr_otel.trace import attributes as A
     from fr_otel.report.html import render
+    from fr_otel.trace import attributes as A
     from fr_otel.trace.spans import build_trace
 
     job = build_job(read_dumps(nvrx / "lock_gil_1st"))

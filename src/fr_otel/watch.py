@@ -46,15 +46,10 @@ from .incident.delivery import (
 )
 from .incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from .otlp.config import ExportConfig
+from .read.discovery import attach_sidecars, host_from_name, rank_from_name
 from .read.dump import RankDump
 from .read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
-from .read.reader import (
-    ReadResult,
-    attach_sidecars,
-    host_from_name,
-    rank_from_name,
-    read_dump_file,
-)
+from .read.reader import ReadResult, read_dump_file
 from .trace.options import TraceOptions
 
 __all__ = [

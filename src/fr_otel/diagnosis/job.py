@@ -16,9 +16,10 @@ from itertools import compress
 from operator import not_
 
 from ..common.ranks import compress_ranks
+from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
 from ..read.rank_process import RankProcess
-from ..read.reader import ReadResult, host_from_name
+from ..read.reader import ReadResult
 
 __all__ = ["ProcessGroup", "Job", "build_job"]
 

@@ -1,10 +1,9 @@
-"""Find and read Flight Recorder dumps: safely, tolerantly, fast.
+"""Read Flight Recorder dumps: safely, tolerantly, fast.
 
-A path may be a directory of per-rank dumps, one file or several. The rank comes
-from the file name's trailing number (``nccl_trace_rank_node02_5`` is rank 5), or
-from what follows an explicit prefix. Each bad file costs one problem line
-("file: what is wrong") and the rest of the job is still read; nothing here
-raises on bad input. Pickles go through :mod:`fr_otel.read.safe_pickle`. Large jobs are
+Which files are whose is :mod:`fr_otel.read.discovery`'s business; this module parses them
+(pickle or JSON) into :class:`~fr_otel.read.dump.RankDump`. Each bad file costs one problem
+line ("file: what is wrong") and the rest of the job is still read; nothing here raises on
+bad input. Pickles go through :mod:`fr_otel.read.safe_pickle`. Large jobs are
 read on all cores.
 """
 
@@ -14,23 +13,22 @@ import gc
 import io
 import json
 import os
-import re
 import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..common.files import file_kind
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
 from .columns import summarise
-from .dump import Entry, Frame, PgConfig, Progress, RankDump
+from .discovery import attach_sidecars, choose_per_rank, discover
+from .dump import Entry, Frame, RankDump
 from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
-from .rank_map import RANKS_FILE, read_rank_map
+from .pg_meta import dump_text, pg_config, pg_status
 from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
 from .safe_pickle import (
@@ -41,20 +39,15 @@ from .safe_pickle import (
     memory_budget,
 )
 from .steps import PAYLOAD_KEY as STEPS_KEY
-from .steps import STEPS_FILE, read_steps_file, step_log_from_raw
-from .validate import BadField, EntryFaults, counter, entry_from_raw, int64
+from .steps import step_log_from_raw
+from .validate import BadField, EntryFaults, entry_from_raw
 
 if TYPE_CHECKING:
     from ..common.progress import ProgressCallback
 
-__all__ = [
-    "ReadResult", "attach_sidecars", "host_from_name", "read_dumps", "read_dump_file", "parse_dump_bytes",
-    "rank_from_name",
-]
+__all__ = ["ReadResult", "parse_dump_bytes", "read_dump_file", "read_dumps"]
 
 SUPPORTED_MAJOR = 2
-_RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
-_EXTENSIONS = (".json", ".pkl", ".pickle", ".pt", ".bin")
 # Below this many bytes in all, worker start-up costs more than it saves.
 _PARALLEL_MIN_BYTES = 16 << 20
 _BATCH_FILES = 16
@@ -66,111 +59,6 @@ class ReadResult:
 
     dumps: dict[int, RankDump] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-
-
-def rank_from_name(name: str, prefix: str | None = None) -> int | None:
-    """The rank a dump file name claims, or None if it claims none.
-
-    Without a prefix the trailing number wins, so host names embedded in the
-    prefix (``..._node02_5``) do not confuse it. With a prefix, the name must
-    start with it and the rest must be the rank.
-    """
-    if prefix is not None:
-        if not name.startswith(prefix):
-            return None
-        rest = name[len(prefix):]
-        for ext in _EXTENSIONS:
-            if rest.endswith(ext):
-                rest = rest[: -len(ext)]
-                break
-        return int(rest) if rest.isdigit() else None
-    match = _RANK_SUFFIX.search(name)
-    return int(match.group(1)) if match else None
-
-
-# What dump file names put around the host: NCCL's and the agent's prefixes, NVRx's ``_dump_``.
-_NAME_MARKERS = ("comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
-_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
-
-
-def host_from_name(path: str) -> str | None:
-    """The host a dump file name carries (``nccl_trace_rank_node02_5`` -> ``node02``), or None.
-
-    The rank is the trailing number; what is left once the known prefixes and separators
-    are gone is the host, if it is a valid host name (letters, digits, dots, dashes).
-    """
-    name = os.path.basename(path)
-    match = _RANK_SUFFIX.search(name)
-    if not match:
-        return None
-    rest, before = name[: match.start()].strip("_-."), None
-    while rest != before:
-        before = rest
-        for marker in _NAME_MARKERS:
-            low = rest.lower()
-            if low.startswith(marker) and (len(rest) == len(marker) or rest[len(marker)] in "_-."):
-                rest = rest[len(marker):].strip("_-.")
-            elif low.endswith(marker) and (len(rest) == len(marker) or rest[-len(marker) - 1] in "_-."):
-                rest = rest[: -len(marker)].strip("_-.")
-    if not rest or not _HOST.fullmatch(rest) or rest.isdigit():
-        return None
-    return rest
-
-
-def _discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tuple[list[tuple[int, str]], list[str]]:
-    found: list[tuple[int, str]] = []
-    problems: list[str] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            try:
-                names = sorted(entry.name for entry in os.scandir(path))
-            except OSError as exc:
-                problems.append(f"{path}: cannot list: {exc.strerror or exc}")
-                continue
-            ranked: list[tuple[int, str]] = []
-            for name in names:
-                rank = rank_from_name(name, prefix)
-                if rank is None:
-                    continue
-                child = path / name
-                if child.is_file():
-                    ranked.append((rank, str(child)))
-                elif not child.is_dir():  # sub-folders (e.g. per-incident ones) are not dumps
-                    problems.append(f"{child}: not a regular file (a FIFO, device, socket or broken or looping "
-                                    "link); skipped")
-            if not ranked:
-                wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
-                problems.append(f"{path}: no dump files (no file name {wanted})")
-            found.extend(ranked)
-        elif path.is_file() and path.name in _SIDECARS:
-            continue  # read by attach_sidecars
-        elif path.is_file():
-            rank = rank_from_name(path.name, prefix)
-            if rank is None:
-                problems.append(f"{path}: cannot tell the rank: the file name does not end in a rank number")
-            else:
-                found.append((rank, str(path)))
-        elif path.exists():
-            problems.append(f"{path}: not a regular file or directory")
-        else:
-            problems.append(f"{path}: no such file or directory")
-    return found, problems
-
-
-def _choose_per_rank(found: list[tuple[int, str]], problems: list[str]) -> list[tuple[int, str]]:
-    """One file per rank; pickles (they carry stacks) win over JSON, then name order."""
-    by_rank: dict[int, list[str]] = {}
-    for rank, path in found:
-        by_rank.setdefault(rank, []).append(path)
-    chosen: list[tuple[int, str]] = []
-    for rank in sorted(by_rank):
-        candidates = sorted(set(by_rank[rank]), key=lambda p: (p.endswith(".json"), p))
-        if len(candidates) > 1:
-            others = ", ".join(candidates[1:])
-            problems.append(f"{candidates[0]}: rank {rank} is also claimed by {others}; using {candidates[0]}")
-        chosen.append((rank, candidates[0]))
-    return chosen
 
 
 def read_dumps(
@@ -190,8 +78,8 @@ def read_dumps(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    found, problems = _discover(list(paths), prefix)
-    chosen = _choose_per_rank(found, problems)
+    found, problems = discover(list(paths), prefix)
+    chosen = choose_per_rank(found, problems)
     result = ReadResult(problems=problems)
     for dump, file_problems in _parse_all(chosen, workers, max_file_bytes, progress):
         result.problems.extend(file_problems)
@@ -203,24 +91,6 @@ def read_dumps(
     # terminal, a log or strict JSON through the problem lines (text, --json, spans alike).
     result.problems[:] = [printable(p) for p in result.problems]
     return result
-
-
-_SIDECARS = (RANKS_FILE, STEPS_FILE)
-
-
-def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]]) -> None:
-    """``ranks.json`` and ``steps.json`` beside the dumps fill in what the dump files lack:
-    each rank's host and pid, and its training steps."""
-    folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}
-    for folder in sorted(folders):
-        for name, read, field_name in ((RANKS_FILE, read_rank_map, "process"), (STEPS_FILE, read_steps_file, "steps")):
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path):
-                continue
-            for rank, value in read(path, result.problems).items():  # type: ignore[operator]
-                dump = result.dumps.get(rank)
-                if dump is not None and getattr(dump, field_name) is None:
-                    setattr(dump, field_name, value)
 
 
 _Parsed = tuple["RankDump | None", list[str]]
@@ -403,16 +273,16 @@ def _parse_stream(
 
 def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list[str], full: bool) -> RankDump | None:
     if not isinstance(raw, dict) or not ({"version", "entries", "pg_status"} & raw.keys()):
-        keys = sorted(_text(k)[:40] or type(k).__name__ for k in islice(raw, 20)) if isinstance(raw, dict) else []
+        keys = sorted(dump_text(k)[:40] or type(k).__name__ for k in islice(raw, 20)) if isinstance(raw, dict) else []
         what = f"top-level keys {keys[:5]}" if isinstance(raw, dict) else type(raw).__name__
         problems.append(f"{path}: not a Flight Recorder dump ({what})")
         return None
-    version = _text(raw.get("version", ""))
+    version = dump_text(raw.get("version", ""))
     if not version:
         problems.append(f"{path}: no 'version' key; reading it as a 2.x dump")
     elif not version.startswith(f"{SUPPORTED_MAJOR}."):
         problems.append(f"{path}: dump version {version} is not 2.x; reading it as 2.x may be wrong")
-    comm_lib = _text(raw.get("comm_lib_version", raw.get("nccl_version", "")) or "")
+    comm_lib = dump_text(raw.get("comm_lib_version", raw.get("nccl_version", "")) or "")
     raw_entries = raw.get("entries") or []
     if not isinstance(raw_entries, list):
         problems.append(f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; ignored")
@@ -447,8 +317,8 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         version=version,
         backend=backend,
         comm_lib_version=comm_lib,
-        pg_config=_pg_config(raw.get("pg_config"), path, problems),
-        pg_status=_pg_status(raw.get("pg_status"), path, problems),
+        pg_config=pg_config(raw.get("pg_config"), path, problems),
+        pg_status=pg_status(raw.get("pg_status"), path, problems),
         histories=summary.histories,
         tail=tail,
         entry_count=len(raw_entries),
@@ -465,123 +335,11 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     )
 
 
-def _text(value: Any) -> str:
-    """A name or version from the dump: strings as they are (escaped), numbers as text, anything else empty."""
-    if type(value) is str:
-        return printable(value)
-    return str(value) if int64(value) else ""
-
-
 def _backend(raw_entries: list[Any], comm_lib: str) -> str:
     for e in raw_entries:
         if isinstance(e, dict) and isinstance(e.get("profiling_name"), str) and ":" in e["profiling_name"]:
             return printable(e["profiling_name"].split(":", 1)[0])
     return "nccl" if comm_lib else "unknown"
-
-
-_RANKS_SEEN: dict[str, tuple[int, ...] | None] = {}
-_RANKS_SEEN_CHARS = 1 << 24  # a bound on the text kept as keys
-
-
-def _parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """``"[0, 1, 4]"`` (or a real list) -> (0, 1, 4); None when not a clean list of ranks.
-
-    Every rank's dump repeats the world group's members (16k numbers at 16k ranks): each
-    distinct string is parsed once per process.
-    """
-    if isinstance(value, str):
-        if value in _RANKS_SEEN:
-            return _RANKS_SEEN[value]
-        if len(value) * (len(_RANKS_SEEN) + 1) > _RANKS_SEEN_CHARS:
-            _RANKS_SEEN.clear()
-        parsed = _RANKS_SEEN[value] = _parse_ranks_text(value)
-        return parsed
-    if isinstance(value, (list, tuple)):
-        if not all(map(int64, value)):
-            return None
-        items = list(value)
-    else:
-        return None
-    if any(x < 0 for x in items):
-        return None
-    return tuple(sorted(set(items)))
-
-
-def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
-    text = value.strip()
-    if not (text.startswith("[") and text.endswith("]")):
-        return None
-    inner = text[1:-1].strip()
-    if not inner:
-        return ()
-    try:
-        items = list(map(int, inner.split(",")))
-    except ValueError:
-        items = _expand_runs(inner)  # fr-otel's own payloads write runs: "[0-16383]"
-        if items is None:
-            return None
-    if min(items) < 0:
-        return None
-    return tuple(sorted(set(items)))
-
-
-_MAX_RUN_RANKS = 1 << 24
-
-
-def _expand_runs(inner: str) -> list[int] | None:
-    """``"0-3, 8"`` -> [0, 1, 2, 3, 8]; None unless every item is a rank or an ascending run
-    (and the whole stays under 16M ranks: a hostile "0-10**12" is refused, not expanded)."""
-    items: list[int] = []
-    for part in inner.split(","):
-        first, dash, last = part.strip().partition("-")
-        try:
-            if not dash:
-                items.append(int(first))
-                continue
-            a, b = int(first), int(last)
-        except ValueError:
-            return None
-        if not first or b < a or len(items) + b - a >= _MAX_RUN_RANKS:
-            return None
-        items.extend(range(a, b + 1))
-    return items
-
-
-def _pg_config(value: Any, path: str, problems: list[str]) -> dict[str, PgConfig]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        problems.append(f"{path}: 'pg_config' is a {type(value).__name__}, not a mapping; ignored")
-        return {}
-    out: dict[str, PgConfig] = {}
-    for key, cfg in value.items():
-        if not isinstance(cfg, dict):
-            continue
-        name = _text(cfg.get("name", key))
-        out[name] = PgConfig(name=name, desc=_text(cfg.get("desc", "")), ranks=_parse_ranks(cfg.get("ranks")))
-    return out
-
-
-def _pg_status(value: Any, path: str, problems: list[str]) -> dict[int, Progress]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        problems.append(f"{path}: 'pg_status' is a {type(value).__name__}, not a mapping; ignored")
-        return {}
-    out: dict[int, Progress] = {}
-    bad = 0
-    for key, st in value.items():
-        try:
-            out[counter(key)] = Progress(
-                enqueued=counter(st["last_enqueued_collective"]),
-                started=counter(st.get("last_started_collective", -1)),
-                completed=counter(st["last_completed_collective"]),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            bad += 1
-    if bad:
-        problems.append(f"{path}: {bad} malformed 'pg_status' item(s) ignored")
-    return out
 
 
 def _entries(
