@@ -182,7 +182,7 @@ def _reference_time(job: Job) -> tuple[int | None, str]:
     """The moment ages are measured to. Dumps carry no timestamp of their own: a file
     written within a day after the last recorded activity dates it (fresh dumps);
     otherwise (copied files) fall back to the newest recorded activity."""
-    latest = max((d.latest_ns for d in job.dumps.values()), default=0)
+    latest = job.latest_ns
     if not latest:
         return None, "none"
     written = [d.file_mtime_ns for d in job.dumps.values() if d.file_mtime_ns]

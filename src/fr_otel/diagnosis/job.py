@@ -66,6 +66,11 @@ class Job:
         return {r: p.host for r, p in self.processes.items() if p.host}
 
     @property
+    def latest_ns(self) -> int:
+        """The newest enqueue or completion time any dump records; 0 when none records a time."""
+        return max((d.latest_ns for d in self.dumps.values()), default=0)
+
+    @property
     def backends(self) -> set[str]:
         return {d.backend for d in self.dumps.values()}
 

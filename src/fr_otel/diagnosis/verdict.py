@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from ..read.dump import Frame, Progress
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
-from .job import ProcessGroup
+from .job import Job, ProcessGroup
 
 if TYPE_CHECKING:
     from .stop_order import StopOrder
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
-    "GroupState", "Incomplete", "Verdict",
+    "GroupState", "Incomplete", "Verdict", "reference_ns",
 ]
 
 # Strongest evidence first: one record per rank keeps its strongest kind.
@@ -231,3 +231,11 @@ class Verdict:
         if include_groups:
             out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]
         return out
+
+
+def reference_ns(verdict: Verdict, job: Job) -> int:
+    """"Now" for ages and for ops still in flight, the same for the report and the trace:
+    the verdict's reference time (when the dumps were written, else the newest activity),
+    else (a verdict made without one) the newest activity any dump records; 0 when no dump
+    records a time."""
+    return verdict.reference_ns or job.latest_ns

@@ -18,7 +18,8 @@ from .steps import StepLog
 if TYPE_CHECKING:
     from .live_stack import LiveStacks
 
-__all__ = ["Frame", "Entry", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump"]
+__all__ = ["Frame", "Entry", "OpInterval", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump",
+           "op_interval"]
 
 
 class Frame(NamedTuple):
@@ -66,6 +67,55 @@ class Entry(NamedTuple):
     def op(self) -> str:
         """The op without its backend prefix (``nccl:all_reduce`` -> ``all_reduce``)."""
         return self.profiling_name.partition(":")[2] or self.profiling_name
+
+    def interval(self, reference_ns: int, *, next_created_ns: int | None = None, otherwise_ns: int | None = None,
+                 max_estimate_ns: int | None = None) -> OpInterval:
+        """When this op ran (see :func:`op_interval`)."""
+        return op_interval(self.time_created_ns, self.completed, reference_ns, completed_ns=self.time_completed_ns,
+                           duration_ms=self.duration_ms, next_created_ns=next_created_ns, otherwise_ns=otherwise_ns,
+                           max_estimate_ns=max_estimate_ns)
+
+
+class OpInterval(NamedTuple):
+    """When an op ran, as far as its rank's dump tells."""
+
+    start: int  # its enqueue
+    end: int
+    estimated: bool  # completed, but no usable completion time: the end is inferred
+    in_flight: bool  # never completed: it runs to the reference time
+
+
+def op_interval(
+    created_ns: int,
+    completed: bool,
+    reference_ns: int,
+    *,
+    completed_ns: int | None = None,
+    duration_ms: float | None = None,
+    next_created_ns: int | None = None,
+    otherwise_ns: int | None = None,
+    max_estimate_ns: int | None = None,
+) -> OpInterval:
+    """The one rule for when an op ends, for the trace's spans and the report's bars alike.
+
+    In flight (never completed): at the reference time. Completed: at its completion time
+    when recorded (and not before its enqueue); else, estimated, after its recorded
+    duration; else at the rank's next enqueue (gloo records no completion: the rank moved
+    on); else at ``otherwise_ns`` (None: the enqueue itself, a zero-length op the caller
+    sizes). ``max_estimate_ns`` bounds an end guessed from a later enqueue or ``otherwise_ns``.
+    """
+    if not completed:
+        return OpInterval(created_ns, max(reference_ns, created_ns), False, True)
+    if completed_ns and completed_ns >= created_ns:
+        return OpInterval(created_ns, completed_ns, False, False)
+    if duration_ms is not None:
+        return OpInterval(created_ns, created_ns + int(duration_ms * 1e6), True, False)
+    upper = next_created_ns if next_created_ns is not None else otherwise_ns
+    if upper is None:
+        upper = created_ns
+    if max_estimate_ns is not None:
+        upper = min(upper, created_ns + max_estimate_ns)
+    return OpInterval(created_ns, max(upper, created_ns), True, False)
 
 
 class Progress(NamedTuple):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..diagnosis.analysis import Culprit, Verdict
 from ..diagnosis.job import Job, ProcessGroup
+from ..diagnosis.verdict import reference_ns
 from ..read.dump import Entry, RankDump
 
 __all__ = ["Facts", "Pending", "Stuck", "history_at", "tail_entry"]
@@ -104,7 +105,7 @@ class Facts:
         everyone = set(job.dumps) | set(job.missing_ranks)
         for g in job.groups.values():
             everyone.update(g.ranks)
-        ref = verdict.reference_ns or max((d.latest_ns for d in job.dumps.values()), default=0) or None
+        ref = reference_ns(verdict, job) or None
         return cls(job, verdict, ref, pending, culprits, stuck, mismatch_at, waiting, tuple(sorted(everyone)))
 
     @property

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
-from ..read.dump import Entry
+from ..read.dump import Entry, op_interval
 from .facts import Facts, history_at
 from .markup import clip, fmt_duration, fmt_rel
 
@@ -191,16 +191,9 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
         nxt = rows[i + 1][0] if i + 1 < len(rows) else None
         if e is not None and e.record_id in d.next_created_ns:
             nxt = d.next_created_ns[e.record_id]
-        if not done:
-            end, est, open_ = max(ref, created), False, True
-        elif e is not None and e.time_completed_ns and e.time_completed_ns >= created:
-            end, est, open_ = e.time_completed_ns, False, False
-        elif e is not None and e.duration_ms is not None:
-            end, est, open_ = created + int(e.duration_ms * 1e6), True, False
-        elif nxt is not None:
-            end, est, open_ = max(nxt, created), True, False
-        else:
-            end, est, open_ = created, True, False  # done, when unknown: sized below
+        # A done op with nothing to tell its end comes back zero-length: sized below.
+        _, end, est, open_ = op_interval(created, done, ref, completed_ns=e.time_completed_ns if e else None,
+                                         duration_ms=e.duration_ms if e else None, next_created_ns=nxt)
         if created < start and end <= start:
             continue
         if e is not None:

@@ -39,6 +39,7 @@ from ..common.progress import ProgressCallback
 from ..common.ranks import compress_ranks
 from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import reference_ns
 from ..read.columns import TAIL_PER_GROUP
 from ..read.dump import Entry
 from ..read.live_stack import LiveStacks, is_library_frame
@@ -139,7 +140,7 @@ class _Builder:
         self.options = options
         self.trace_id = trace_id
         self.job_id = job_id
-        self.now = verdict.reference_ns or max((d.latest_ns for d in job.dumps.values()), default=0)
+        self.now = reference_ns(verdict, job)
         self.progress = {g.group.name: g.progress for g in verdict.groups}
         self.culprits = {c.rank: c for c in verdict.culprits}
         self.stuck = _stuck_collectives(verdict)
@@ -359,15 +360,9 @@ class _Builder:
         return span_id_for(self.trace_id, "collective", name, desc, seq)
 
     def _end_of(self, e: Entry, next_created: int | None) -> tuple[int, bool]:
-        if e.completed:
-            if e.time_completed_ns:
-                return max(e.time_completed_ns, e.time_created_ns), False
-            if e.duration_ms is not None:
-                return e.time_created_ns + int(e.duration_ms * 1e6), True
-            upper = min(next_created if next_created is not None else self.now,
-                        e.time_created_ns + MAX_ESTIMATED_END_NS)
-            return max(upper, e.time_created_ns), True
-        return max(self.now, e.time_created_ns), False
+        span = e.interval(self.now, next_created_ns=next_created, otherwise_ns=self.now,
+                          max_estimate_ns=MAX_ESTIMATED_END_NS)
+        return span.end, span.estimated
 
     def _entry_span(
         self, rank: int, e: Entry, span_id: int, parent_id: int, resource: Resource, end: int, estimated: bool,
