@@ -1,6 +1,6 @@
 """Traces from real hangs: one trace, spans per rank linked by collective, real OTLP receivers.
 
-The dumps come from real gloo jobs (fr_otel.testing.gloo_jobs) and the export runs as a
+The dumps come from real gloo jobs (fr_otel.scenarios) and the export runs as a
 user would run it: the `fr-otel` CLI in a fresh process, against real gRPC/HTTP receivers
 on loopback built from the official opentelemetry-proto service stubs.
 """

@@ -35,9 +35,7 @@ def run_demo(out_dir: str | Path, *, scenario: str = DEMO_SCENARIO, world_size: 
     """Run a real hanging gloo job, dump every rank, analyse; raises TorchMissing without torch."""
     if importlib.util.find_spec("torch") is None:
         raise TorchMissing("the demo runs a real gloo job and needs torch: pip install 'fr-otel[torch]'")
-    from .testing.gloo_jobs import (
-        make_dumps,  # imports no torch itself; the job runs in a child
-    )
+    from .scenarios import make_dumps  # imports no torch itself; the job runs in a child
 
     out = make_dumps(scenario, Path(out_dir), world_size=world_size, timeout_s=180)
     dumps_dir = out / "pickle"
