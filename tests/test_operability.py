@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.common.progress import DELAY_S
+from fr_otel.testing.ports import unused_tcp_port
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -101,11 +102,8 @@ print("training ran")
 
 
 def _one_rank_job(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = _env(**{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "FR_OTEL_POLL_INTERVAL": "0.2",
+                  "MASTER_PORT": str(unused_tcp_port()), "OMP_NUM_THREADS": "1", "FR_OTEL_POLL_INTERVAL": "0.2",
                   "FR_OTEL_METRICS_PORT": "0", "FR_OTEL_METRICS_ADDR": "127.0.0.1",
                   "FR_OTEL_OUT_DIR": str(tmp_path / "out"), **extra})
     script = tmp_path / "one_rank.py"

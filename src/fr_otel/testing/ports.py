@@ -1,4 +1,4 @@
-"""Free loopback ports for tests: one, or a block of consecutive ones (base + LOCAL_RANK)."""
+"""Free loopback ports, the one way the test kit finds them: one, or a block of consecutive ones."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ __all__ = ["unused_tcp_port", "free_port_block"]
 
 
 def unused_tcp_port() -> int:
-    """A loopback port nothing listens on right now: a "collector down" endpoint."""
+    """A loopback port nothing listens on right now: for a server to take, or a "collector down" endpoint."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Exemplar", "PrometheusError", "PrometheusServer", "Sample", "find_prometheus", "free_port"]
+from .ports import unused_tcp_port
+
+__all__ = ["Exemplar", "PrometheusError", "PrometheusServer", "Sample", "find_prometheus"]
 
 
 class PrometheusError(RuntimeError):
@@ -60,13 +61,6 @@ def find_prometheus() -> str | None:
     if explicit:
         return explicit
     return shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").is_file() else None)
-
-
-def free_port() -> int:
-    """A loopback TCP port free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrometheusServer:
@@ -136,7 +130,7 @@ class PrometheusServer:
             self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "prometheus.yml"
         config_path.write_text(json.dumps(self.config(), indent=2))
-        self.port = free_port()
+        self.port = unused_tcp_port()
         cmd = [
             self.binary,
             f"--config.file={config_path}",
