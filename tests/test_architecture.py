@@ -21,7 +21,6 @@ PACKAGE = SRC / "fr_otel"
 LARGE_MODULES: dict[str, str] = {
     # Being split (issue 10); an entry fails the test once its module is under 400 lines: delete it then.
     "fr_otel.otlp.config": "issue 10: being split",
-    "fr_otel.testing.gloo_jobs": "issue 10: being split",
     "fr_otel.testing.otlp": "issue 10: being split",
     "fr_otel.trace.spans": "issue 10: being split",
     "fr_otel.watch": "issue 10: being split",
@@ -205,6 +204,19 @@ def test_no_product_module_imports_a_private_name_or_the_tests() -> None:
             if private or (private_module and imp.target.rsplit(".", 1)[0] != home):
                 offences.append(f"{name}:{imp.line} imports {imp.target} {private}")
     assert without_pending(offences)[0] == []
+
+
+def test_the_product_does_not_depend_on_the_test_kit() -> None:
+    """Only fr_otel.testing imports fr_otel.testing: the demo, CLI and agent stand on product modules."""
+    uses = []
+    for name, path in product_modules().items():
+        if name == "fr_otel.testing" or name.startswith("fr_otel.testing."):
+            continue
+        for imp in imports_of(name, path):
+            if (imp.target == "fr_otel.testing" or imp.target.startswith("fr_otel.testing.")
+                    or (imp.target == "fr_otel" and "testing" in imp.names)):
+                uses.append(f"{name}:{imp.line} imports {imp.target} {list(imp.names)}")
+    assert uses == []
 
 
 def test_no_pending_offence_is_listed_after_its_fix() -> None:

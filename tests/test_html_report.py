@@ -70,22 +70,10 @@ def browser():
         yield b
 
 
-_gloo_cache: dict[str, Path] = {}
-
-
 @pytest.fixture(scope="session")
-def gloo_dumps(tmp_path_factory: pytest.TempPathFactory):
-    """A scenario's real hung gloo job, run once per session; returns its pickle dump folder."""
-    if not HAS_TORCH:
-        pytest.skip("needs the torch extra (real gloo jobs)")
-    from fr_otel.testing.gloo_jobs import make_dumps
-
-    def get(name: str) -> Path:
-        if name not in _gloo_cache:
-            _gloo_cache[name] = make_dumps(name, tmp_path_factory.mktemp(f"html-{name}"), timeout_s=120) / "pickle"
-        return _gloo_cache[name]
-
-    return get
+def gloo_dumps(scenario_dumps):
+    """A scenario's real hung gloo job (conftest runs each once per session): its pickle dump folder."""
+    return lambda name: scenario_dumps(name) / "pickle"
 
 
 def _render_to(folder: Path, out: Path, **kwargs) -> tuple[Path, object]:
@@ -230,7 +218,7 @@ def test_gloo_hang_report_in_browser(gloo_dumps, browser: Chromium, tmp_path: Pa
         assert page.evaluate("document.querySelectorAll('#timeline g.bar.est').length") >= 1
         # The culprit's stack is there (pickled gloo dumps carry frames): its call site in the job's code.
         stacks = page.evaluate("document.getElementById('stacks').innerText")
-        assert "gloo_jobs.py" in stacks and "call site" in stacks
+        assert "catalog.py" in stacks and "call site" in stacks
         if scenario == "op_mismatch":
             assert "differs" in stacks  # the two call sites, compared
     finally:
