@@ -316,7 +316,7 @@ def test_a_receiver_rejecting_half_the_spans_makes_export_say_so_and_exit_3(
 def test_partial_success_over_http_json_is_counted(tmp_path: Path) -> None:
     """The OTLP/JSON body's partialSuccess is read too."""
     from fr_otel.otlp.export import export_spans
-    from fr_otel.testing.otlp import synthetic_spans
+    from fr_otel.testing.spans import synthetic_spans
 
     with OtlpHttpReceiver(reject_fraction=0.5) as rx:
         config = resolve_export_config(endpoint=rx.url, protocol="http/json", environ={})
@@ -516,7 +516,7 @@ def test_a_failed_spool_rewrite_counts_the_delivered_spans_still_in_it(tmp_path:
     from fr_otel.otlp import export as otlp_export
     from fr_otel.otlp.chunks import chunk_requests
     from fr_otel.otlp.jsonl import write_jsonl
-    from fr_otel.testing.otlp import synthetic_spans
+    from fr_otel.testing.spans import synthetic_spans
 
     spool = write_jsonl(tmp_path / "spool.jsonl", chunk_requests(
         to_requests(synthetic_spans(200)), 4096))

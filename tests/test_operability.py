@@ -593,7 +593,8 @@ def test_export_reports_spans_sent_as_they_go() -> None:
     ending at the total (what the bar on a terminal shows)."""
     from fr_otel.otlp.config import resolve_export_config
     from fr_otel.otlp.export import export_spans
-    from fr_otel.testing.otlp import OtlpGrpcReceiver, synthetic_spans
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
+    from fr_otel.testing.spans import synthetic_spans
 
     calls: list[tuple[int, int]] = []
     spans = synthetic_spans(3000, attribute_bytes=600)

@@ -19,7 +19,8 @@ from fr_otel.otlp.config import resolve_export_config
 from fr_otel.otlp.encode import Unencodable, encode_chunks, encode_request
 from fr_otel.otlp.export import export_spans
 from fr_otel.trace.spans import TraceOptions, build_trace
-from fr_otel.testing.otlp import OtlpGrpcReceiver, synthetic_spans
+from fr_otel.testing.otlp import OtlpGrpcReceiver
+from fr_otel.testing.spans import synthetic_spans
 
 TRACE = 0x0123456789ABCDEF0123456789ABCDEF
 

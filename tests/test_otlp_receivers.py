@@ -20,10 +20,10 @@ from fr_otel.otlp.jsonl import request_to_json
 from fr_otel.testing.otlp import (
     OtlpGrpcReceiver,
     OtlpHttpReceiver,
-    synthetic_spans,
     unused_tcp_port,
     wait_for,
 )
+from fr_otel.testing.spans import synthetic_spans
 
 SPANS = synthetic_spans(20, ranks=2)
 REQUEST = encode_spans(SPANS)

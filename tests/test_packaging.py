@@ -48,7 +48,7 @@ def test_wheel_ships_the_user_test_kit_but_not_the_suite(wheel_files: dict[str, 
     """Users get fr_otel.testing (receivers, dump factories); nothing of tests/ rides along."""
     tops = {n.split("/", 1)[0] for n in wheel_files}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"fr_otel"}, tops
-    for module in ("otlp", "dump_builder", "gloo_jobs", "prometheus", "ports", "train_loop"):
+    for module in ("otlp", "spans", "dump_builder", "gloo_jobs", "prometheus", "ports", "train_loop"):
         assert f"fr_otel/testing/{module}.py" in wheel_files, module
 
 

@@ -2,7 +2,8 @@
 
 - ``dump_builder``: hand-built NCCL/gloo dumps (pickle or JSON) for specification tests
 - ``gloo_jobs``: real gloo hangs on CPU frozen into dumps (the :mod:`fr_otel.scenarios` jobs)
-- ``otlp``: real OTLP/gRPC and OTLP/HTTP receivers on loopback, synthetic spans
+- ``otlp``: real OTLP/gRPC and OTLP/HTTP receivers on loopback
+- ``spans``: deterministic synthetic spans to export (or to smoke-test a real collector)
 - ``prometheus``: a real Prometheus on loopback, queried over its HTTP API
 - ``ports``: free loopback ports
 - ``train_loop``: a small CPU gloo training loop for torchrun, one rank stalling on request

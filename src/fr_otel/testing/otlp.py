@@ -9,11 +9,10 @@ a collector::
 
     with OtlpGrpcReceiver(fail_with=[grpc.StatusCode.UNAVAILABLE]) as rx:
         config = resolve_export_config(endpoint=rx.url)
-        export_spans(synthetic_spans(1000), config, deadline_s=5, spool_dir=tmp)
+        export_spans(synthetic_spans(1000), config, deadline_s=5, spool_dir=tmp)  # testing.spans
         assert len(set(rx.span_ids())) == 1000
 
 An unbound port (:func:`unused_tcp_port`) stands in for a collector that is down.
-:func:`synthetic_spans` also smoke-tests a real collector: send them, look them up.
 """
 
 from __future__ import annotations
@@ -38,26 +37,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from opentelemetry.sdk.resources import Resource as SdkResource
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
 from ..otlp.jsonl import request_from_json
-from ..trace.ids import hashed_id
 from .ports import unused_tcp_port
 
 __all__ = [
     "OtlpGrpcReceiver",
     "OtlpHttpReceiver",
     "ReceivedSpan",
-    "synthetic_spans",
     "unused_tcp_port",
     "wait_for",
 ]
 
 _Code = TypeVar("_Code")
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 class ReceivedSpan(NamedTuple):
@@ -76,56 +68,6 @@ class ReceivedSpan(NamedTuple):
     def attributes(self) -> dict[str, Any]:
         """Span attributes as plain Python values."""
         return {kv.key: _any_value(kv.value) for kv in self.span.attributes}
-
-
-def synthetic_spans(
-    count: int,
-    *,
-    ranks: int = 4,
-    trace_seed: str = "fr-otel-synthetic",
-    attribute_bytes: int = 64,
-    service_name: str = "fr-otel-synthetic",
-) -> list[ReadableSpan]:
-    """``count`` deterministic collective-like spans spread over ``ranks`` resources.
-
-    Ids are blake2b hashes of ``trace_seed`` (never zero); each span has a parent and
-    a link to its "collective" span, so id handling in links is exercised too.
-    ``attribute_bytes`` pads one attribute to make spans bigger.
-    """
-    trace_id = hashed_id(f"{trace_seed}/trace", 16)
-    root = SpanContext(trace_id, hashed_id(f"{trace_seed}/root", 8), is_remote=False, trace_flags=_SAMPLED)
-    resources = [
-        SdkResource({"service.name": service_name, "service.instance.id": f"rank-{r}", "pytorch.distributed.rank": r})
-        for r in range(max(ranks, 1))
-    ]
-    scope = SdkScope("fr_otel.testing", "0")
-    start = 1_700_000_000_000_000_000
-    spans: list[ReadableSpan] = []
-    for i in range(count):
-        rank, seq = i % len(resources), i // len(resources)
-        context = SpanContext(trace_id, hashed_id(f"{trace_seed}/{i}", 8), is_remote=False, trace_flags=_SAMPLED)
-        collective = SpanContext(trace_id, hashed_id(f"{trace_seed}/c{seq}", 8), is_remote=False)
-        spans.append(
-            ReadableSpan(
-                name="nccl:all_reduce",
-                context=context,
-                parent=root,
-                resource=resources[rank],
-                attributes={
-                    "pytorch.distributed.rank": rank,
-                    "pytorch.distributed.collective_seq_id": seq,
-                    "fr_otel.testing.padding": "x" * attribute_bytes,
-                },
-                links=[Link(collective, {"pytorch.distributed.link": "collective"})],
-                kind=SpanKind.INTERNAL,
-                start_time=start + i * 1_000,
-                end_time=start + i * 1_000 + 500,
-                instrumentation_scope=scope,
-            )
-        )
-    return spans
-
-
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> bool:
@@ -179,15 +121,20 @@ class _Receiver(Generic[_Code]):
                 self.failed_calls += 1
             return code
 
-    def _accept(self, request: ExportTraceServiceRequest, size: int, headers: dict[str, str]) -> int:
-        """Keep the request (minus the spans it rejects); returns how many it rejected."""
+    def _accept(self, request: ExportTraceServiceRequest, size: int,
+                headers: dict[str, str]) -> ExportTraceServiceResponse:
+        """Keep the request (minus the spans it rejects); the answer, partial success if any were."""
         rejected = self._reject_some(request)
         with self._lock:
             self._requests.append(request)
             self._sizes.append(size)
             self._headers.append(headers)
             self.rejected_spans += rejected
-        return rejected
+        response = ExportTraceServiceResponse()
+        if rejected:
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = f"test receiver rejected {rejected} spans"
+        return response
 
     def _reject_some(self, request: ExportTraceServiceRequest) -> int:
         """Drop ``reject_fraction`` of the spans (rounded down, the last ones), like a collector's partial success."""
@@ -267,12 +214,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         if code is not None:
             context.abort(code, f"injected failure: {code.name}")
         headers = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
-        rejected = self._receiver._accept(request, request.ByteSize(), headers)
-        response = ExportTraceServiceResponse()
-        if rejected:
-            response.partial_success.rejected_spans = rejected
-            response.partial_success.error_message = f"test receiver rejected {rejected} spans"
-        return response
+        return self._receiver._accept(request, request.ByteSize(), headers)
 
 
 class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
@@ -417,11 +359,7 @@ def _handler_for(receiver: OtlpHttpReceiver) -> type[http.server.BaseHTTPRequest
             except Exception as exc:  # a test receiver answers 400, like a collector
                 return self._reply(400, f"bad request: {exc}".encode())
             headers = {k.lower(): v for k, v in self.headers.items()}
-            rejected = receiver._accept(request, len(body), headers)
-            response = ExportTraceServiceResponse()
-            if rejected:
-                response.partial_success.rejected_spans = rejected
-                response.partial_success.error_message = f"test receiver rejected {rejected} spans"
+            response = receiver._accept(request, len(body), headers)
             if content_type == "application/json":
                 self._reply(200, json_format.MessageToJson(response).encode(), "application/json")
             else:
