@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..common.commands import replay_command_line
 from ..otlp.config import ExportConfig
 from ..otlp.transport import NOT_GRPC, NOT_HTTP
 
@@ -153,18 +153,9 @@ def failure_reason(outcome: ExportOutcome, config: ExportConfig) -> str:
 
 
 def replay_command(path: str | os.PathLike[str], config: ExportConfig | None = None) -> str:
-    """A complete ``fr-otel replay`` command line that sends ``path`` (made absolute: it may be
-    run from anywhere) where ``config`` points (a placeholder collector when it points nowhere).
-    Headers may hold secrets: only their names appear, each with a ``<value>`` to fill in."""
-    words = ["fr-otel", "replay", os.path.abspath(path) if str(path) else str(path)]
-    if config is None or config.endpoint is None:
-        words += ["--endpoint", "http://COLLECTOR:4317"]
-    else:
-        words += ["--endpoint", config.endpoint]
-        if config.protocol != "grpc":
-            words += ["--protocol", config.protocol]
-        elif config.insecure and "://" not in config.endpoint:
-            words.append("--insecure")
-        if config.headers:
-            words += ["--headers", ",".join(f"{name}=<value>" for name in config.headers)]
-    return shlex.join(words)
+    """A complete ``fr-otel replay`` command line that sends ``path`` where ``config`` points
+    (a placeholder collector when it points nowhere); see :func:`replay_command_line`."""
+    if config is None:
+        return replay_command_line(path)
+    return replay_command_line(path, endpoint=config.endpoint, protocol=config.protocol, insecure=config.insecure,
+                               header_names=config.headers or ())

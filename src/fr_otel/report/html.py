@@ -20,11 +20,11 @@ import os
 from importlib import resources
 
 from ..version import __version__
+from ..common.commands import replay_command_line
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
 from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
-from ..incident.delivery import replay_command
 from .culprits import verdict_section
 from .facts import Facts
 from .groups import groups_section
@@ -193,7 +193,7 @@ def _trace_section(trace_id: str | None, destination: str | None, status: str | 
         out.append(
             f"<p>Written to <code>{dest}</code> (OTLP JSON Lines).</p><ul>"
             "<li><b>Jaeger</b>: Search → Upload → choose that file.</li>"
-            f"<li><b>Tempo / any OTLP backend</b>: <code>{esc(replay_command(destination or ''), 600)}</code>, then open "
+            f"<li><b>Tempo / any OTLP backend</b>: <code>{esc(replay_command_line(destination or ''), 600)}</code>, then open "
             "the trace by its id.</li></ul>")
     elif status == "sent":
         out.append(
@@ -204,7 +204,7 @@ def _trace_section(trace_id: str | None, destination: str | None, status: str | 
             f"<code>JAEGER_URL/trace/{tid}</code>.</li></ul>")
     elif status == "spooled":
         out.append(f'<p class="warn">Not delivered to its endpoint; spooled to <code>{dest}</code>. Send it later with '
-                   f"<code>{esc(replay_command(destination or ''), 600)}</code> (your collector's endpoint), then "
+                   f"<code>{esc(replay_command_line(destination or ''), 600)}</code> (your collector's endpoint), then "
                    "open it by its id.</p>")
     elif status == "disabled":
         out.append("<p>Not exported: <code>OTEL_SDK_DISABLED=true</code>.</p>")
