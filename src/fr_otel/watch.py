@@ -40,9 +40,6 @@ from .diagnosis.job import DEFAULT_PG_DESC, build_job
 from .incident.delivery import (
     ExportOutcome,
     deliver_trace,
-    failure_reason,
-    rejected_note,
-    replay_command,
 )
 from .incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from .otlp.config import ExportConfig
@@ -543,22 +540,7 @@ class DumpWatcher:
         culprits = ",".join(map(str, incident.culprits)) or "none"
         head = f"incident {number}: {verdict.verdict}, culprit ranks {culprits}; trace {trace.trace_id_hex} " \
                f"({len(trace.spans)} spans)"
-        if outcome.status == "sent":
-            _log.info("%s sent to %s", head, outcome.destination)
-        elif outcome.status == "file":
-            _log.info("%s written to %s", head, outcome.destination)
-        elif outcome.status == "disabled":
-            _log.info("%s not exported: OTEL_SDK_DISABLED=true", head)
-        elif outcome.status == "partial":
-            _log.info("%s only partly delivered to %s: %s (%s)", head, outcome.destination,
-                      rejected_note(outcome, len(trace.spans)), outcome.result.error if outcome.result else "")
-        else:
-            why = failure_reason(outcome, self.export)
-            if outcome.path:
-                _log.info("%s not delivered (%s); spooled: send it later with %s", head, why,
-                          replay_command(outcome.path, self.export))
-            else:
-                _log.info("%s lost: %s", head, why)
+        _log.info("%s %s", head, outcome.describe(len(trace.spans), self.export))
         return incident
 
     def _note_hosts(self, dumps: dict[int, RankDump]) -> None:

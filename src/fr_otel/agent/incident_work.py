@@ -111,12 +111,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
         analyze,  # the export stack loads only when an incident happens
     )
     from ..diagnosis.job import build_job
-    from ..incident.delivery import (
-        deliver_trace,
-        failure_reason,
-        rejected_note,
-        replay_command,
-    )
+    from ..incident.delivery import deliver_trace
     from ..trace.spans import TraceOptions, build_trace
 
     world = me.world_size
@@ -165,13 +160,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
     culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
-    why = failure_reason(outcome, me.export_config)
-    where = {"sent": f"sent to {outcome.destination}", "file": f"written to {outcome.destination}",
-             "spooled": f"NOT delivered ({why}); spooled to {outcome.path}, send it later with "
-                        f"{replay_command(outcome.path or '', me.export_config)}",
-             "partial": f"only PARTLY delivered to {outcome.destination}: "
-                        f"{rejected_note(outcome, len(trace.spans))} ({why})",
-             "disabled": "not exported (OTEL_SDK_DISABLED)"}.get(outcome.status, f"lost ({why})")
+    where = outcome.describe(len(trace.spans), me.export_config)
     with me.health.guard("writing incident.json and incident.html beside the dumps"):
         write_incident_files(folder, job, verdict, trace, outcome)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"

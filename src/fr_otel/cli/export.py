@@ -13,8 +13,6 @@ from ..incident.delivery import (
     ExportOutcome,
     deliver_trace,
     export_hint,
-    failure_reason,
-    rejected_note,
     replay_command,
 )
 from ..incident.files import IncidentIdentity
@@ -132,26 +130,17 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
 
 
 def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: ExportConfig) -> str:
-    spans = f"{len(trace.spans)} spans"
+    """The outcome's own sentence about the trace; where to find the trace when it arrived, or
+    which export came up short when it did not."""
+    line = f"trace {trace.trace_id_hex} ({len(trace.spans)} spans) {outcome.describe(len(trace.spans), config)}"
+    if outcome.status in ("spooled", "failed") and outcome.result is not None:
+        return f"export to {outcome.destination} incomplete: {line}"
+    line = line[0].upper() + line[1:]
     if outcome.status == "file":
-        return (f"Trace {trace.trace_id_hex} ({spans}) written to {outcome.destination}\n"
-                f"  open it in Jaeger (Search > Upload JSON), or send it on: {replay_command(outcome.destination)}")
+        return f"{line}\n  open it in Jaeger (Search > Upload JSON), or send it on: {replay_command(outcome.destination)}"
     if outcome.status == "sent":
-        return (f"Trace {trace.trace_id_hex} ({spans}) sent to {outcome.destination}\n"
-                f"  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}")
-    if outcome.status == "disabled":
-        return f"Trace {trace.trace_id_hex} not exported: OTEL_SDK_DISABLED=true"
-    rejected = rejected_note(outcome, len(trace.spans))
-    if outcome.status == "partial" and outcome.result is not None:
-        return (f"Trace {trace.trace_id_hex}: only {outcome.result.spans_sent} of {len(trace.spans)} spans delivered "
-                f"to {outcome.destination}: {outcome.result.error}")
-    why = failure_reason(outcome, config)
-    if rejected:
-        why = f"{rejected}: {why}"
-    if outcome.path:
-        return (f"export to {outcome.destination} incomplete ({why}); trace {trace.trace_id_hex} spooled to "
-                f"{outcome.path}: send it later with {replay_command(outcome.path, config)}")
-    return f"export of trace {trace.trace_id_hex} failed: {why}"
+        return f"{line}\n  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}"
+    return line
 
 
 def run(args: argparse.Namespace) -> int:

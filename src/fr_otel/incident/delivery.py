@@ -46,6 +46,25 @@ class ExportOutcome:
     def ok(self) -> bool:
         return self.status in ("file", "sent", "disabled")
 
+    def describe(self, total_spans: int, config: ExportConfig) -> str:
+        """Where the trace went, to end a sentence that names it (``"trace … (317 spans) sent to
+        http://otel:4317"``): the CLI, the watcher and the agent all say it in these words, with
+        why it did not arrive and how to send it later when it did not."""
+        if self.status == "sent":
+            return f"sent to {self.destination}"
+        if self.status == "file":
+            return f"written to {self.destination}"
+        if self.status == "disabled":
+            return "not exported: OTEL_SDK_DISABLED=true"
+        why = failure_reason(self, config)
+        if self.status == "partial" and self.result is not None:
+            return (f"only PARTLY delivered to {self.destination}: {rejected_note(self, total_spans)}, so only "
+                    f"{self.result.spans_sent} of {total_spans} spans delivered ({why})")
+        if self.path is not None:
+            return (f"NOT delivered ({why}); spooled to {self.path}, send it later with "
+                    f"{replay_command(self.path, config)}")
+        return f"lost ({why})"
+
 
 def out_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Argument > FR_OTEL_OUT_DIR > ./fr-otel-out."""
