@@ -25,6 +25,7 @@ from ..read.live_stack import LiveStacks
 from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..read.rank_process import RankProcess
 from ..read.reader import parse_dump_bytes
+from ..read.recent import recent_and_in_flight
 from ..read.steps import PAYLOAD_KEY as STEPS_KEY
 from ..read.steps import StepLog
 from .recorder import GroupInfo, entry_completed, gc_paused
@@ -58,19 +59,14 @@ def entries_per_group(configured: int, world_size: int | None) -> int:
 
 def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     """Per group, the last ``keep`` entries plus every one not completed; order kept."""
-    seen: dict[Any, int] = {}
-    flags = [False] * len(entries)
-    for i in range(len(entries) - 1, -1, -1):
-        e = entries[i]
-        try:
-            group = e["process_group"][0]
-        except (KeyError, TypeError, IndexError):
-            continue
-        n = seen.get(group, 0)
-        if n < keep or not entry_completed(e):
-            flags[i] = True
-        seen[group] = n + 1
-    return [e for e, f in zip(entries, flags) if f]
+    return recent_and_in_flight(entries, keep, _group_of, lambda e: not entry_completed(e))
+
+
+def _group_of(entry: dict[str, Any]) -> Any:
+    try:
+        return entry["process_group"][0]
+    except (KeyError, TypeError, IndexError):
+        return None
 
 
 def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,

@@ -1,0 +1,103 @@
+"""The root span of an incident trace: the verdict, its culprits and where each one is now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ..common.ranks import compress_ranks
+from ..read.live_stack import LiveStacks
+from ..read.rank_process import RankProcess
+from . import attributes as A
+from .frame import SCOPE, TraceFrame, clip
+
+__all__ = ["incident_span", "now_attributes"]
+
+
+def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list[str]) -> ReadableSpan:
+    """``fr_otel.incident``: from the first exported op to the reference time; ``notes`` are the trace's own."""
+    v = frame.verdict
+    max_frames = frame.options.max_stack_frames
+    attrs: dict[str, Any] = {
+        A.SPAN_ROLE: "incident",
+        A.VERDICT: v.verdict,
+        A.CULPRIT_RANKS: [c.rank for c in v.culprits],
+        A.CULPRIT_KINDS: [c.kind for c in v.culprits],
+        A.CULPRIT_EVIDENCE: [clip(c.evidence, 500) for c in v.culprits[:32]],
+        A.RANKS_LOADED: v.ranks_loaded,
+        A.JOB_ID: frame.job_id,
+        A.HISTORY_TOTAL: entries_total,
+    }
+    if v.world_size is not None:
+        attrs[A.WORLD_SIZE] = v.world_size
+    if v.culprits:
+        c = v.culprits[0]
+        attrs[A.PG_NAME] = c.group_name
+        attrs[A.PG_DESC] = c.group_desc
+        if c.collective_seq_id is not None:
+            attrs[A.SEQ_ID] = c.collective_seq_id
+        if c.op:
+            attrs[A.OP] = c.op
+        step = c.collective_step if c.collective_step is not None else c.step
+        if step is not None:
+            attrs[A.TRAINING_STEP] = step
+        attrs.update(now_attributes(c.process, c.now, max_frames))
+    if any(c.host for c in v.culprits):
+        attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in v.culprits]
+    if v.nodes:
+        attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
+    if v.stop_order is not None and v.stop_order.first is not None:
+        attrs[A.FIRST_STOPPED] = v.stop_order.first
+    elif v.stop_order is not None and v.stop_order.points:
+        attrs[A.STOP_ORDER_NOTE] = clip(v.stop_order.sentence(), 500)  # progress and time bound
+    elif v.stop_order is not None and v.stop_order.note:
+        attrs[A.STOP_ORDER_NOTE] = clip(v.stop_order.note, 500)
+    for key, value in frame.options.root_attributes:
+        attrs.setdefault(key, value)
+    all_notes = [*v.notes, *notes]
+    if all_notes:
+        attrs[A.NOTES] = [clip(n, 500) for n in all_notes[:16]]
+    if v.problems:
+        attrs[A.PROBLEMS] = [clip(p, 300) for p in v.problems[:16]]
+    events = [
+        Event(
+            "culprit",
+            A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": c.evidence,
+                       **now_attributes(c.process, c.now, max_frames)}),
+            timestamp=frame.now,
+        )
+        for c in v.culprits[:64]
+    ]
+    bad = v.verdict in ("hang", "desync")
+    status = (Status(StatusCode.ERROR, f"{v.verdict}: ranks {compress_ranks(c.rank for c in v.culprits)}") if bad
+              else Status(StatusCode.UNSET))
+    return ReadableSpan(
+        name="fr_otel.incident",
+        context=frame.context(frame.root_id),
+        parent=None,
+        resource=frame.job_resource,
+        attributes=A.bounded(attrs),
+        events=events,
+        kind=SpanKind.INTERNAL,
+        status=status,
+        start_time=start,
+        end_time=max(frame.now, start),
+        instrumentation_scope=SCOPE,
+    )
+
+
+def now_attributes(process: RankProcess | None, now: LiveStacks | None, max_frames: int) -> dict[str, Any]:
+    """host.name, process.pid and where the main thread was at incident time (code.* of that frame)."""
+    attrs: dict[str, Any] = {}
+    if process is not None and process.host:
+        attrs[A.HOST_NAME] = process.host
+    if process is not None and process.pid is not None:
+        attrs[A.PROCESS_PID] = process.pid
+    where = now.where if now is not None else None
+    if now is not None and where is not None:
+        attrs[A.NOW] = clip(now.describe(), 500)
+        attrs[A.STACK_NOW] = clip(now.text(max_frames))
+        attrs.update({A.CODE_FUNCTION: where.name, A.CODE_FILE: where.filename, A.CODE_LINE: where.line})
+    return attrs
