@@ -431,7 +431,7 @@ def test_watch_writes_ranks_json_with_file_name_hosts_and_its_own_host_on_a_loca
 
     import pytest
 
-    from fr_otel.common.mounts import is_shared_filesystem
+    from fr_otel.watch.mounts import is_shared_filesystem
 
     if is_shared_filesystem(tmp_path) is not False:
         pytest.skip("the test folder is not on a local file system here")
@@ -455,7 +455,7 @@ def test_watch_on_a_shared_file_system_vouches_only_for_hosts_in_file_names(
         nvrx: Path, tmp_path: Path, monkeypatch) -> None:
     """On NFS/Lustre the dumps may come from any node: plain-named ranks get no host (the
     watcher's own would be a guess), host-named ones do; with no host at all no file is written."""
-    import fr_otel.watch as watch
+    import fr_otel.watch.incident_export as watch
 
     monkeypatch.setattr(watch, "is_shared_filesystem", lambda path: True)
     names = {r: f"nccl_trace_rank_gpu-a{r % 2}_{r}" for r in (9, 14)}
@@ -469,7 +469,7 @@ def test_watch_on_a_shared_file_system_vouches_only_for_hosts_in_file_names(
 def test_shared_file_systems_are_told_from_the_mount_table() -> None:
     """The longest mount point holding the folder decides: NFS, Lustre, fuse.* are shared, ext4
     and tmpfs local, a local disk mounted inside an NFS tree is local; no table, no answer."""
-    from fr_otel.common.mounts import is_shared_filesystem
+    from fr_otel.watch.mounts import is_shared_filesystem
 
     table = "\n".join([
         "/dev/vda / ext4 rw 0 0", "server:/export /shared nfs4 rw 0 0", "/dev/vdb /shared/scratch xfs rw 0 0",

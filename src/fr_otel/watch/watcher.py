@@ -1,4 +1,4 @@
-"""Wait for a job's Flight Recorder dumps on disk; analyse and export each incident once.
+"""The watcher's loop: follow dump files until they settle and parse, then export each incident once.
 
 NCCL dumps every rank on a watchdog timeout to ``<TORCH_FR_DUMP_TEMP_FILE><rank>`` and then
 aborts the process. ``DebugInfoWriter::write`` opens that final name with ``std::ofstream``
@@ -9,237 +9,44 @@ parse then is reported once and counts as missing until it changes.
 
 An incident is the set of dump files not exported yet. It is exported when every expected rank
 is in, or once its first dump is older than the deadline (absent ranks then show as
-``missing_dump`` evidence). What was exported is remembered in a small state file (by file
-name, mtime and size), so a restarted watcher does not export it again, while dumps overwritten
-by a restarted job that fails again form a new incident, numbered, with its own trace id.
-Nothing here raises on bad files, a missing directory or a collector that is down.
+``missing_dump`` evidence); dumps of ranks it missed that arrive soon after are its
+stragglers, not a new incident.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from .common.files import atomic_write
-from .common.mounts import is_shared_filesystem
-from .common.progress import TerminalProgress
-from .common.ranks import compress_ranks
-from .common.text import one_line, printable
-from .diagnosis.analysis import AnalysisOptions, analyze
-from .diagnosis.job import DEFAULT_PG_DESC, build_job
-from .incident.delivery import (
-    ExportOutcome,
-    deliver_trace,
+from ..common.progress import TerminalProgress
+from ..common.ranks import compress_ranks
+from ..common.text import one_line, printable
+from ..diagnosis.analysis import AnalysisOptions
+from ..diagnosis.job import DEFAULT_PG_DESC
+from ..otlp.config import ExportConfig
+from ..read.discovery import rank_from_name
+from ..read.dump import RankDump
+from ..read.reader import read_dump_file
+from ..trace.options import TraceOptions
+from .incident_export import IncidentExport
+from .settings import WatchSettings
+from .state import (
+    MAX_REMEMBERED,
+    Incident,
+    Signature,
+    incident_key,
+    load_state,
+    save_state,
 )
-from .incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
-from .otlp.config import ExportConfig
-from .read.discovery import attach_sidecars, host_from_name, rank_from_name
-from .read.dump import RankDump
-from .read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
-from .read.reader import ReadResult, read_dump_file
-from .trace.options import TraceOptions
 
-__all__ = [
-    "DEFAULT_DEADLINE_S",
-    "DEFAULT_DUMP_PREFIX",
-    "DEFAULT_POLL_S",
-    "DEFAULT_SETTLE_S",
-    "DUMP_PREFIX_ENVS",
-    "STATE_NAME",
-    "DumpWatcher",
-    "Incident",
-    "WatchSettings",
-    "dump_location",
-    "incident_key",
-    "parse_rank_set",
-]
-
-STATE_NAME = ".fr-otel-watch.json"
-#: Where NCCL writes its automatic dumps: the current name first, then the old one; then
-#: torchcomms' FlightRecorderHook (JSON, ``<prefix><rank>``, default ``torchcomm_fr_trace_``).
-DUMP_PREFIX_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCHCOMM_FR_DUMP_TEMP_FILE")
-DEFAULT_DUMP_PREFIX = "~/.cache/torch/comm_lib_trace_rank_"
-DEFAULT_SETTLE_S = 2.0
-DEFAULT_DEADLINE_S = 60.0
-DEFAULT_POLL_S = 0.5
-_STATE_VERSION = 1
-_MAX_REMEMBERED = 64  # incidents kept in the state file
+__all__ = ["DumpWatcher"]
 
 _log = logging.getLogger("fr_otel.watch")
-
-
-def dump_location(
-    directory: str | os.PathLike[str] | None, prefix: str | None, env: Mapping[str, str] | None = None
-) -> tuple[Path, str | None]:
-    """The folder to watch and the dump file name prefix (None: any name ending in a rank).
-
-    Without ``directory`` both come from NCCL's own setting (``TORCH_FR_DUMP_TEMP_FILE``, else
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), else torchcomms' (``TORCHCOMM_FR_DUMP_TEMP_FILE``),
-    else torch's default: a path prefix whose dirname is
-    the folder and basename the file prefix. With ``directory``, that basename is still used
-    when the setting points into the same folder.
-    """
-    env = os.environ if env is None else env
-    setting = next((env[k] for k in DUMP_PREFIX_ENVS if env.get(k)), DEFAULT_DUMP_PREFIX)
-    setting_path = Path(os.path.expanduser(setting))
-    setting_dir, setting_prefix = (setting_path, "") if setting.endswith(os.sep) else (
-        setting_path.parent, setting_path.name)
-    if directory is None:
-        return setting_dir, prefix if prefix is not None else (setting_prefix or None)
-    folder = Path(os.path.expanduser(os.fspath(directory)))
-    if prefix is None and setting_prefix and _same_dir(folder, setting_dir):
-        prefix = setting_prefix
-    return folder, prefix
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
-
-
-def parse_rank_set(text: str) -> frozenset[int]:
-    """``"0-7,16-23"`` -> those ranks; ValueError with a readable message otherwise."""
-    ranks: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if dash else int(lo)
-        except ValueError:
-            raise ValueError(f"bad rank range {part!r} (want e.g. 0-7,16-23)") from None
-        if first < 0 or last < first:
-            raise ValueError(f"bad rank range {part!r} (want e.g. 0-7,16-23)")
-        ranks.update(range(first, last + 1))
-    if not ranks:
-        raise ValueError(f"no ranks in {text!r} (want e.g. 0-7,16-23)")
-    return frozenset(ranks)
-
-
-_Signature = tuple[str, int, int]  # (file name, mtime_ns, size)
-
-
-def incident_key(signatures: list[_Signature] | set[_Signature]) -> str:
-    """A short hash of the incident's files: the same files give the same key, on any host."""
-    h = hashlib.blake2b(digest_size=8)
-    for name, mtime_ns, size in sorted(signatures):
-        h.update(f"{name}\0{mtime_ns}\0{size}\n".encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class WatchSettings:
-    """What to watch and when an incident is ready (seconds throughout)."""
-
-    directory: Path
-    prefix: str | None = None
-    expected_ranks: frozenset[int] | None = None  # None: the dumps' pg_config world, else only the deadline
-    settle_s: float = DEFAULT_SETTLE_S
-    deadline_s: float = DEFAULT_DEADLINE_S
-    poll_s: float = DEFAULT_POLL_S
-    state_path: Path | None = None  # default: directory / STATE_NAME
-    out_dir: str | None = None  # embedded file and spools (incident_export's default when None)
-
-    @property
-    def state_file(self) -> Path:
-        return self.state_path if self.state_path is not None else self.directory / STATE_NAME
-
-
-@dataclass(slots=True)
-class Incident:
-    """One exported incident, as remembered in the state file."""
-
-    number: int
-    key: str
-    trace_id: str = ""
-    status: str = "exporting"  # exporting | sent | file | partial | spooled | failed | disabled | error
-    destination: str = ""
-    spool_path: str | None = None
-    reason: str = ""  # complete | deadline
-    verdict: str = ""
-    culprits: list[int] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
-    late_ranks: list[int] = field(default_factory=list)  # arrived after the export; not exported again
-    files: list[list[Any]] = field(default_factory=list)  # [name, mtime_ns, size]
-    exported_at: float = 0.0  # wall clock
-
-    @property
-    def ok(self) -> bool:
-        """Delivered or written (what ``fr-otel export`` exits 0 for)."""
-        return self.status in ("sent", "file", "disabled")
-
-    @property
-    def signatures(self) -> set[_Signature]:
-        return {(str(n), int(m), int(s)) for n, m, s in self.files}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Incident:
-        """One remembered incident; ValueError when any field has the wrong type."""
-        if not isinstance(doc, dict):
-            raise ValueError(f"an incident is a {type(doc).__name__}, not an object")
-        values: dict[str, Any] = {}
-        for name, check in _INCIDENT_FIELDS.items():
-            if name in doc:
-                if not check(doc[name]):
-                    raise ValueError(f"incident field {name!r} has a bad value")
-                values[name] = doc[name]
-        if "number" not in values or "key" not in values:
-            raise ValueError("an incident needs 'number' and 'key'")
-        return cls(**values)
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int and -(2**63) <= v < 2**63
-
-
-def _int_list(v: Any) -> bool:
-    return type(v) is list and all(map(_is_int, v))
-
-
-def _is_file_sig(v: Any) -> bool:
-    return type(v) is list and len(v) == 3 and type(v[0]) is str and _is_int(v[1]) and _is_int(v[2])
-
-
-_INCIDENT_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "number": lambda v: _is_int(v) and v >= 1,
-    "key": lambda v: type(v) is str,
-    "trace_id": lambda v: type(v) is str,
-    "status": lambda v: type(v) is str,
-    "destination": lambda v: type(v) is str,
-    "spool_path": lambda v: v is None or type(v) is str,
-    "reason": lambda v: type(v) is str,
-    "verdict": lambda v: type(v) is str,
-    "culprits": _int_list,
-    "ranks": _int_list,
-    "missing": _int_list,
-    "late_ranks": _int_list,
-    "files": lambda v: type(v) is list and all(map(_is_file_sig, v)),
-    "exported_at": lambda v: type(v) in (int, float) and v >= 0,
-}
-_MAX_STATE_BYTES = 16 << 20
-
-
-def _parse_state(doc: Any) -> list[Incident]:
-    if not isinstance(doc, dict) or type(doc.get("incidents")) is not list:
-        raise ValueError("not a watch state (no 'incidents' list)")
-    incidents = [Incident.from_json(i) for i in doc["incidents"]]
-    if len({i.number for i in incidents}) != len(incidents):
-        raise ValueError("two incidents share a number")
-    return incidents
 
 
 @dataclass(slots=True)
@@ -258,7 +65,7 @@ class _Tracked:
     problems: list[str] = field(default_factory=list)
 
     @property
-    def signature(self) -> _Signature:
+    def signature(self) -> Signature:
         return (self.name, self.mtime_ns, self.size)
 
 
@@ -288,7 +95,10 @@ class DumpWatcher:
         self._open_since: float | None = None  # wall clock of the pending incident's first dump in
         self._first_scan = True
         self.incidents: list[Incident] = []
-        self._done: set[_Signature] = set()  # file versions already exported: never again
+        self._incident_export = IncidentExport(settings.directory, self.export, self.trace, self.analysis,
+                                               out_dir=settings.out_dir, progress=self._progress,
+                                               say_once=self._say_once)
+        self._done: set[Signature] = set()  # file versions already exported: never again
         self._load_state()
 
     # -- the loop ------------------------------------------------------------------------
@@ -500,72 +310,9 @@ class DumpWatcher:
             lack = f", missing {compress_ranks(missing)}" if missing else ""
             _log.info("incident %d: deadline (%gs) passed with %d ranks in%s", number, self.settings.deadline_s,
                       len(dumps), lack)
-        label = f"{self.trace.incident}/watch-{number}" if self.trace.incident else f"watch-{number}"
-        try:
-            from .trace.spans import (
-                build_trace,  # the OpenTelemetry SDK loads only when there is something to export
-            )
-
-            self._note_hosts(dumps)
-            read = ReadResult(dumps=dumps, problems=problems)
-            attach_sidecars(read, [self.settings.directory])  # ranks.json, steps.json, when someone wrote them
-            job = build_job(read)
-            verdict = analyze(job, self.analysis)
-            with self._progress.task("building spans", "ranks") as update:
-                trace = build_trace(job, verdict, replace(self.trace, incident=label), progress=update)
-        except Exception as exc:  # noqa: BLE001 - one bad incident must not stop the watcher
-            incident.status, incident.destination = "error", f"analysis failed: {type(exc).__name__}: {exc}"
-            self._record(incident, taken)
-            _log.info("incident %d: %s; not exported", number, incident.destination)
-            return incident
-        incident.trace_id, incident.verdict = trace.trace_id_hex, verdict.verdict
-        incident.culprits = [c.rank for c in verdict.culprits]
-        incident.missing = sorted(set(missing) | set(verdict.missing_ranks))
-        self._record(incident, [], final=False)  # a watcher killed mid-export re-exports under this number
-        try:
-            with self._progress.task("encoding spans", "spans") as encoded, \
-                    self._progress.task("sending spans", "spans") as sent:
-                outcome = deliver_trace(trace, self.export, directory=self.settings.out_dir, progress=sent,
-                                        encoding=encoded)
-        except Exception as exc:  # noqa: BLE001 - recorded as failed, so it is not retried every poll
-            outcome = ExportOutcome("failed", f"{type(exc).__name__}: {exc}", None, None)
-        incident.status, incident.destination = outcome.status, outcome.destination
-        incident.spool_path = str(outcome.path) if outcome.path and outcome.status == "spooled" else None
-        self._record(incident, taken)
-        try:  # the identity beside the dumps: a later `fr-otel export DIR` gives this same trace id
-            write_incident_files(self.settings.directory, job, verdict, trace, outcome)
-        except OSError as exc:
-            self._say_once(f"{self.settings.directory}: cannot write {INCIDENT_FILE} and {REPORT_FILE} there "
-                      f"({exc.strerror or exc}); `fr-otel export` of this folder will not know the trace id")
-        culprits = ",".join(map(str, incident.culprits)) or "none"
-        head = f"incident {number}: {verdict.verdict}, culprit ranks {culprits}; trace {trace.trace_id_hex} " \
-               f"({len(trace.spans)} spans)"
-        _log.info("%s %s", head, outcome.describe(len(trace.spans), self.export))
+        self._incident_export.run(incident, dumps, problems,
+                                  lambda final: self._record(incident, taken, final=final))
         return incident
-
-    def _note_hosts(self, dumps: dict[int, RankDump]) -> None:
-        """Add to ``ranks.json`` beside the dumps each rank's host where this watcher can vouch
-        for it: the host in the dump's file name, else this host when the folder is on a local
-        disk (then only this machine wrote there). Hosts already in the map stay."""
-        folder = self.settings.directory
-        path = folder / RANKS_FILE
-        seen: list[str] = []
-        known = read_rank_map(str(path), seen) if path.is_file() else {}
-        if seen:
-            return  # unreadable: the analysis reports it; never overwrite what we cannot read
-        local = socket.gethostname() if is_shared_filesystem(folder) is False else None
-        hosts = {r: h for r, d in dumps.items() if (h := host_from_name(d.path) or local)}
-        added = add_hosts(known, hosts, "watch")
-        if not added:
-            return
-        for rank, process in added.items():
-            if dumps[rank].process is None:
-                dumps[rank].process = process  # this analysis knows it even if the file cannot be written
-        try:
-            write_rank_map(folder, {**known, **added})
-        except OSError as exc:
-            self._say_once(f"{path}: cannot write ({exc.strerror or exc}); a later `fr-otel analyze` of the folder "
-                           "will not know the ranks' hosts")
 
     def _record(self, incident: Incident, taken: list[_Tracked], *, final: bool = True) -> None:
         self.incidents = [i for i in self.incidents if i.number != incident.number] + [incident]
@@ -581,47 +328,17 @@ class DumpWatcher:
 
     # -- state -----------------------------------------------------------------------------
     def _load_state(self) -> None:
-        path = self.settings.state_file
-        try:
-            # O_NONBLOCK: a FIFO planted as the state file must not block the watcher (nor SIGTERM).
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            _log.info("%s: cannot read the state (%s); starting afresh: dumps present will be exported",
-                      printable(str(path)), exc.strerror or exc)
-            return
-        with open(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                _log.info("%s: not a regular file; starting afresh without a state file", printable(str(path)))
-                return
-            data = fh.read(_MAX_STATE_BYTES + 1)
-        try:
-            if len(data) > _MAX_STATE_BYTES:
-                raise ValueError(f"over {_MAX_STATE_BYTES} bytes")
-            incidents = _parse_state(json.loads(data.decode("utf-8")))
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
-            copy = path.with_name(f"{path.name}.bad")
-            try:
-                os.replace(path, copy)
-                kept = f"kept as {printable(str(copy))}"
-            except OSError:
-                kept = "could not keep a copy"
-            _log.info("%s: invalid state (%s); %s; starting afresh: dumps present will be exported",
-                      printable(str(path)), one_line(exc, 120), kept)
-            return
+        incidents = load_state(self.settings.state_file)
         # An incident whose analysis failed is retried by a restarted watcher (a newer fr-otel may read it).
         retry = ("exporting", "error")
         self.incidents = incidents
         self._done = set().union(*(i.signatures for i in incidents if i.status not in retry))
 
     def _save_state(self) -> None:
-        self.incidents = self.incidents[-_MAX_REMEMBERED:]
+        self.incidents = self.incidents[-MAX_REMEMBERED:]
         path = self.settings.state_file
-        doc = {"version": _STATE_VERSION, "incidents": [asdict(i) for i in self.incidents]}
         try:
-            atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode("utf-8", "backslashreplace"))
+            save_state(path, self.incidents)
         except OSError as exc:
             self._say_once(f"{printable(str(path))}: cannot write state ({exc.strerror or one_line(exc)}); a "
                            "restarted watcher would export these incidents again")
