@@ -19,9 +19,9 @@ from ..otlp.config import (
     DEFAULT_TIMEOUT_S,
     PROTOCOLS,
     ExportConfig,
-    check_tls_files,
     resolve_export_config,
 )
+from ..otlp.tls_files import check_tls_files
 from ..read.reader import read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 

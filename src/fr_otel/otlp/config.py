@@ -13,9 +13,10 @@ write the embedded OTLP JSON file instead of guessing that a collector listens o
 ``localhost``. :meth:`ExportConfig.target` still gives the specification's default
 for a caller that wants to try it anyway.
 
-Bad values raise ``ValueError`` with a one-line message naming the variable; a caller that
-must keep exporting passes ``warnings`` and gets the default for a bad inherited timeout,
-insecure flag or compression instead.
+Bad values raise ``ValueError`` with a one-line message naming the variable (endpoints
+are checked by :mod:`fr_otel.otlp.endpoint`; TLS files, before dialling, by
+:mod:`fr_otel.otlp.tls_files`); a caller that must keep exporting passes ``warnings`` and
+gets the default for a bad inherited timeout, insecure flag or compression instead.
 
 Usage::
 
@@ -26,15 +27,14 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import unquote
 
-from ..common.text import one_line, printable
+from ..common.text import printable
+from .endpoint import check_endpoint
 
 __all__ = [
     "DEFAULT_GRPC_ENDPOINT",
@@ -67,7 +67,6 @@ __all__ = [
     "ExportConfig",
     "Protocol",
     "check_headers",
-    "check_tls_files",
     "parse_headers",
     "resolve_export_config",
 ]
@@ -313,70 +312,15 @@ def _endpoint(protocol: str, explicit: str | None, env: Mapping[str, str]) -> st
     elif generic:
         value, source = generic, OTEL_EXPORTER_OTLP_ENDPOINT
         if protocol != "grpc":
-            _check_endpoint(protocol, value, source)
+            check_endpoint(protocol, value, source)
             value = value.rstrip("/") + _TRACES_PATH
     else:
         return None
-    _check_endpoint(protocol, value, source)
+    check_endpoint(protocol, value, source)
     return value
 
 
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _HEADER_KEY = re.compile(r"[0-9a-z_.-]+")  # what gRPC metadata allows; a subset of HTTP's tokens
-
-
-def _check_endpoint(protocol: str, value: str, source: str) -> None:
-    """Scheme, host and port are checked before anything dials: a bad one is one ValueError line."""
-    # Never echo credentials: user:password@ in an endpoint is shown as ***@.
-    shown = printable(re.sub(r"(?<=//)[^/@]*@|^[^/@]*@", "***@", value))
-    if any(c.isspace() or not c.isprintable() for c in value):
-        raise ValueError(f"{source}: endpoint contains spaces or control characters: {shown!r}")
-    if protocol == "grpc":
-        has_scheme = "://" in value
-        parts = _split(value if has_scheme else f"//{value}", source, shown)
-        if has_scheme and parts.scheme not in ("http", "https"):
-            raise ValueError(f"{source}: a gRPC endpoint is host:port or http[s]://host:port, got {shown!r}")
-        if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"{source}: a gRPC endpoint has no path, got {shown!r} (host:port or http[s]://host:port)")
-        port = _port(parts, source, shown)
-        if port is None and not has_scheme:
-            raise ValueError(f"{source}: a gRPC endpoint needs a port (host:port, e.g. localhost:4317), got {shown!r}")
-    else:
-        parts = _split(value, source, shown)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{source}: OTLP/HTTP endpoint must be an http:// or https:// URL, got {shown!r}")
-        _port(parts, source, shown)
-    host = parts.hostname or ""
-    if parts.username is not None:
-        raise ValueError(f"{source}: an endpoint carries no user:password (send credentials as headers), "
-                         f"got {shown!r}")
-    if not (_HOST.fullmatch(host) or ":" in host and _is_ipv6(host)):
-        raise ValueError(f"{source}: not a valid host in endpoint {shown!r}")
-
-
-def _split(value: str, source: str, shown: str) -> SplitResult:
-    try:
-        return urlsplit(value)
-    except ValueError as exc:  # e.g. "Invalid IPv6 URL" for http://[::1
-        raise ValueError(f"{source}: {exc} in endpoint {shown!r}") from None
-
-
-def _is_ipv6(host: str) -> bool:
-    try:
-        ipaddress.IPv6Address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _port(parts: SplitResult, source: str, shown: str) -> int | None:
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"{source}: port must be a number from 1 to 65535, got endpoint {shown!r}")
-    return port
 
 
 def check_headers(headers: Mapping[str, str], source: str = "headers") -> dict[str, str]:
@@ -393,38 +337,6 @@ def check_headers(headers: Mapping[str, str], source: str = "headers") -> dict[s
             raise ValueError(f"{source}: the value of header {key!r} is not ASCII (URL-encode it)")
         out[key] = value
     return out
-
-
-def check_tls_files(config: ExportConfig) -> None:
-    """PEM files that cannot be used are one ValueError line now, not a gRPC log storm at the first dial.
-
-    Called by the CLI up front and by the exporter before it dials (not by
-    :func:`resolve_export_config`, which only resolves names).
-    """
-    import ssl
-
-    ca, key, chain = config.certificate_file, config.client_key_file, config.client_certificate_file
-    for path, what in ((ca, "CA certificate"), (key, "client key"), (chain, "client certificate")):
-        if path is None:
-            continue
-        try:  # stat, never open, first: opening a FIFO blocks until someone writes to it
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                raise ValueError(f"{what} file {printable(path)!r}: not a regular file")
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise ValueError(f"{what} file {printable(path)!r}: {exc.strerror or exc}") from None
-    try:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if ca is not None:
-            context.load_verify_locations(cafile=ca)
-        if chain is not None:
-            context.load_cert_chain(chain, key)
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        which = f"CA certificate file {printable(ca)!r}" if ca is not None else "client certificate/key"
-        if chain is not None and ca is not None and "cert" not in str(exc).lower():
-            which = "client certificate/key"
-        raise ValueError(f"{which}: not usable PEM ({one_line(exc, 120)})") from None
 
 
 def _shown(default: object) -> str:

@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 
 from ..common.text import one_line
 from .chunks import Chunk, repack
-from .config import ExportConfig, check_tls_files
+from .config import ExportConfig
 from .grpc_sender import GrpcSender
 from .http_sender import HttpSender
 from .jsonl import to_jsonl_line
+from .tls_files import check_tls_files
 from .transport import Reply, Sender, Verdict
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "RENDER_VS_ENCODE", "DeliveryBudget", "deliver", "open_sender"]
