@@ -59,7 +59,7 @@ def entries_per_group(configured: int, world_size: int | None) -> int:
 
 def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     """Per group, the last ``keep`` entries plus every one not completed; order kept."""
-    return recent_and_in_flight(entries, keep, _group_of, lambda e: not entry_completed(e))
+    return recent_and_in_flight(entries, keep, _group_of, entry_completed)
 
 
 def _group_of(entry: dict[str, Any]) -> Any:

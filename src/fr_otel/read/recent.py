@@ -20,11 +20,11 @@ def recent_and_in_flight(
     entries: Sequence[T],
     keep: int,
     group_of: Callable[[T], Hashable | None],
-    in_flight: Callable[[T], bool],
+    completed: Callable[[T], bool],
     also: Callable[[T], bool] | None = None,
 ) -> list[T]:
-    """Per group, the last ``keep`` entries plus every one ``in_flight`` (and every one ``also``
-    names); record order kept. An entry whose group is ``None`` (unreadable) is left out."""
+    """Per group, the last ``keep`` entries plus every one not ``completed`` (and every one
+    ``also`` names); record order kept. An entry whose group is ``None`` (unreadable) is left out."""
     seen: dict[Hashable, int] = {}
     flags = [False] * len(entries)
     for i in range(len(entries) - 1, -1, -1):
@@ -33,7 +33,7 @@ def recent_and_in_flight(
         if group is None:
             continue
         n = seen.get(group, 0)
-        if n < keep or in_flight(e) or (also is not None and also(e)):
+        if n < keep or not completed(e) or (also is not None and also(e)):
             flags[i] = True
         seen[group] = n + 1
     return [e for e, f in zip(entries, flags) if f]

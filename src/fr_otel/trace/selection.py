@@ -9,6 +9,7 @@ fits; culprit ranks always keep the full ``last_n``. ``full`` keeps every entry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
@@ -74,7 +75,7 @@ def _select_rank(job: Job, rank: int, focus: dict[str, set[int]], keep_n: int) -
     # focus; only older focus seqs (a mismatch deep in history) need the full dump.
     entries = dump.tail if keep_n <= TAIL_PER_GROUP else dump.entries
     chosen = recent_and_in_flight(
-        entries, keep_n, lambda e: e.pg_name, lambda e: not e.completed,
+        entries, keep_n, attrgetter("pg_name"), attrgetter("completed"),
         also=lambda e: e.collective_seq_id in focus.get(e.pg_name, ()),
     )
     if entries is dump.tail:
