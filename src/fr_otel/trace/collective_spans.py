@@ -19,10 +19,10 @@ from . import attributes as A
 from .frame import SCOPE, TraceFrame, span_name
 from .ids import span_id_for
 
-__all__ = ["Seen", "collective_span_id", "collective_spans"]
+__all__ = ["EntriesByCollective", "collective_span_id", "collective_spans"]
 
 #: Per (group, seq): every rank's exported entry of that collective and the end its span got.
-Seen = dict[tuple[str, int], list[tuple[int, Entry, int]]]
+EntriesByCollective = dict[tuple[str, int], list[tuple[int, Entry, int]]]
 
 
 def collective_span_id(frame: TraceFrame, name: str, desc: str, seq: int) -> int:
@@ -30,7 +30,7 @@ def collective_span_id(frame: TraceFrame, name: str, desc: str, seq: int) -> int
     return span_id_for(frame.trace_id, "collective", name, desc, seq)
 
 
-def collective_spans(frame: TraceFrame, collectives: Seen) -> Iterable[ReadableSpan]:
+def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Iterable[ReadableSpan]:
     """The collective spans, in (group, seq) order."""
     verdict, job = frame.verdict, frame.job
     progress_of = {g.group.name: g.progress for g in verdict.groups}

@@ -19,7 +19,7 @@ from ..diagnosis.analysis import Verdict
 from ..read.dump import Entry
 from ..read.live_stack import is_library_frame
 from . import attributes as A
-from .collective_spans import Seen, collective_span_id
+from .collective_spans import EntriesByCollective, collective_span_id
 from .frame import SCOPE, TraceFrame, clip, span_name
 from .ids import span_id_for
 from .incident_span import now_attributes
@@ -45,7 +45,7 @@ class RankSpans:
                 if not e.is_p2p:
                     key = (e.pg_name, e.collective_seq_id)
                     self.group_next[key] = min(self.group_next.get(key, e.time_created_ns), e.time_created_ns)
-        self.collectives: Seen = {}
+        self.collectives: EntriesByCollective = {}
 
     def spans(self, rank: int, chosen: Sequence[Entry]) -> tuple[list[ReadableSpan], int]:
         """The rank span then its entry spans, and when the first of them starts."""
@@ -146,7 +146,8 @@ class RankSpans:
             if e.timeout_ms and age_ms > e.timeout_ms:
                 attrs[A.PAST_TIMEOUT] = True
                 attrs[A.ERROR_TYPE] = "timeout"
-                status = Status(StatusCode.ERROR, f"in flight {age_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
+                status = Status(StatusCode.ERROR,
+                                f"in flight {age_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
             elif stuck is not None:
                 # The incident is the reason: no need to wait for the 30-minute timeout to say so.
                 attrs[A.ERROR_TYPE] = self.frame.verdict.verdict

@@ -42,8 +42,8 @@ from .selection import select_entries
 
 # TraceOptions and the defaults live in .options (light to import), the end-estimate bound in
 # .rank_spans; re-exported here, where callers build traces.
-__all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N", "DEFAULT_MAX_SPANS",
-           "MAX_ESTIMATED_END_NS"]
+__all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N",
+           "DEFAULT_MAX_SPANS", "MAX_ESTIMATED_END_NS"]
 
 
 @dataclass(slots=True)
