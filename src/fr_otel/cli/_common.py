@@ -11,7 +11,12 @@ from typing import Any, Callable, Sequence
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.progress import TerminalProgress
 from ..common.text import printable
-from ..diagnosis.analysis import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
+from ..diagnosis.analysis import (
+    DEFAULT_STRAGGLER_THRESHOLD_S,
+    AnalysisOptions,
+    Verdict,
+    analyze,
+)
 from ..diagnosis.job import Job, build_job
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident.files import IncidentIdentity, apply_identity, find_identity
@@ -123,21 +128,13 @@ def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
     return TerminalProgress(enabled=False if getattr(args, "quiet", False) else None)
 
 
-def load_job(
-    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None,
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-) -> Job | None:
-    """Read and model the dumps; None (after saying why) when not a single dump could be read."""
-    loaded = load_incident(paths, prefix, workers, progress, max_file_bytes)
-    return loaded[0] if loaded is not None else None
-
-
 def load_incident(
     paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> tuple[Job, IncidentIdentity | None] | None:
-    """:func:`load_job`, plus the live incident's identity when the folder has an ``incident.json``
-    (its host, pid and stacks per rank are applied to the job)."""
+    """Read and model the dumps, plus the live incident's identity when the folder has an
+    ``incident.json`` (its host, pid and stacks per rank are applied to the job); None (after
+    saying why) when not a single dump could be read."""
     with (progress or TerminalProgress(enabled=False)).task("reading dumps", "files") as update:
         read = read_dumps(paths, prefix=prefix, workers=workers, progress=update, max_file_bytes=max_file_bytes)
     if not read.dumps:
@@ -154,6 +151,16 @@ def load_incident(
     if identity is not None:
         apply_identity(job, identity)
     return job, identity
+
+
+def analysed_incident(args: argparse.Namespace) -> tuple[Job, Verdict, IncidentIdentity | None] | None:
+    """The dumps named on the command line, read, modelled and analysed with the command's
+    options: what ``analyze``, ``report`` and ``export`` all start with. None when unusable."""
+    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
+    if loaded is None:
+        return None
+    job, identity = loaded
+    return job, analyze(job, analysis_options(args)), identity
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:

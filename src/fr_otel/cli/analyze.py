@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..diagnosis.analysis import analyze
 from ..report.text import render_verdict
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_UNUSABLE,
     add_input_args,
-    analysis_options,
-    load_incident,
+    analysed_incident,
     outputs_ok,
     print_json,
-    terminal_progress,
 )
 from .report import add_html_arg, write_html
 
@@ -33,11 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     if not outputs_ok(args):
         return EXIT_UNUSABLE
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
-    if loaded is None:
+    analysed = analysed_incident(args)
+    if analysed is None:
         return EXIT_UNUSABLE
-    job, identity = loaded
-    verdict = analyze(job, analysis_options(args))
+    job, verdict, identity = analysed
     trace_id = identity.trace_id if identity is not None else None
     if args.json:
         doc = verdict.to_dict()

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..diagnosis.analysis import Verdict, analyze
+from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
 from ..incident.delivery import (
     ExportOutcome,
@@ -35,11 +35,10 @@ from ._common import (
     add_export_args,
     add_input_args,
     add_quiet_arg,
-    analysis_options,
+    analysed_incident,
     count,
     error,
     export_config,
-    load_incident,
     outputs_ok,
     print_json,
     terminal_progress,
@@ -149,11 +148,11 @@ def run(args: argparse.Namespace) -> int:
     config = export_config(args)
     if config is None:
         return EXIT_UNUSABLE
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
-    if loaded is None:
+    analysed = analysed_incident(args)
+    if analysed is None:
         return EXIT_UNUSABLE
-    job, identity = loaded
-    return export_and_report(job, analyze(job, analysis_options(args)), config, args, identity)
+    job, verdict, identity = analysed
+    return export_and_report(job, verdict, config, args, identity)
 
 
 def run_replay(args: argparse.Namespace) -> int:

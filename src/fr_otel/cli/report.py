@@ -11,7 +11,7 @@ import os
 import sys
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.analysis import Verdict, analyze
+from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
 from ..report.html import render, write_report
 from ._common import (
@@ -19,11 +19,9 @@ from ._common import (
     EXIT_OK,
     EXIT_UNUSABLE,
     add_input_args,
-    analysis_options,
+    analysed_incident,
     error,
-    load_incident,
     outputs_ok,
-    terminal_progress,
 )
 
 DEFAULT_OUTPUT = "incident.html"
@@ -62,11 +60,10 @@ def write_html(
 def run(args: argparse.Namespace) -> int:
     if not outputs_ok(args):
         return EXIT_UNUSABLE
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
-    if loaded is None:
+    analysed = analysed_incident(args)
+    if analysed is None:
         return EXIT_UNUSABLE
-    job, identity = loaded
-    verdict = analyze(job, analysis_options(args))
+    job, verdict, identity = analysed
     trace_id = identity.trace_id if identity is not None else None
     if args.output == "-":
         sys.stdout.write(render(job, verdict, trace_id=trace_id))
