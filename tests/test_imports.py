@@ -27,3 +27,23 @@ def test_analyze_cli_runs_without_the_sdk(nvrx, tmp_path) -> None:
         "assert not any(m in sys.modules for m in ('grpc', 'opentelemetry.sdk', 'torch')), 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+
+def test_verdict_types_are_imported_from_their_one_home() -> None:
+    """Verdict, Culprit, GroupState and the other result types come from diagnosis.verdict, never from analysis."""
+    import re
+    from pathlib import Path
+
+    import fr_otel.diagnosis.analysis as analysis
+
+    assert analysis.__all__ == ["analyze"]
+    root = Path(__file__).resolve().parent.parent
+    imports = re.compile(r"diagnosis\.analysis import \(?([^)\n]*)")
+    offenders = [
+        f"{path.relative_to(root)}: {names.strip()}"
+        for folder in ("src", "tests", "bench", "scripts", "docs")
+        for path in sorted((root / folder).rglob("*.py")) + sorted((root / folder).rglob("*.md"))
+        for names in imports.findall(path.read_text(encoding="utf-8"))
+        if {n.split("#")[0].strip() for n in names.split(",")} - {"analyze", ""}
+    ]
+    assert offenders == []

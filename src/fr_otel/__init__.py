@@ -10,14 +10,13 @@ job model, and names the culprit ranks with evidence::
 
 import logging as _logging
 
-from .diagnosis.analysis import AnalysisOptions, Culprit, GroupState, Verdict, analyze
+from .diagnosis.analysis import analyze
 from .diagnosis.job import Job, ProcessGroup, build_job
+from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
 from .read.dump import Entry, Frame, PgConfig, Progress, RankDump
 from .read.reader import ReadResult, read_dumps
 from .read.steps import step
 from .version import __version__
-
-
 
 # A library logs, the application decides where it goes (stdlib convention).
 _logging.getLogger("fr_otel").addHandler(_logging.NullHandler())

@@ -11,8 +11,9 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from .diagnosis.analysis import Verdict, analyze
+from .diagnosis.analysis import analyze
 from .diagnosis.job import Job, build_job
+from .diagnosis.verdict import Verdict
 from .read.reader import read_dumps
 
 __all__ = ["DemoResult", "TorchMissing", "run_demo"]

@@ -11,13 +11,9 @@ from typing import Any, Callable, Sequence
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.progress import TerminalProgress
 from ..common.text import printable
-from ..diagnosis.analysis import (
-    DEFAULT_STRAGGLER_THRESHOLD_S,
-    AnalysisOptions,
-    Verdict,
-    analyze,
-)
+from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
+from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident.files import IncidentIdentity, apply_identity, find_identity
 from ..otlp.config import (

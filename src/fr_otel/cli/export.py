@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..diagnosis.analysis import Verdict
+from ..diagnosis.verdict import Verdict
 from ..diagnosis.job import Job
 from ..incident.delivery import (
     ExportOutcome,

@@ -11,8 +11,8 @@ import os
 import sys
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
 from ..report.html import render, write_report
 from ._common import (
     EXIT_FAILED,

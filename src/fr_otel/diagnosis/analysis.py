@@ -27,7 +27,6 @@ from .step_map import step_of_collective
 from .stop_order import StopOrder, order_stops
 from .straggler import find_stragglers
 from .verdict import (
-    DEFAULT_STRAGGLER_THRESHOLD_S,
     KIND_ORDER,
     AnalysisOptions,
     Culprit,
@@ -39,11 +38,8 @@ from .verdict import (
 )
 from .waits import WaitGraph, add_waits
 
-# The result types live in .verdict; they are re-exported here, where users look first.
-__all__ = [
-    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Culprit", "Evidence", "GroupState",
-    "InFlight", "Verdict", "analyze",
-]
+# The result types (Verdict, Culprit, GroupState, AnalysisOptions, ...) have one home: .verdict.
+__all__ = ["analyze"]
 
 
 def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:

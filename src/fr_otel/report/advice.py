@@ -7,7 +7,7 @@ Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
 
 from __future__ import annotations
 
-from ..diagnosis.analysis import Culprit
+from ..diagnosis.verdict import Culprit
 from .facts import Facts
 from .markup import esc, seq_label
 

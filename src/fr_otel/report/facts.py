@@ -11,9 +11,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from ..diagnosis.analysis import Culprit, Verdict
 from ..diagnosis.job import Job, ProcessGroup
-from ..diagnosis.verdict import reference_ns
+from ..diagnosis.verdict import Culprit, Verdict, reference_ns
 from ..read.dump import Entry, RankDump
 
 __all__ = ["Facts", "Pending", "Stuck", "history_at", "tail_entry"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.analysis import GroupState
+from ..diagnosis.verdict import GroupState
 from ..read.dump import Progress
 from .facts import Facts
 from .markup import badge, esc, fmt_duration

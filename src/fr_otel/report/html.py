@@ -23,8 +23,8 @@ from ..version import __version__
 from ..common.commands import replay_command_line
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
-from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
 from .culprits import verdict_section
 from .facts import Facts
 from .groups import groups_section

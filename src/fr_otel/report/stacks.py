@@ -7,7 +7,7 @@ marked (that is usually the bug). The live agent's capture ("now") comes first.
 
 from __future__ import annotations
 
-from ..diagnosis.analysis import Culprit
+from ..diagnosis.verdict import Culprit
 from ..read.dump import Entry, Frame
 from .facts import Facts, tail_entry
 from .markup import badge, esc, fmt_rel

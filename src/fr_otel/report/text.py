@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
-from ..diagnosis.analysis import Culprit, Verdict
+from ..diagnosis.verdict import Culprit, Verdict
 from .headline import headline
 
 __all__ = ["render_verdict", "step_sentence"]

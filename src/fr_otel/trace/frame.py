@@ -12,9 +12,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
-from ..diagnosis.verdict import reference_ns
+from ..diagnosis.verdict import Verdict, reference_ns
 from ..read.dump import Entry
 from ..version import __version__
 from . import attributes as A

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.analysis import Verdict
+from ..diagnosis.verdict import Verdict
 from ..read.dump import Entry
 from ..read.live_stack import is_library_frame
 from . import attributes as A

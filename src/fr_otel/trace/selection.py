@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
 from ..read.columns import TAIL_PER_GROUP
 from ..read.dump import Entry
 from ..read.recent import recent_and_in_flight

@@ -25,8 +25,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ..common.progress import ProgressCallback
-from ..diagnosis.analysis import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
 from .collective_spans import collective_spans
 from .frame import TraceFrame
 from .ids import job_identity, trace_id_for

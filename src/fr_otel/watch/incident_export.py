@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..common.progress import TerminalProgress
-from ..diagnosis.analysis import AnalysisOptions, analyze
+from ..diagnosis.analysis import analyze
 from ..diagnosis.job import build_job
+from ..diagnosis.verdict import AnalysisOptions
 from ..incident.delivery import ExportOutcome, deliver_trace
 from ..incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
 from ..otlp.config import ExportConfig

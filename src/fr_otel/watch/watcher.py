@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from ..common.progress import TerminalProgress
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
-from ..diagnosis.analysis import AnalysisOptions
 from ..diagnosis.job import DEFAULT_PG_DESC
+from ..diagnosis.verdict import AnalysisOptions
 from ..otlp.config import ExportConfig
 from ..read.discovery import rank_from_name
 from ..read.dump import RankDump
