@@ -105,7 +105,7 @@ def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) 
         # from the compressed payload (the coordinator holds it anyway), not the 5x larger body.
         dump = parse_dump_bytes(body, rank, source, dumped_at_ns=dumped_at_ns, problems=problems, full=False)
     if dump is not None:
-        dump._loader = partial(_payload_entries, payload, rank, source)
+        dump.load_entries_with(partial(_payload_entries, payload, rank, source))
     return dump
 
 

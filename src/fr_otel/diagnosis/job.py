@@ -179,18 +179,10 @@ def _rename_split_group(
         if name in dump.histories:
             dump.histories[key] = dump.histories.pop(name)
             dump.histories[key].name = key
-        rename = partial(_renamed, name, key)
-        dump.tail = rename(dump.tail)
-        if dump._entries is not None:
-            dump._entries = rename(dump._entries)
-        if dump._loader is not None:
-            loader = dump._loader
-            dump._loader = lambda loader=loader, rename=rename: rename(loader())
+        dump.rewrite_entries(partial(_renamed, name, key))
 
 
-def _renamed(old: str, new: str, entries: list[Entry] | None) -> list[Entry] | None:
-    if entries is None:
-        return None
+def _renamed(old: str, new: str, entries: list[Entry]) -> list[Entry]:
     return [e._replace(pg_name=new) if e.pg_name == old else e for e in entries]
 
 

@@ -196,7 +196,7 @@ class RankDump:
     steps: StepLog | None = None  # training steps, when the live agent counted them
     now: LiveStacks | None = None  # its threads' stacks at incident time (the live agent's payloads)
     _entries: list[Entry] | None = None
-    _loader: Callable[[], list[Entry]] | None = None
+    _loader: Callable[[], list[Entry] | None] | None = None
 
     @property
     def entries(self) -> list[Entry]:
@@ -210,6 +210,24 @@ class RankDump:
                     loaded = None
             self._entries = loaded if loaded is not None else list(self.tail)
         return self._entries
+
+    def set_entries(self, entries: list[Entry] | None) -> None:
+        """Hold the full entry list, parsed along with the columns (None: build it on first use)."""
+        self._entries = entries
+
+    def load_entries_with(self, loader: Callable[[], list[Entry] | None]) -> None:
+        """Build ``entries`` with ``loader`` on first use (None from it, or an error: the tail)."""
+        self._entries = None
+        self._loader = loader
+
+    def rewrite_entries(self, rewrite: Callable[[list[Entry]], list[Entry]]) -> None:
+        """Apply ``rewrite`` to the tail and to the entries, loaded now or later (a group renamed)."""
+        self.tail = rewrite(self.tail)
+        if self._entries is not None:
+            self._entries = rewrite(self._entries)
+        if self._loader is not None:
+            loader = self._loader
+            self._loader = lambda: None if (loaded := loader()) is None else rewrite(loaded)
 
     def __getstate__(self) -> dict:
         # Ship columns and tail between processes, never a loader closure or the full list.

@@ -139,7 +139,7 @@ def _parse_all(
     parsed = [item for i in range(len(batches)) for item in done[i]]
     for dump, _ in parsed:
         if dump is not None:
-            dump._loader = partial(_load_entries, dump.path, dump.rank, max_bytes)
+            dump.load_entries_with(partial(_load_entries, dump.path, dump.rank, max_bytes))
     return parsed
 
 
@@ -196,7 +196,7 @@ def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = Tr
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
     if dump is not None and not full:
-        dump._loader = partial(_load_entries, path, rank, max_bytes)
+        dump.load_entries_with(partial(_load_entries, path, rank, max_bytes))
     return dump
 
 
@@ -214,7 +214,7 @@ def parse_dump_bytes(data: bytes, rank: int, source: str = "<memory>", *, dumped
         return None
     dump = _parse_stream(io.BufferedReader(io.BytesIO(data)), rank, source, dumped_at_ns, problems, full)
     if dump is not None and not full:
-        dump._loader = partial(_entries_from_bytes, data, rank, source, dumped_at_ns)
+        dump.load_entries_with(partial(_entries_from_bytes, data, rank, source, dumped_at_ns))
     return dump
 
 
@@ -311,7 +311,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         for i in summary.tail_index
         if i + 1 < len(raw_entries)
     }
-    return RankDump(
+    dump = RankDump(
         rank=rank,
         path=path,
         version=version,
@@ -331,8 +331,9 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         process=process_from_raw(raw.get(PROCESS_KEY), "agent"),
         steps=step_log_from_raw(raw.get(STEPS_KEY)),
         now=stacks_from_raw(raw.get(STACKS_KEY)),
-        _entries=entries,
     )
+    dump.set_entries(entries)
+    return dump
 
 
 def _backend(raw_entries: list[Any], comm_lib: str) -> str:
