@@ -1,13 +1,14 @@
 """Turn a dump's raw entry dicts into per-group columns, at C speed.
 
-Building a Python object per entry costs more than unpickling it. The analysis
-needs only a few numbers per entry (group, seq, completed, enqueue time, a
-fingerprint of op/sizes/dtypes), so those are pulled out column by column with
-``operator.itemgetter`` + ``map`` and split by group with ``itertools.compress``,
-all loops in C. Fingerprints are hashed from a version-2 ``marshal`` encoding
-(no back-references, so equal values give equal bytes whatever their object
-identity, pickle or JSON) into ids every process computes alike. Only the newest
-and the in-flight entries become :class:`Entry` objects (the ``tail``).
+Building a Python object per entry costs more than unpickling it. The analysis needs
+only a few numbers per entry (group, seq, completed, enqueue time, a fingerprint of
+op/sizes/dtypes), so those are pulled out in one ``operator.itemgetter`` pass over the
+entry dicts, then column by column from the compact rows, and split by group with one
+sort and ``itemgetter`` gathers: all loops in C. Each distinct call is validated and
+hashed once per process (from a version-2 ``marshal`` encoding: no back-references, so
+equal values give equal bytes whatever their object identity, pickle or JSON) into ids
+every process computes alike. Only the newest and the in-flight entries become
+:class:`Entry` objects (the ``tail``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import itemgetter, methodcaller, not_
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from .dump import GroupHistory, P2PChannel
 from .validate import INT64_MAX, columns_ok, fingerprint_ok
@@ -105,21 +106,30 @@ _MAX_CALL_BYTES = 1 << 20  # one call's marshalled (op, sizes, dtypes): 4096 ten
 _FINGERPRINTS = _FingerprintIds()
 
 
+# The fast path reads every key the columns need in one C call per entry: the entry dicts are
+# megabytes, and each pass over them costs a cache miss per entry (one pass ~0.25 ms per 2000
+# entries), so one pass with ten keys beats six passes with two. Then only compact rows are walked.
+_CALL_KEYS = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+_ROW = {
+    True: itemgetter("process_group", "collective_seq_id", "time_created_ns", "is_p2p", "retired", *_CALL_KEYS),
+    False: itemgetter("process_group", "collective_seq_id", "time_created_ns", "is_p2p", "state", *_CALL_KEYS),
+}
+_CALL = itemgetter(slice(5, 10))
+_FIRST_FIVE = tuple(map(itemgetter, range(5)))
+
+
 def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
     """Columns per group from well-formed raw entries; None if any is malformed (use the slow path)."""
     _FINGERPRINTS.forget_if_full()
     try:
-        groups = list(map(_GROUP, raw))
+        try:
+            rows = list(map(_ROW[gloo], raw))
+        except KeyError:  # an older writer left out an optional key: one pass per column, with defaults
+            columns = _columns_by_key(raw, gloo)
+        else:
+            columns = _columns_from_rows(rows, gloo)
+        groups, seq, created, is_p2p, done, global_ids = columns
         names = list(map(_NAME, groups))
-        seq = list(map(_SEQ, raw))
-        created = list(map(_CREATED, raw))
-        # bytes() takes bools (and small ints) only: a str or None flag is a TypeError (slow path)
-        is_p2p = bytes(map(_IS_P2P, raw))
-        done = bytes(map(_RETIRED, raw) if gloo else map("completed".__eq__, map(_STATE, raw)))
-        # One marshal pass; the id of each distinct call is computed once per process.
-        # marshal 4 writes a list shared by memo reference once, so a pickle that nests one list in
-        # itself (a few bytes, 2**60 elements unrolled) costs its size here, not its expansion.
-        global_ids = list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, map(_FP, raw), repeat(4))))
         "".join(names)  # TypeError unless every group name is a str
         seq_col = array("q", seq)  # TypeError or OverflowError unless every value is an int that fits
         created_col = array("q", created)
@@ -130,42 +140,76 @@ def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
     fingerprints = _FINGERPRINTS.meanings(global_ids)
 
     try:
-        return _split(raw, names, seq_col, created_col, is_p2p, done, global_ids, fingerprints)
+        return _split(raw, groups, names, seq_col, created_col, is_p2p, done, global_ids, fingerprints)
     except (KeyError, TypeError, IndexError, ValueError, OverflowError):
         return None
 
 
+_Columns = tuple[Sequence[Any], Sequence[Any], Sequence[Any], bytes, bytes, list[int]]
+
+
+def _call_ids(calls: Iterable[tuple]) -> list[int]:
+    """Each entry's fingerprint id, from one marshal pass; the id of each distinct call is computed
+    once per process. marshal 4 writes a list shared by memo reference once, so a pickle that nests
+    one list in itself (a few bytes, 2**60 elements unrolled) costs its size here, not its expansion."""
+    return list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, calls, repeat(4))))
+
+
+def _done_flags(flags: Iterable[Any], gloo: bool) -> bytes:
+    # bytes() takes bools (and small ints) only: a str or None flag is a TypeError (slow path)
+    return bytes(flags if gloo else map("completed".__eq__, flags))
+
+
+def _columns_from_rows(rows: list[tuple], gloo: bool) -> _Columns:
+    if not rows:
+        return (), (), (), b"", b"", []
+    groups, seq, created, is_p2p, done = (list(map(column, rows)) for column in _FIRST_FIVE)
+    return groups, seq, created, bytes(is_p2p), _done_flags(done, gloo), _call_ids(map(_CALL, rows))
+
+
+def _columns_by_key(raw: list[dict[str, Any]], gloo: bool) -> _Columns:
+    return (
+        list(map(_GROUP, raw)), list(map(_SEQ, raw)), list(map(_CREATED, raw)), bytes(map(_IS_P2P, raw)),
+        _done_flags(map(_RETIRED if gloo else _STATE, raw), gloo), _call_ids(map(_FP, raw)),
+    )
+
+
 def _split(
-    raw: list[dict[str, Any]], names: list[str], seq: array, created: array, is_p2p: bytes,
-    done: bytes, global_ids: list[int], fingerprints: dict[int, tuple],
+    raw: list[dict[str, Any]], groups: Sequence[Any], names: list[str], seq: array, created: array,
+    is_p2p: bytes, done: bytes, global_ids: list[int], fingerprints: dict[int, tuple],
 ) -> Summary:
     histories: dict[str, GroupHistory] = {}
     tail: set[int] = set()
-    positions = range(len(raw))
-    # One stable sort by group puts each group's entries in a contiguous run (record
-    # order kept within it); every column is then gathered once, whatever the group count.
-    order = sorted(positions, key=names.__getitem__)
-    by_group = list(map(names.__getitem__, order))
-    gather = lambda col: list(map(col.__getitem__, order))  # noqa: E731
-    g_seq, g_done, g_created, g_fp, g_p2p = map(gather, (seq, done, created, global_ids, is_p2p))
-    for name in dict.fromkeys(names):
+    n = len(raw)
+    distinct = dict.fromkeys(names)
+    if len(distinct) > 1:
+        # One stable sort by group puts each group's entries in a contiguous run (record
+        # order kept within it); every column is then gathered once (one C call each).
+        order: Sequence[int] = sorted(range(n), key=names.__getitem__)
+        gather = itemgetter(*order)
+        by_group: Sequence[str] = gather(names)
+        g_seq, g_done, g_created, g_fp, g_p2p = map(gather, (seq, done, created, global_ids, is_p2p))
+    else:  # one group: record order is group order
+        order, by_group = range(n), names
+        g_seq, g_done, g_created, g_fp, g_p2p = seq, done, created, global_ids, is_p2p
+    for name in distinct:
         lo, hi = bisect_left(by_group, name), bisect_right(by_group, name)
-        mine = order[lo:hi]
-        tail.update(mine[-TAIL_PER_GROUP:])
-        first = raw[mine[0]]
+        tail.update(order[max(lo, hi - TAIL_PER_GROUP):hi])
+        first = order[lo]
         p2p = g_p2p[lo:hi]
         n_p2p = sum(p2p)
         channels: dict[str, P2PChannel] = {}
         if n_p2p:
             channels = _p2p_channels(g_done, g_created, g_fp, list(compress(range(lo, hi), p2p)), fingerprints)
             keep = list(map(not_, p2p))
-            pick: Callable[[list[Any]], list[Any]] = lambda col, keep=keep: list(compress(col[lo:hi], keep))  # noqa: E731
+            pick: Callable[[Sequence[Any]], Iterable[Any]] = (
+                lambda col, keep=keep: compress(col[lo:hi], keep))  # noqa: E731
         else:
             pick = lambda col: col[lo:hi]  # noqa: E731
         histories[name] = GroupHistory(
             name=name,
-            desc=str(_DESC(first["process_group"])),
-            local_id=int(_PG_ID(first)),
+            desc=str(_DESC(groups[first])),
+            local_id=int(_PG_ID(raw[first])),
             seq=array("q", pick(g_seq)),
             completed=bytes(pick(g_done)),
             created_ns=array("q", pick(g_created)),
@@ -173,8 +217,13 @@ def _split(
             p2p_count=n_p2p,
             p2p=channels,
         )
-    pending = list(compress(positions, map(not_, done)))
-    tail.update(pending[-_MAX_TAIL_IN_FLIGHT:])
+    # The newest in-flight entries, found from the end (a C scan, a Python step per one kept).
+    at = n
+    for _ in range(_MAX_TAIL_IN_FLIGHT):
+        at = done.rfind(0, 0, at)
+        if at < 0:
+            break
+        tail.add(at)
     tail_index = sorted(tail)
     # Completion times only matter near the end: the newest ones are in the tail.
     done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if type(t) is int and 0 <= t <= INT64_MAX]
@@ -182,7 +231,7 @@ def _split(
     # The whole history: record ids 0..n-1 with none left out (not wrapped, not only-active).
     ids = (raw[0].get("record_id"), raw[-1].get("record_id")) if raw else (None, None)
     return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest,
-                   from_start=ids == (0, len(raw) - 1))
+                   from_start=ids == (0, n - 1))
 
 
 def _p2p_channels(
