@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..read.dump import op_name
+
 if TYPE_CHECKING:
     from .config import AgentConfig
 
@@ -302,7 +304,8 @@ def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry
             timeout = e.get("timeout_ms")
             pending[slot] = InFlightEntry(
                 local_id=slot, pg_name=name, seq=seq, created_ns=int(e.get("time_created_ns") or 0),
-                op=prof.partition(":")[2].split(" ", 1)[0] or prof, timeout_ms=int(timeout) if timeout else None,
+                op=op_name(prof).split(" ", 1)[0] or prof,  # the op word only: "send 1->2" labels by "send"
+                timeout_ms=int(timeout) if timeout else None,
             )
     for slot in pending:
         done.pop(slot, None)

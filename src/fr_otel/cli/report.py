@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from ..report.html import render, write_report
+from ..report.text import verdict_line
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -70,6 +70,5 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not write_html(args.output, job, verdict, trace_id=trace_id):
         return EXIT_FAILED
-    who = f" — culprit rank(s) {compress_ranks(c.rank for c in verdict.culprits)}" if verdict.culprits else ""
-    print(f"{verdict.verdict.upper()}{who}\nopen it: {os.path.abspath(args.output)}")
+    print(f"{verdict_line(verdict)}\nopen it: {os.path.abspath(args.output)}")
     return EXIT_OK

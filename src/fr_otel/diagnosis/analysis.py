@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..common.ranks import compress_ranks
-from ..read.dump import Frame
+from ..read.dump import Frame, op_name
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
@@ -268,7 +268,7 @@ def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind:
     who = f"rank {rank} ({process.label})" if process is not None and process.label else f"rank {rank}"
     text = f"Now {who} is {now.describe()}"
     if kind == "not_enqueued" and op and now.in_collective is None:
-        text += f", not in {op.partition(':')[2] or op}" + (f" #{seq}" if seq is not None else "")
+        text += f", not in {op_name(op)}" + (f" #{seq}" if seq is not None else "")
     return text + "."
 
 

@@ -22,7 +22,7 @@ from itertools import compress, repeat
 from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable, Iterable, Sequence
 
-from .dump import GroupHistory, P2PChannel
+from .dump import GroupHistory, P2PChannel, op_name
 from .validate import INT64_MAX, columns_ok, fingerprint_ok
 
 __all__ = ["Summary", "summarise", "comparable_fingerprint", "TAIL_PER_GROUP"]
@@ -55,7 +55,7 @@ class Summary:
 def comparable_fingerprint(raw: tuple) -> tuple:
     """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
     name, in_sizes, in_dtypes, out_sizes, out_dtypes = raw
-    op = name.partition(":")[2] or name
+    op = op_name(name)
     as_t = lambda sizes: tuple(map(tuple, sizes or ()))  # noqa: E731
     if "all_to_all" in op or "alltoall" in op:
         return (op, (), tuple(in_dtypes or ()), (), tuple(out_dtypes or ()))  # split sizes may differ

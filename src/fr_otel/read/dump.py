@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from .live_stack import LiveStacks
 
 __all__ = ["Frame", "Entry", "OpInterval", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump",
-           "op_interval"]
+           "op_interval", "op_name"]
+
+
+def op_name(profiling_name: str) -> str:
+    """The op without its backend prefix (``nccl:all_reduce`` -> ``all_reduce``); a name
+    without one stands for itself."""
+    return profiling_name.partition(":")[2] or profiling_name
 
 
 class Frame(NamedTuple):
@@ -65,8 +71,8 @@ class Entry(NamedTuple):
 
     @property
     def op(self) -> str:
-        """The op without its backend prefix (``nccl:all_reduce`` -> ``all_reduce``)."""
-        return self.profiling_name.partition(":")[2] or self.profiling_name
+        """The op without its backend prefix (see :func:`op_name`)."""
+        return op_name(self.profiling_name)
 
     def interval(self, reference_ns: int, *, next_created_ns: int | None = None, otherwise_ns: int | None = None,
                  max_estimate_ns: int | None = None) -> OpInterval:

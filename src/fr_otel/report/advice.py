@@ -8,6 +8,7 @@ Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
 from __future__ import annotations
 
 from ..diagnosis.verdict import Culprit
+from ..read.dump import op_name
 from .facts import Facts
 from .markup import esc, seq_label
 
@@ -28,7 +29,7 @@ def _py_spy(c: Culprit, what: str = "dump") -> str:
 def next_step(f: Facts, c: Culprit) -> str:
     """The next step for culprit ``c``: where to look, with its real host and pid when known."""
     r = c.rank
-    op = esc((c.op or "the collective").partition(":")[2] or c.op or "the collective", 80)
+    op = esc(op_name(c.op or "the collective"), 80)
     seq = seq_label(c.collective_seq_id)
     nccl = "nccl" in f.verdict.backends
     if c.kind == "not_enqueued":

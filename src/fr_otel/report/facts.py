@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..diagnosis.job import Job, ProcessGroup
 from ..diagnosis.verdict import Culprit, Verdict, reference_ns
-from ..read.dump import Entry, RankDump
+from ..read.dump import Entry, RankDump, op_name
 
 __all__ = ["Facts", "Pending", "Stuck", "history_at", "tail_entry"]
 
@@ -170,7 +170,7 @@ def _stuck(job: Job, verdict: Verdict) -> dict[tuple[str, int], Stuck]:
             continue
         gs = by_name.get(c.group_name)
         fl = gs.in_flight if gs else None
-        op = (c.op or "").partition(":")[2] or c.op
+        op = op_name(c.op) if c.op else c.op
         if fl is not None and fl.seq == c.collective_seq_id:
             out[key] = Stuck(fl.op or op, fl.entered, fl.not_entered, fl.since_ns)
         else:

@@ -5,13 +5,25 @@ from __future__ import annotations
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
 from ..diagnosis.verdict import Culprit, Verdict
+from ..read.dump import op_name
 from .headline import headline
 
-__all__ = ["render_verdict", "step_sentence"]
+__all__ = ["render_verdict", "step_sentence", "verdict_line"]
 
 MAX_CULPRITS = 12
 MAX_GROUP_LINES = 10
 MAX_PROBLEMS = 15
+
+
+def verdict_line(v: Verdict) -> str:
+    """The verdict in one terminal line: ``HANG — culprit rank(s) 2`` (with the gloss and any
+    incomplete evidence); the text verdict opens with it and ``fr-otel report`` prints it."""
+    head = headline(v.verdict).terminal
+    if v.incomplete is not None:
+        head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
+    if v.culprits:
+        head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
+    return head
 
 
 def render_verdict(v: Verdict) -> str:
@@ -19,12 +31,7 @@ def render_verdict(v: Verdict) -> str:
     lines: list[str] = []
     loaded = f"{v.ranks_loaded} of {v.world_size}" if v.world_size else str(v.ranks_loaded)
     backend = "/".join(v.backends) or "unknown backend"
-    head = f"fr-otel: {headline(v.verdict).terminal}"
-    if v.incomplete is not None:
-        head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
-    if v.culprits:
-        head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
-    lines.append(head)
+    lines.append(f"fr-otel: {verdict_line(v)}")
     lines.append(f"  {loaded} ranks loaded ({backend})")
     if v.stop_order is not None and v.stop_order.sentence():
         lines.append(f"  {v.stop_order.sentence()}")
@@ -99,7 +106,7 @@ def step_sentence(c: Culprit, steps: dict[int, int] | None = None) -> str:
     are in step 13`` (the parts known; ``steps``: rank -> its step)."""
     parts = []
     if c.collective_step is not None and c.collective_seq_id is not None:
-        parts.append(f"{c.op.partition(':')[2] or c.op if c.op else 'collective'} #{c.collective_seq_id} belongs to "
+        parts.append(f"{op_name(c.op) if c.op else 'collective'} #{c.collective_seq_id} belongs to "
                      f"step {c.collective_step}")
     if c.step is not None:
         parts.append(f"rank {c.rank} is {'still ' if c.collective_step is not None else ''}in step {c.step}")
