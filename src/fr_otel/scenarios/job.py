@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..common.files import atomic_write
 from .catalog import SCENARIOS
 from .rank import rank_main
 
@@ -201,7 +202,7 @@ def _run_ranks(scenario: str, out: Path, status_dir: Path, ws: int, buffer_size:
         "torch_version": next((i["torch_version"] for i in infos if i), None),
         "wall_s": round(time.monotonic() - t0, 2),
     }
-    (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write(out / "scenario.json", (json.dumps(meta, indent=2) + "\n").encode())
     return 0
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..common.files import atomic_write
+
 if TYPE_CHECKING:
     import torch
 
@@ -104,12 +106,12 @@ class RankRun:
             if settle_first:
                 settle(entries=True)
             pkl, js = _pull_recorder()
-            (self.out / "pickle" / f"rank_{self.rank}").write_bytes(pkl)
-            (self.out / "json" / f"rank_{self.rank}.json").write_bytes(js)
+            atomic_write(self.out / "pickle" / f"rank_{self.rank}", pkl)
+            atomic_write(self.out / "json" / f"rank_{self.rank}.json", js)
             import torch
 
             status = {"outcome": self.outcome, "groups": self.groups, "torch_version": torch.__version__}
-            (self.status_dir / f"rank_{self.rank}.json").write_text(json.dumps(status))
+            atomic_write(self.status_dir / f"rank_{self.rank}.json", json.dumps(status).encode())
             code = 0
             self.barrier.wait(BARRIER_TIMEOUT_S)
         except threading.BrokenBarrierError:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..common.files import atomic_write
+
 __all__ = ["DumpBuilder", "Sizes"]
 
 Sizes = Sequence[Sequence[int]]
@@ -225,7 +227,7 @@ class DumpBuilder:
         skip = set(omit)
         for r in self.ranks:
             if r not in skip:
-                (out / f"{prefix}{r}").write_bytes(self.dump(r, fmt=fmt, only_active=only_active))
+                atomic_write(out / f"{prefix}{r}", self.dump(r, fmt=fmt, only_active=only_active))
         return out
 
 

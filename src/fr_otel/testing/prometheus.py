@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..common.files import atomic_write
 from .ports import unused_tcp_port
 
 __all__ = ["Exemplar", "PrometheusError", "PrometheusServer", "Sample", "find_prometheus"]
@@ -129,7 +130,7 @@ class PrometheusServer:
             self.workdir = Path(self._workdir_arg)
             self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "prometheus.yml"
-        config_path.write_text(json.dumps(self.config(), indent=2))
+        atomic_write(config_path, json.dumps(self.config(), indent=2).encode())
         self.port = unused_tcp_port()
         cmd = [
             self.binary,
