@@ -176,6 +176,24 @@ def test_help_is_plain_text_with_real_metavars_and_defaults(name: str) -> None:
         assert "default" in action.help, f"{flag}: help does not say the default"
 
 
+def test_run_help_shows_every_default_from_the_options_table() -> None:
+    """`fr-otel run --help` prints each agent default from OPTIONS (and DEFAULT_OUT_DIR), so text and code cannot drift."""
+    from fr_otel.agent.config import OPTIONS
+    from fr_otel.cli.run import _default_text
+    from fr_otel.incident.delivery import DEFAULT_OUT_DIR
+
+    text = " ".join(_fr_otel("run", "--help").stdout.split())
+    for option in OPTIONS:
+        if option.default is not None:
+            assert f"default: {_default_text(option.default)}; sets ${option.env}" in text, option.flag
+    assert f"(default: ./{DEFAULT_OUT_DIR}; sets $FR_OTEL_OUT_DIR)" in text
+    import fr_otel.agent.config as config
+
+    restated = [line for line in Path(config.__file__).read_text().splitlines()
+                if line.startswith("#:") and re.search(r"\(default\b|\bdefault \d", line)]
+    assert restated == [], "a comment restates a default that lives in OPTIONS"
+
+
 def test_the_protocol_set_is_the_same_everywhere() -> None:
     """grpc, http/protobuf and http/json are accepted by every command that exports, and every
     --protocol help states the same default."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
-from ..incident.delivery import OUT_DIR_ENV
+from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
 
 __all__ = [
@@ -55,45 +55,46 @@ __all__ = [
 ]
 
 # --- Environment variables ------------------------------------------------------------
+# Defaults live in OPTIONS below (and `fr-otel run --help` prints them from there), not here.
 
 #: ``false`` turns :func:`fr_otel.start` (and the ``fr-otel run`` bootstrap) into a no-op.
 FR_OTEL_ENABLED = "FR_OTEL_ENABLED"
 #: Set by ``fr-otel run``: the bootstrap ``sitecustomize`` starts the agent in each rank.
 FR_OTEL_AUTOSTART = "FR_OTEL_AUTOSTART"
-#: Seconds between two cheap reads of the recorder's progress counters (default 1).
+#: Seconds between two cheap reads of the recorder's progress counters.
 FR_OTEL_POLL_INTERVAL = "FR_OTEL_POLL_INTERVAL"
-#: A collective in flight longer than min(this, half its timeout) raises an incident (default 60).
+#: A collective in flight longer than min(this, half its timeout) raises an incident.
 FR_OTEL_STALL_SECONDS = "FR_OTEL_STALL_SECONDS"
 #: A collective in flight this long costs one full recorder read, to learn its op, timeout
-#: and exact age (default 5; never more than half the stall threshold).
+#: and exact age (never more than half the stall threshold).
 FR_OTEL_SUSPECT_SECONDS = "FR_OTEL_SUSPECT_SECONDS"
 #: Base port of ``/metrics``; each rank serves ``base + LOCAL_RANK``. ``off`` disables it,
 #: ``0`` picks a free port (logged).
 FR_OTEL_METRICS_PORT = "FR_OTEL_METRICS_PORT"
-#: Address ``/metrics`` binds (default all interfaces, so a cluster's Prometheus can scrape it).
+#: Address ``/metrics`` binds; a cluster's Prometheus must be able to reach it.
 FR_OTEL_METRICS_ADDR = "FR_OTEL_METRICS_ADDR"
 #: Recorder entries per rank; set before the process group exists, it sets TORCH_FR_BUFFER_SIZE.
 FR_OTEL_RECORDER_CAPACITY = "FR_OTEL_RECORDER_CAPACITY"
-#: ``true`` (default): when the recorder is off and no process group exists yet, turn it on.
+#: ``true``: when the recorder is off and no process group exists yet, turn it on.
 FR_OTEL_ENABLE_RECORDER = "FR_OTEL_ENABLE_RECORDER"
 #: ``false``: no cross-rank incidents (metrics only).
 FR_OTEL_INCIDENTS = "FR_OTEL_INCIDENTS"
-#: Where each rank writes its recorder on an incident (default ``$FR_OTEL_OUT_DIR/dumps``).
+#: Where each rank writes its recorder on an incident (unset: a ``dumps`` folder in the out dir).
 FR_OTEL_DUMP_DIR = "FR_OTEL_DUMP_DIR"
-#: How long the incident's coordinator waits for the other ranks' recorders (default 15 s).
+#: How long the incident's coordinator waits for the other ranks' recorders.
 FR_OTEL_GATHER_SECONDS = "FR_OTEL_GATHER_SECONDS"
-#: Upper bound on a flush at exit, on an uncaught exception or SIGTERM (default 20 s; torchrun
-#: waits 30 s between SIGTERM and SIGKILL).
+#: Upper bound on a flush at exit, on an uncaught exception or SIGTERM (keep it under the 30 s
+#: torchrun waits between SIGTERM and SIGKILL).
 FR_OTEL_FLUSH_TIMEOUT = "FR_OTEL_FLUSH_TIMEOUT"
-#: Incidents one job may raise (default 10): a flapping job cannot flood the collector.
+#: Incidents one job may raise: a flapping job cannot flood the collector.
 FR_OTEL_MAX_INCIDENTS = "FR_OTEL_MAX_INCIDENTS"
-#: Recorder entries per group a rank sends the coordinator (default 64, plus all in flight);
-#: the local dump file always holds everything.
+#: Recorder entries per group a rank sends the coordinator (plus all in flight); the local
+#: dump file always holds everything.
 FR_OTEL_INCIDENT_ENTRIES = "FR_OTEL_INCIDENT_ENTRIES"
-#: Comma list of ``atexit``, ``excepthook``, ``sigterm`` (default all), or ``none``.
+#: Comma list of ``atexit``, ``excepthook``, ``sigterm``, or ``none``.
 FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
-#: ``debug``, ``info`` (default: one start-up line on local rank 0, incidents), ``warning``
-#: (problems only) or ``error``; the agent logs to stderr.
+#: ``debug``, ``info`` (one start-up line on local rank 0, incidents), ``warning`` (problems
+#: only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
 #: Set by the agent to its process id, so child processes (data loader workers, subprocesses)
 #: that inherit the environment do not start agents of their own.
@@ -212,7 +213,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", None, _text,
            "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
     Option("out_dir", OUT_DIR_ENV, "--out", None, _text,
-           "folder for embedded trace files and spools (default: ./fr-otel-out)", "DIR"),
+           f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR"),
     Option("job_id", JOB_ID_ENV, "--job-id", None, _text,
            "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
     Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", 15.0, _positive,
