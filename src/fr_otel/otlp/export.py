@@ -9,7 +9,7 @@ even when every export failed, so this module sends the protobufs itself:
 2. send each chunk with gRPC or HTTP (:mod:`fr_otel.otlp.grpc_sender`,
    :mod:`fr_otel.otlp.http_sender`), retrying transient failures and re-packing what
    the server finds too large, every attempt capped by the time left
-   (:mod:`fr_otel.otlp.deliver`);
+   (:mod:`fr_otel.otlp.send_loop`);
 3. write every chunk that failed, was rejected or was never attempted to an OTLP JSON
    Lines spool file (:mod:`fr_otel.otlp.jsonl`) for :func:`replay`, which delivers each
    spooled span exactly once across calls.
@@ -49,14 +49,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ..common.text import one_line
 from .chunks import Chunk, SpansOrRequests, encoded_chunks, repack
 from .config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
-from .deliver import (
+from .jsonl import read_jsonl, write_jsonl
+from .send_loop import (
     DEFAULT_MAX_ATTEMPTS,
     RENDER_VS_ENCODE,
     DeliveryBudget,
     deliver,
     open_sender,
 )
-from .jsonl import read_jsonl, write_jsonl
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "ExportResult", "export_spans", "replay", "write_embedded"]
 

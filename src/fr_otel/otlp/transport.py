@@ -2,7 +2,7 @@
 
 The gRPC and OTLP/HTTP senders (:mod:`fr_otel.otlp.grpc_sender`,
 :mod:`fr_otel.otlp.http_sender`) map their status codes onto one :class:`Verdict`, so
-retrying, re-packing and giving up are decided once (:mod:`fr_otel.otlp.deliver`).
+retrying, re-packing and giving up are decided once (:mod:`fr_otel.otlp.send_loop`).
 This module loads neither grpc nor the SDK: error hints may read :data:`NOT_GRPC` and
 :data:`NOT_HTTP` without them.
 """

@@ -7,7 +7,7 @@ from typing import Any, Callable, TypeVar
 
 from ..common.text import one_line
 
-__all__ = ["read_json_file", "read_rank_map_file"]
+__all__ = ["read_json_file", "read_per_rank_file"]
 
 _MAX_FILE_BYTES = 64 << 20  # a map of 100k ranks is ~20 MB
 T = TypeVar("T")
@@ -34,7 +34,7 @@ def read_json_file(path: str, problems: list[str], consequence: str) -> dict[str
     return doc
 
 
-def read_rank_map_file(path: str, problems: list[str], consequence: str,
+def read_per_rank_file(path: str, problems: list[str], consequence: str,
                        parse: Callable[[Any], T | None]) -> dict[int, T]:
     """``{"ranks": {"<rank>": value}}``: rank -> ``parse(value)``; bad items cost one line in all."""
     doc = read_json_file(path, problems, consequence)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.files import atomic_write
-from .json_file import read_rank_map_file
+from .json_file import read_per_rank_file
 from .rank_process import RankProcess, process_from_raw
 
 __all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]
@@ -36,7 +36,7 @@ def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
 
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
     """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
-    return read_rank_map_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
+    return read_per_rank_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:

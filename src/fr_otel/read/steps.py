@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .json_file import read_rank_map_file
+from .json_file import read_per_rank_file
 
 __all__ = [
     "COUNTER", "PAYLOAD_KEY", "STEPS_FILE", "StepCounter", "StepLog", "read_steps_file", "step", "step_log_from_raw",
@@ -143,4 +143,4 @@ def _is_int(v: Any) -> bool:
 
 def read_steps_file(path: str, problems: list[str]) -> dict[int, StepLog]:
     """Rank -> :class:`StepLog` from a ``steps.json``; one problem line when it is unusable."""
-    return read_rank_map_file(path, problems, "training steps unknown", step_log_from_raw)
+    return read_per_rank_file(path, problems, "training steps unknown", step_log_from_raw)
