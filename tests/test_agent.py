@@ -199,7 +199,7 @@ def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, 
     time.sleep frame at the right file:line; exporting the dump folder afterwards gives the live
     trace id; the stuck all_reduce's entries are ERROR with code.*, and no completed span of
     rank 2 is stretched across the stall."""
-    from fr_otel.trace.spans import MAX_ESTIMATED_END_NS
+    from fr_otel.read.dump import MAX_ESTIMATED_END_NS
 
     ws, host = 4, socket.gethostname()
     line = next(i for i, text in enumerate(TRAIN_LOOP.read_text().splitlines(), 1) if "time.sleep(stall_s)" in text)

@@ -310,7 +310,7 @@ def test_spans_are_honest_about_the_stuck_collective(scenario_dumps, scenario: s
     culprit is stretched across the stall by gloo's estimated end."""
     from opentelemetry.trace import StatusCode
 
-    from fr_otel.trace.spans import MAX_ESTIMATED_END_NS
+    from fr_otel.read.dump import MAX_ESTIMATED_END_NS
 
     job = build_job(read_dumps(scenario_dumps(scenario) / "pickle"))
     verdict = analyze(job)

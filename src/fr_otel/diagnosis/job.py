@@ -10,6 +10,7 @@ in only-active dumps), by creation order, checked against every known pair.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import compress
@@ -59,6 +60,7 @@ class Job:
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
+    _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
     @property
     def hosts(self) -> dict[int, str]:
@@ -90,6 +92,35 @@ class Job:
         if h is None or seq not in h.seq:
             return []
         return [e for e in dump.entries if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p]
+
+    def first_enqueue(self, group: str, seq: int) -> int | None:
+        """When any rank first enqueued ``group`` #``seq`` (from the columns); None if none recorded it.
+
+        Every member finished #``seq - 1`` by then, give or take (a collective completes on
+        all ranks together): the bound on a guessed end in :func:`fr_otel.read.dump.op_interval`.
+        """
+        key = (group, seq)
+        if key not in self._first_enqueue:
+            self._first_enqueue[key] = self._compute_first_enqueue(group, seq)
+        return self._first_enqueue[key]
+
+    def _compute_first_enqueue(self, group: str, seq: int) -> int | None:
+        pg = self.groups.get(group)
+        first = None
+        for rank in pg.ranks if pg is not None else ():
+            dump = self.dumps.get(rank)
+            h = dump.histories.get(group) if dump is not None else None
+            if not h or not h.seq:
+                continue
+            i = seq - h.seq[0]  # seq ids run consecutively in a rank's ring: no search needed
+            if not (0 <= i < len(h.seq) and h.seq[i] == seq):
+                i = bisect_left(h.seq, seq)
+                if i >= len(h.seq) or h.seq[i] != seq:
+                    continue
+            created = h.created_ns[i]
+            if created > 0 and (first is None or created < first):
+                first = created
+        return first
 
     def ordered_groups(self) -> list[ProcessGroup]:
         """Groups in creation order (numeric names), then by name."""

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .live_stack import LiveStacks
 
 __all__ = ["Frame", "Entry", "OpInterval", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump",
-           "op_interval", "op_name"]
+           "op_interval", "op_name", "MAX_ESTIMATED_END_NS"]
 
 
 def op_name(profiling_name: str) -> str:
@@ -74,12 +74,17 @@ class Entry(NamedTuple):
         """The op without its backend prefix (see :func:`op_name`)."""
         return op_name(self.profiling_name)
 
-    def interval(self, reference_ns: int, *, next_created_ns: int | None = None, otherwise_ns: int | None = None,
-                 max_estimate_ns: int | None = None) -> OpInterval:
+    def interval(self, reference_ns: int, *, next_created_ns: int | None = None,
+                 group_next_ns: int | Callable[[], int | None] | None = None) -> OpInterval:
         """When this op ran (see :func:`op_interval`)."""
         return op_interval(self.time_created_ns, self.completed, reference_ns, completed_ns=self.time_completed_ns,
-                           duration_ms=self.duration_ms, next_created_ns=next_created_ns, otherwise_ns=otherwise_ns,
-                           max_estimate_ns=max_estimate_ns)
+                           duration_ms=self.duration_ms, next_created_ns=next_created_ns,
+                           group_next_ns=None if self.is_p2p else group_next_ns)
+
+
+#: A guessed end (gloo records no completion time) lies at most this long after the op's
+#: enqueue: a completed op must not look stretched across the compute or stall that followed it.
+MAX_ESTIMATED_END_NS = 1_000_000_000
 
 
 class OpInterval(NamedTuple):
@@ -99,16 +104,16 @@ def op_interval(
     completed_ns: int | None = None,
     duration_ms: float | None = None,
     next_created_ns: int | None = None,
-    otherwise_ns: int | None = None,
-    max_estimate_ns: int | None = None,
+    group_next_ns: int | Callable[[], int | None] | None = None,
 ) -> OpInterval:
-    """The one rule for when an op ends, for the trace's spans and the report's bars alike.
+    """The one rule for when an op ends: a trace span and a report bar of the op end alike.
 
-    In flight (never completed): at the reference time. Completed: at its completion time
-    when recorded (and not before its enqueue); else, estimated, after its recorded
-    duration; else at the rank's next enqueue (gloo records no completion: the rank moved
-    on); else at ``otherwise_ns`` (None: the enqueue itself, a zero-length op the caller
-    sizes). ``max_estimate_ns`` bounds an end guessed from a later enqueue or ``otherwise_ns``.
+    In flight (never completed): open, up to the reference time. Completed: at its
+    completion time when recorded (and not before its enqueue); else, estimated, after its
+    recorded duration; else (gloo records neither) guessed as the earliest of what bounds it:
+    the rank's next enqueue (``next_created_ns``), the group's next collective enqueued by
+    any rank (``group_next_ns``, or a function that finds it, called only for a guess), the
+    reference time, and :data:`MAX_ESTIMATED_END_NS` after its enqueue.
     """
     if not completed:
         return OpInterval(created_ns, max(reference_ns, created_ns), False, True)
@@ -116,12 +121,13 @@ def op_interval(
         return OpInterval(created_ns, completed_ns, False, False)
     if duration_ms is not None:
         return OpInterval(created_ns, created_ns + int(duration_ms * 1e6), True, False)
-    upper = next_created_ns if next_created_ns is not None else otherwise_ns
-    if upper is None:
-        upper = created_ns
-    if max_estimate_ns is not None:
-        upper = min(upper, created_ns + max_estimate_ns)
-    return OpInterval(created_ns, max(upper, created_ns), True, False)
+    end = min(created_ns + MAX_ESTIMATED_END_NS, reference_ns)
+    if next_created_ns is not None:
+        end = min(end, next_created_ns)
+    group_next = group_next_ns() if callable(group_next_ns) else group_next_ns
+    if group_next is not None:
+        end = min(end, group_next)
+    return OpInterval(created_ns, max(end, created_ns), True, False)
 
 
 class Progress(NamedTuple):

@@ -3,8 +3,9 @@
 Small jobs get one lane per rank. With hundreds of ranks the culprits and a sample of the
 ranks waiting on them keep their own lanes; the others are folded, by what they are doing,
 into summary lanes that show the median rank (with counts). A lane's bars run from enqueue
-to completion; gloo records no completion time, so a completed gloo op ends at the rank's
-next enqueue (marked as estimated); an op still in flight runs to the reference time. The
+to the end :func:`fr_otel.read.dump.op_interval` gives (the trace's spans end there too):
+gloo records no completion time, so a completed gloo op's end is a bounded guess (marked as
+estimated); an op still in flight runs, open, to the reference time. The
 collective the job is stuck in is outlined on every lane, ranks that never enqueued it get
 a dashed "ghost" where it would be, and the minority of a mismatch is marked.
 
@@ -13,15 +14,15 @@ Geometry (where a bar goes on the page) is :mod:`fr_otel.report.timeline`'s busi
 
 from __future__ import annotations
 
-import statistics
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
-from ..read.dump import Entry, op_interval
+from ..read.dump import MAX_ESTIMATED_END_NS, Entry, op_interval
 from .facts import Facts, history_at
 from .markup import clip, fmt_duration, fmt_rel
 
@@ -191,9 +192,10 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
         nxt = rows[i + 1][0] if i + 1 < len(rows) else None
         if e is not None and e.record_id in d.next_created_ns:
             nxt = d.next_created_ns[e.record_id]
-        # A done op with nothing to tell its end comes back zero-length: sized below.
+        group_next = None if (e is not None and e.is_p2p) else partial(f.job.first_enqueue, name, seq + 1)
         _, end, est, open_ = op_interval(created, done, ref, completed_ns=e.time_completed_ns if e else None,
-                                         duration_ms=e.duration_ms if e else None, next_created_ns=nxt)
+                                         duration_ms=e.duration_ms if e else None, next_created_ns=nxt,
+                                         group_next_ns=group_next)
         if created < start and end <= start:
             continue
         if e is not None:
@@ -203,12 +205,6 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
             op = str(fpt[0]) if fpt else "collective"
             pname, p2p = prefix + op, False
         out.append(Op(name, seq, op, pname, created, end, est, open_, created < start, p2p, e))
-    # The newest op done without a completion time and no later enqueue: give it the
-    # lane's typical length rather than none (it is marked estimated anyway).
-    if out and out[-1].est and out[-1].end == out[-1].created:
-        lengths = [o.end - o.created for o in out[:-1] if o.est and not o.open]
-        if lengths:
-            out[-1] = out[-1]._replace(end=out[-1].created + int(statistics.median(lengths)))
     return out
 
 
@@ -219,7 +215,8 @@ def _op_title(f: Facts, rank: int | None, o: Op, ref: int) -> str:
     if o.open:
         lines.append(f"in flight, never completed ({fmt_duration(ref - o.created)} at the reference time)")
     elif o.est:
-        lines.append(f"done; end estimated at {fmt_rel(o.end - ref)} (no completion time recorded: next enqueue)")
+        lines.append(f"done; end estimated at {fmt_rel(o.end - ref)} (no completion time recorded: the next "
+                     f"enqueue here or in the group, at most {fmt_duration(MAX_ESTIMATED_END_NS)})")
     else:
         lines.append(f"completed {fmt_rel(o.end - ref)} (took {fmt_duration(o.end - o.created)})")
     e = o.entry

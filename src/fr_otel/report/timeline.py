@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ..read.dump import MAX_ESTIMATED_END_NS
 from .facts import Facts
 from .lanes import Bar, Lane, families, lanes_for
 from .markup import esc, fmt_duration, fmt_rel
@@ -356,7 +357,8 @@ def _legend(f: Facts, colours: list[tuple[str, str]], kinds: set[str], scale: _S
     elif "done" in kinds or "est" in kinds:
         swatch("done", "done", NEUTRAL_COLOUR)
     if "est" in kinds:
-        swatch("est", "end estimated (no completion time recorded: the next enqueue)", NEUTRAL_COLOUR)
+        swatch("est", "end estimated (no completion time recorded: the next enqueue, at most "
+               f"{fmt_duration(MAX_ESTIMATED_END_NS)})", NEUTRAL_COLOUR)
     if "open" in kinds:
         swatch("open", "in flight at the reference time (never completed)")
     if f.stuck:

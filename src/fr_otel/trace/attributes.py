@@ -53,7 +53,7 @@ TRAINING_STEP = "pytorch.training.step"  # the training step a rank is in / a co
 
 # What fr-otel concluded
 SPAN_ROLE = "fr_otel.span"  # incident | rank | entry | collective
-END_ESTIMATED = "fr_otel.end_estimated"  # no completion time recorded (gloo): end = next enqueue
+END_ESTIMATED = "fr_otel.end_estimated"  # no completion time recorded (gloo): a bounded guess (read.dump.op_interval)
 IN_FLIGHT = "fr_otel.in_flight"  # never completed before the dump
 PAST_TIMEOUT = "fr_otel.past_timeout"
 ENTERED_RANKS = "fr_otel.collective.entered_ranks"

@@ -1,13 +1,14 @@
 """Each rank's timeline: a ``rank`` span (its own Resource) and one span per exported entry.
 
-An entry span runs from enqueue to completion (or, for gloo which records none, the
-rank's next enqueue; in flight: the reference time) and links to its collective's span.
+An entry span runs from enqueue to its end by :func:`fr_otel.read.dump.op_interval` (the
+report's bars use the same rule) and links to its collective's span.
 The ``rank`` span summarises the history left out and, for a culprit, where it is now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -24,27 +25,16 @@ from .frame import SCOPE, TraceFrame, clip, span_name
 from .ids import span_id_for
 from .incident_span import now_attributes
 
-__all__ = ["MAX_ESTIMATED_END_NS", "RankSpans"]
-
-#: An estimated end (gloo records no completion time) never lies further than this after
-#: the start, nor after the rank's or the group's next enqueue: a completed op must not
-#: look stretched across the stall that followed it.
-MAX_ESTIMATED_END_NS = 1_000_000_000
+__all__ = ["RankSpans"]
 
 
 class RankSpans:
     """Builds every rank's spans for one trace; collectives seen on the way are gathered for their own spans."""
 
-    def __init__(self, frame: TraceFrame, selected: Mapping[int, Sequence[Entry]]) -> None:
+    def __init__(self, frame: TraceFrame) -> None:
         self.frame = frame
         self.culprits = {c.rank: c for c in frame.verdict.culprits}
         self.stuck = _stuck_collectives(frame.verdict)
-        self.group_next: dict[tuple[str, int], int] = {}  # (group, seq) -> first enqueue by any rank
-        for chosen in selected.values():
-            for e in chosen:
-                if not e.is_p2p:
-                    key = (e.pg_name, e.collective_seq_id)
-                    self.group_next[key] = min(self.group_next.get(key, e.time_created_ns), e.time_created_ns)
         self.collectives: EntriesByCollective = {}
 
     def spans(self, rank: int, chosen: Sequence[Entry]) -> tuple[list[ReadableSpan], int]:
@@ -59,9 +49,9 @@ class RankSpans:
             next_created = _next_created(dump.entries)
         start = min((e.time_created_ns for e in chosen), default=frame.now)
         for e in chosen:
-            end, estimated = self._end_of(e, next_created.get(e.record_id))
-            if estimated and not e.is_p2p:
-                end = min(end, max(self.group_next.get((e.pg_name, e.collective_seq_id + 1), end), e.time_created_ns))
+            _, end, estimated, _ = e.interval(
+                frame.now, next_created_ns=next_created.get(e.record_id),
+                group_next_ns=partial(frame.job.first_enqueue, e.pg_name, e.collective_seq_id + 1))
             span_id = span_id_for(frame.trace_id, "entry", rank, e.pg_name, e.record_id, e.collective_seq_id,
                                   e.p2p_seq_id, e.op_id)
             links = []
@@ -90,11 +80,6 @@ class RankSpans:
         if process is not None and process.pid is not None:
             attrs[A.PROCESS_PID] = process.pid
         return frame.base_resource.merge(Resource(A.bounded(attrs)))
-
-    def _end_of(self, e: Entry, next_created: int | None) -> tuple[int, bool]:
-        now = self.frame.now
-        span = e.interval(now, next_created_ns=next_created, otherwise_ns=now, max_estimate_ns=MAX_ESTIMATED_END_NS)
-        return span.end, span.estimated
 
     def _entry_span(
         self, rank: int, e: Entry, span_id: int, parent_id: int, resource: Resource, end: int, estimated: bool,

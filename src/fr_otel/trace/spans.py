@@ -5,7 +5,7 @@ Layout of one incident trace:
 - a root ``fr_otel.incident`` span carrying the verdict (culprits, kinds, evidence);
 - per rank, a ``rank`` span (its own Resource) summarising the history left out,
   and one span per recorder entry in focus: start = enqueue, end = completion
-  (or, for gloo which records none, the rank's next enqueue; in flight: the dump);
+  (gloo records none: a bounded guess, see :func:`fr_otel.read.dump.op_interval`; in flight: the dump);
 - per collective in focus, one ``collective`` span whose id every rank derives
   from (group name, desc, ``collective_seq_id``); each rank's entry span links to
   it (a star, not N² edges). It spans first enqueue to last completion and says
@@ -37,13 +37,13 @@ from .options import (
     DEFAULT_SERVICE_NAME,
     TraceOptions,
 )
-from .rank_spans import MAX_ESTIMATED_END_NS, RankSpans
+from .rank_spans import RankSpans
 from .selection import select_entries
 
 # TraceOptions and the defaults live in .options (light to import), the end-estimate bound in
 # .rank_spans; re-exported here, where callers build traces.
 __all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N",
-           "DEFAULT_MAX_SPANS", "MAX_ESTIMATED_END_NS"]
+           "DEFAULT_MAX_SPANS"]
 
 
 @dataclass(slots=True)
@@ -79,7 +79,7 @@ def build_trace(
     frame = TraceFrame.of(job, verdict, options, trace_id, job_id)
     selection = select_entries(job, verdict, options)
     selected = selection.entries
-    ranks = RankSpans(frame, selected)
+    ranks = RankSpans(frame)
     spans: list[ReadableSpan] = []
     first_start = frame.now
     for done, rank in enumerate(sorted(selected), 1):
