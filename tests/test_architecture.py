@@ -8,6 +8,7 @@ import is still a dependency).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,22 @@ LARGE_MODULES: dict[str, str] = {}
 
 #: Lower layers first; a module may import its own layer and the layers listed before it.
 LAYERS = ["common", "read", "diagnosis", "report", "trace", "otlp", "incident"]
+
+#: Everything that is not a layer, and what it may import besides itself and ``fr_otel.version``
+#: ("fr_otel" is the package's own __init__, the public API). The CLI sits on top of everything;
+#: the agent, the watcher and the scenarios stand on layers only; the demo runs scenarios; the
+#: test kit runs scenarios and starts the agent through ``fr_otel.start()`` (testing/train_loop).
+ROOT = "fr_otel"
+APPLICATIONS: dict[str, set[str]] = {
+    ROOT: {*LAYERS, "agent"},
+    "cli": {*LAYERS, ROOT, "agent", "watch", "demo", "scenarios"},
+    "agent": set(LAYERS),
+    "watch": set(LAYERS),
+    "demo": {*LAYERS, "scenarios"},
+    "scenarios": set(LAYERS),
+    "testing": {*LAYERS, ROOT, "scenarios"},
+    "version": set(),
+}
 
 #: Layers on which the analysis path stands: they must never import these, not even lazily.
 LIGHT_LAYERS = {"common", "read", "diagnosis", "report"}
@@ -86,17 +103,33 @@ def imports_of(name: str, path: Path) -> Iterator[Import]:
     yield from walk(ast.parse(path.read_text(encoding="utf-8")), False)
 
 
+@functools.cache
+def known_modules() -> frozenset[str]:
+    return frozenset(product_modules())
+
+
+def is_product(target: str) -> bool:
+    return target == ROOT or target.startswith(ROOT + ".")
+
+
+def targets_of(imp: Import, modules: dict[str, Path]) -> list[str]:
+    """The product modules an import reaches: ``from pkg import mod`` is ``pkg.mod`` (``from .. import
+    diagnosis`` is ``fr_otel.diagnosis``); a name that is no module is taken from ``imp.target`` itself."""
+    if not is_product(imp.target):
+        return []
+    known = known_modules() | set(modules)
+    found = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in known]
+    if len(found) < len(imp.names) or not imp.names:
+        found.append(imp.target)
+    return found
+
+
 def dependency_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> product modules it imports at run time (``from pkg import mod`` counts as ``pkg.mod``)."""
+    """Module -> product modules it imports, lazily or for type checking too."""
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         for imp in imports_of(name, path):
-            if imp.type_checking or not imp.target.startswith("fr_otel"):
-                continue
-            targets = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in modules]
-            if len(targets) < len(imp.names) or not imp.names:
-                targets.append(imp.target)
-            graph[name].update(t for t in targets if t in modules and t != name)
+            graph[name].update(t for t in targets_of(imp, modules) if t in modules and t != name)
     return graph
 
 
@@ -135,13 +168,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer_of(module: str) -> str | None:
+def unit_of(module: str) -> str:
+    """The layer or application a product module belongs to (``fr_otel`` for the package's __init__)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 and parts[1] in LAYERS else None
+    return parts[1] if len(parts) > 1 else ROOT
+
+
+def layer_of(module: str) -> str | None:
+    unit = unit_of(module)
+    return unit if unit in LAYERS else None
+
+
+def may_import(unit: str) -> set[str]:
+    if unit in LAYERS:
+        return set(LAYERS[: LAYERS.index(unit) + 1]) | {"version"}
+    return APPLICATIONS.get(unit, set()) | {unit, "version"}
 
 
 def test_no_import_circle_between_product_modules() -> None:
-    """No two product modules import each other, directly or round a loop (lazy imports included)."""
+    """No two product modules import each other, directly or round a loop (lazy and type-only imports included)."""
     assert cycles(dependency_graph(product_modules())) == []
 
 
@@ -151,44 +196,117 @@ def test_the_cycle_finder_sees_a_loop() -> None:
     assert cycles(graph) == [["a", "b"], ["c", "d", "e"]]
 
 
-def upward_imports(modules: dict[str, Path]) -> list[str]:
-    """Imports from a layer module into a later layer or into an application module."""
-    upward = []
+def test_a_type_only_import_closes_a_circle(tmp_path: Path) -> None:
+    """The circle check sees imports under TYPE_CHECKING: they are dependencies of the reader too."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from .b import B\n")
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n")
+    assert cycles(dependency_graph({"fr_otel.read.a": a, "fr_otel.read.b": b})) == [["fr_otel.read.a", "fr_otel.read.b"]]
+
+
+def wrong_way_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports against the direction rule: a layer into a later layer or an application, an
+    application into one that its APPLICATIONS row does not list."""
+    wrong = []
     for name, path in modules.items():
-        mine = layer_of(name)
-        if mine is None:
+        mine = unit_of(name)
+        if mine not in LAYERS and mine not in APPLICATIONS:
+            wrong.append(f"{name} belongs to {mine}, which is neither in LAYERS nor in APPLICATIONS")
             continue
-        allowed = set(LAYERS[: LAYERS.index(mine) + 1])
+        allowed = may_import(mine)
         for imp in imports_of(name, path):
-            theirs = layer_of(imp.target + ".x") if imp.target.count(".") == 1 else layer_of(imp.target)
-            if imp.target.startswith("fr_otel.") and theirs is None and imp.target.split(".")[1] not in LAYERS:
-                if imp.target != "fr_otel.version":
-                    upward.append(f"{name}:{imp.line} imports {imp.target} (an application module)")
-            elif theirs is not None and theirs not in allowed:
-                upward.append(f"{name}:{imp.line} imports {imp.target}")
-    return upward
+            for target in targets_of(imp, modules):
+                theirs = unit_of(target)
+                if theirs not in allowed:
+                    kind = "" if theirs in LAYERS else " (an application module)"
+                    wrong.append(f"{name}:{imp.line} imports {target}{kind}")
+    return wrong
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+#: The public API of named tuples, spelt with a leading underscore.
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 
 
 def private_imports(modules: dict[str, Path]) -> list[str]:
     """Imports of another module's private names, another package's private module, or the tests."""
     offences = []
     for name, path in modules.items():
+        home = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for imp in imports_of(name, path):
-            if imp.target == "tests" or imp.target.startswith("tests.") or imp.target == "conftest":
+            if imp.target.split(".")[0] in ("tests", "conftest"):
                 offences.append(f"{name}:{imp.line} imports {imp.target}")
-            if not imp.target.startswith("fr_otel"):
-                continue
-            private = [n for n in imp.names if n.startswith("_") and n != "__version__"]
-            home = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-            private_module = any(p.startswith("_") for p in imp.target.split(".")[1:])
-            if private or (private_module and imp.target.rsplit(".", 1)[0] != home):
+            targets = targets_of(imp, modules)
+            private = [n for n in imp.names if is_private(n) and f"{imp.target}.{n}" not in targets]
+            if private:
                 offences.append(f"{name}:{imp.line} imports {imp.target} {private}")
+            for target in targets:
+                if any(is_private(p) for p in target.split(".")[1:]) and target.rsplit(".", 1)[0] != home:
+                    offences.append(f"{name}:{imp.line} imports {target} (a private module)")
     return offences
 
 
-def test_layers_import_only_downwards() -> None:
-    """A layer package imports only itself and the layers below it (read never reaches into diagnosis...)."""
-    assert upward_imports(product_modules()) == []
+def _module_names(name: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+    """Names this module binds to product modules (``from . import reader``, ``import fr_otel.x as y``)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {a.asname for a in node.names if a.asname and is_product(a.name)}
+            bound |= {ROOT for a in node.names if not a.asname and is_product(a.name)}
+    for imp in imports_of(name, path):
+        bound |= {t.split(".")[-1] for t in targets_of(imp, modules) if t.split(".")[-1] in imp.names}
+    aliases = {a.name: a.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               for a in node.names if a.asname}
+    return {aliases.get(b, b) for b in bound}
+
+
+def _own_private_attributes(tree: ast.AST) -> set[str]:
+    """Private attributes this module defines: ``self._x = ...``, class-level ``_x``, methods ``_x``."""
+    own = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            own.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
+                own |= {t.id for t in targets if isinstance(t, ast.Name)}
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    own.add(item.name)
+    return own
+
+
+def private_attribute_uses(modules: dict[str, Path]) -> list[str]:
+    """Private names reached without an import: ``reader._LIMIT`` or ``getattr(reader, "_LIMIT")`` on
+    an imported product module, and ``obj._x = ...`` writing a private attribute this module does
+    not define (another module's object)."""
+    offences = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound = _module_names(name, path, tree, modules)
+        own = _own_private_attributes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in NAMEDTUPLE_API:
+                on_module = isinstance(node.value, ast.Name) and node.value.id in bound
+                on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                if on_module or (isinstance(node.ctx, ast.Store) and not on_self and node.attr not in own):
+                    offences.append(f"{name}:{node.lineno} uses {ast.unparse(node)}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in bound
+                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                    and is_private(node.args[1].value)):
+                offences.append(f"{name}:{node.lineno} uses {ast.unparse(node)}")
+    return offences
+
+
+def test_layers_import_only_downwards_and_applications_only_what_their_row_lists() -> None:
+    """A layer imports only itself and the layers below it (read never reaches into diagnosis...);
+    an application only what APPLICATIONS lists (the agent never imports the CLI or the watcher)."""
+    assert wrong_way_imports(product_modules()) == []
 
 
 def test_no_product_module_imports_a_private_name_or_the_tests() -> None:
@@ -197,17 +315,65 @@ def test_no_product_module_imports_a_private_name_or_the_tests() -> None:
     assert private_imports(product_modules()) == []
 
 
+def test_no_product_module_reaches_a_private_name_through_an_attribute() -> None:
+    """No `module._name`, `getattr(module, "_name")` on another product module, and no writing
+    another module's objects' private attributes (`dump._loader = ...`): they are the owner's business."""
+    assert private_attribute_uses(product_modules()) == []
+
+
 def test_the_import_checks_see_planted_offences(tmp_path: Path) -> None:
-    """The layer and private-name checks can fail: a read module reaching into diagnosis, one into
-    the watcher, one taking a private name and one importing the tests are all reported."""
+    """The direction and private-name checks can fail: a read module reaching into diagnosis, into
+    the watcher (also as `from .. import watch` and `from fr_otel import diagnosis`), taking a private
+    name, a private module of another package, and importing the tests are all reported."""
     planted = tmp_path / "planted.py"
     planted.write_text("from ..diagnosis.job import Job\nfrom ..watch import DumpWatcher\n"
-                       "from .dump import _private\nimport tests.conftest\nfrom .dump import Entry\n")
+                       "from .. import watch\nfrom fr_otel import diagnosis\n"
+                       "from .dump import _private\nimport tests.conftest\nfrom .dump import Entry\n"
+                       "from ..cli import _common\n")
     modules = {"fr_otel.read.planted": planted}
-    assert [o.split(" imports ")[1] for o in upward_imports(modules)] == [
-        "fr_otel.diagnosis.job", "fr_otel.watch (an application module)"]
+    assert [o.split(" imports ")[1] for o in wrong_way_imports(modules)] == [
+        "fr_otel.diagnosis.job", "fr_otel.watch (an application module)", "fr_otel.watch (an application module)",
+        "fr_otel.diagnosis", "fr_otel.cli._common (an application module)"]
     assert [o.split(" imports ")[1] for o in private_imports(modules)] == [
-        "fr_otel.read.dump ['_private']", "tests.conftest"]
+        "fr_otel.read.dump ['_private']", "tests.conftest", "fr_otel.cli._common (a private module)"]
+
+
+def test_a_layer_package_init_is_held_to_the_layer_rule(tmp_path: Path) -> None:
+    """A layer's __init__.py is part of its layer: read/__init__ importing diagnosis is reported."""
+    init = tmp_path / "__init__.py"
+    init.write_text("from ..diagnosis import job\n")
+    assert wrong_way_imports({"fr_otel.read": init}) == ["fr_otel.read:1 imports fr_otel.diagnosis.job"]
+
+
+@pytest.mark.parametrize(("unit", "line", "reported"), [
+    ("agent", "from ..cli import main", "fr_otel.cli"),
+    ("agent", "from ..watch.watcher import DumpWatcher", "fr_otel.watch.watcher"),
+    ("watch", "from ..agent import start", "fr_otel.agent"),
+    ("scenarios", "from .. import demo", "fr_otel.demo"),
+    ("demo", "from ..agent import start", "fr_otel.agent"),
+    ("testing", "from ..cli import main", "fr_otel.cli"),
+])
+def test_an_application_importing_outside_its_row_is_reported(tmp_path: Path, unit: str, line: str,
+                                                              reported: str) -> None:
+    """The application rule can fail: the agent into the CLI or watcher, the watcher into the agent..."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(line + "\n")
+    assert wrong_way_imports({f"fr_otel.{unit}.planted": planted}) == [
+        f"fr_otel.{unit}.planted:1 imports {reported} (an application module)"]
+
+
+def test_the_attribute_check_sees_planted_private_uses(tmp_path: Path) -> None:
+    """`reader._X`, `getattr(reader, "_X")` and writing another module's object's private attribute
+    are reported; the module's own `self._x`, named tuples' `_replace` and stdlib `sys._getframe` are not."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import sys\nfrom . import reader\nimport fr_otel.read.dump as d\n"
+        "n = reader._PARALLEL_MIN_BYTES\nm = getattr(reader, '_PARALLEL_MIN_BYTES')\nk = d._x\n"
+        "def f(dump, e):\n    dump._loader = None\n    return e._replace(pg_name=''), sys._getframe()\n"
+        "class C:\n    _y = 1\n    def __init__(self):\n        self._z = 0\n"
+        "def g(c):\n    c._z = 1\n    c._y = 2\n")
+    assert [o.split(" uses ")[1] for o in private_attribute_uses({"fr_otel.read.planted": planted})] == [
+        "reader._PARALLEL_MIN_BYTES", "getattr(reader, '_PARALLEL_MIN_BYTES')", "d._x", "dump._loader"]
 
 
 def test_the_product_does_not_depend_on_the_test_kit() -> None:
@@ -247,3 +413,55 @@ def test_every_layer_package_says_what_it_is_for(layer: str) -> None:
     """Each layer folder has an __init__ docstring (what a newcomer reads first)."""
     doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text(encoding="utf-8")))
     assert doc and len(doc) > 40
+
+
+#: Modules with no public API of their own: run as programs or loaded by the interpreter at start-up.
+NO_ALL = ("__main__", "bootstrap")
+
+
+def declared_all(path: Path) -> list[str] | None:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def only_a_docstring(path: Path) -> bool:
+    """A package __init__ that only says what its folder is for has no API to list."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
+def api_gaps(modules: dict[str, Path]) -> list[str]:
+    """Modules without ``__all__``, and names one product module takes from another that the
+    other's ``__all__`` does not list."""
+    known = {**product_modules(), **modules}
+    gaps = [f"{name} has no __all__" for name, path in modules.items()
+            if declared_all(path) is None and not any(part in NO_ALL for part in name.split("."))
+            and not only_a_docstring(path)]
+    for name, path in modules.items():
+        for imp in imports_of(name, path):
+            if imp.target not in known:
+                continue
+            public = declared_all(known[imp.target])
+            for n in imp.names:
+                if public is not None and n not in public and f"{imp.target}.{n}" not in known and n != "*":
+                    gaps.append(f"{name}:{imp.line} imports {n} from {imp.target}, which is not in its __all__")
+    return gaps
+
+
+def test_every_module_says_its_public_api_and_others_use_only_that() -> None:
+    """Each product module lists its public names in ``__all__``, and a name another module imports
+    from it is in that list (the API a reader sees is the API in use)."""
+    assert api_gaps(product_modules()) == []
+
+
+def test_the_public_api_check_sees_planted_gaps(tmp_path: Path) -> None:
+    """A module without ``__all__`` and an import of a name outside the other's ``__all__`` are reported."""
+    lib, user = tmp_path / "lib.py", tmp_path / "user.py"
+    lib.write_text("__all__ = ['shown']\nshown = hidden = 1\n")
+    user.write_text("from .lib import shown, hidden\n")
+    assert api_gaps({"fr_otel.read.lib": lib, "fr_otel.read.user": user}) == [
+        "fr_otel.read.user has no __all__",
+        "fr_otel.read.user:1 imports hidden from fr_otel.read.lib, which is not in its __all__"]

@@ -313,7 +313,7 @@ def _two_tp_groups(tmp_path: Path, *, tp2_extra: int = 0) -> tuple[Path, int]:
 def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_bound(tmp_path: Path) -> None:
     """Ranks 3 and 7 left no timestamps and both stopped after TP #3: the verdict says they stopped
     at the same point, invents no order, and bounds both by their peers' first enqueue of #4."""
-    from fr_otel.diagnosis.stop_order import format_clock
+    from fr_otel.diagnosis.verdict import format_clock
 
     folder, peers_next = _two_tp_groups(tmp_path)
     v = analyze(build_job(read_dumps(folder)))

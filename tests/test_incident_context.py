@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel.read.dump import Frame
+from fr_otel.read.frame import Frame
 from fr_otel.trace.ids import trace_id_for
 from fr_otel.incident.files import IncidentIdentity, write_identity
 from fr_otel.read.live_stack import LiveStacks, ThreadStack, capture_stacks, stacks_from_raw

@@ -13,7 +13,8 @@ import logging as _logging
 from .diagnosis.analysis import analyze
 from .diagnosis.job import Job, ProcessGroup, build_job
 from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
-from .read.dump import Entry, Frame, PgConfig, Progress, RankDump
+from .read.dump import Entry, PgConfig, Progress, RankDump
+from .read.frame import Frame
 from .read.reader import ReadResult, read_dumps
 from .read.steps import step
 from .version import __version__

@@ -29,14 +29,17 @@ def set_log_rank(rank: int) -> None:
     _RankFilter.rank = str(rank)
 
 
+class _AgentHandler(logging.StreamHandler):
+    """The agent's own stderr handler: configuring twice must not add a second one."""
+
+
 def configure_logging(level: str) -> None:
     """The agent logs to stderr itself (a library's NullHandler would swallow its warnings)."""
     logger = logging.getLogger("fr_otel.agent")
     logger.setLevel(level.upper())
-    if not any(getattr(h, "_fr_otel", False) for h in logger.handlers):
-        handler = logging.StreamHandler()
+    if not any(isinstance(h, _AgentHandler) for h in logger.handlers):
+        handler = _AgentHandler()
         handler.setFormatter(PrintableFormatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
         handler.addFilter(_RankFilter())
-        handler._fr_otel = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False

@@ -26,6 +26,13 @@ from ..otlp.tls_files import check_tls_files
 from ..read.reader import read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 
+__all__ = [
+    "EXIT_FAILED", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_UNUSABLE", "add_export_args", "add_input_args",
+    "add_quiet_arg", "analysed_incident", "analysis_options", "byte_size", "count", "error",
+    "export_config", "load_incident", "non_negative_seconds", "outputs_ok", "print_json", "seconds",
+    "terminal_progress",
+]
+
 EXIT_OK = 0  # analysed, whatever the verdict
 EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
 EXIT_UNUSABLE = 2  # no usable dump, bad configuration or bad usage

@@ -17,6 +17,8 @@ from ._common import (
 )
 from .report import add_html_arg, write_html
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     summary = "name the culprit ranks of a hang, with evidence"

@@ -10,6 +10,8 @@ from ..demo import TorchMissing, run_demo
 from ._common import EXIT_FAILED, EXIT_UNUSABLE, add_export_args, error, export_config
 from .export import add_trace_args, export_and_report
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     summary = "run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"

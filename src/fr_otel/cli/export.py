@@ -45,6 +45,11 @@ from ._common import (
 )
 from .report import add_html_arg, write_html
 
+__all__ = [
+    "add_trace_args", "describe_outcome", "export_and_report", "register", "run", "run_replay",
+    "trace_options",
+]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     summary = "analyse and export the incident as one OpenTelemetry trace (OTLP, or a local file)"

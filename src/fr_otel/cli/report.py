@@ -24,6 +24,8 @@ from ._common import (
     outputs_ok,
 )
 
+__all__ = ["DEFAULT_OUTPUT", "add_html_arg", "register", "run", "write_html"]
+
 DEFAULT_OUTPUT = "incident.html"
 
 

@@ -40,6 +40,8 @@ from ._common import (
 )
 from .export import add_trace_args, trace_options
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(

@@ -17,14 +17,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..common.ranks import compress_ranks
-from ..read.dump import Frame, op_name
+from ..read.dump import op_name
+from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
 from .step_map import step_of_collective
-from .stop_order import StopOrder, order_stops
+from .stop_order import order_stops
 from .straggler import find_stragglers
 from .verdict import (
     KIND_ORDER,
@@ -34,6 +35,7 @@ from .verdict import (
     GroupState,
     Incomplete,
     InFlight,
+    StopOrder,
     Verdict,
 )
 from .waits import WaitGraph, add_waits

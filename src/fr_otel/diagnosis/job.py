@@ -22,7 +22,7 @@ from ..read.dump import Entry, GroupHistory, Progress, RankDump
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 
-__all__ = ["ProcessGroup", "Job", "build_job"]
+__all__ = ["DEFAULT_PG_DESC", "ProcessGroup", "Job", "build_job"]
 
 DEFAULT_PG_DESC = "default_pg"
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from ..trace.spans import IncidentTrace
 
 __all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "rejected_note", "replay_command",
-           "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S"]
+           "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S", "out_dir"]
 
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
 DEFAULT_OUT_DIR = "fr-otel-out"

@@ -17,7 +17,7 @@ from .rank_map import RANKS_FILE, read_rank_map
 from .steps import STEPS_FILE, read_steps_file
 
 if TYPE_CHECKING:
-    from .reader import ReadResult
+    from .dump import RankDump
 
 __all__ = ["SIDECARS", "attach_sidecars", "choose_per_rank", "discover", "host_from_name", "rank_from_name"]
 
@@ -132,7 +132,7 @@ def choose_per_rank(found: list[tuple[int, str]], problems: list[str]) -> list[t
 SIDECARS = (RANKS_FILE, STEPS_FILE)
 
 
-def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]]) -> None:
+def attach_sidecars(dumps: dict[int, RankDump], problems: list[str], paths: Sequence[str | os.PathLike[str]]) -> None:
     """``ranks.json`` and ``steps.json`` beside the dumps fill in what the dump files lack:
     each rank's host and pid, and its training steps."""
     folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}
@@ -141,7 +141,7 @@ def attach_sidecars(result: ReadResult, paths: Sequence[str | os.PathLike[str]])
             path = os.path.join(folder, name)
             if not os.path.isfile(path):
                 continue
-            for rank, value in read(path, result.problems).items():  # type: ignore[operator]
-                dump = result.dumps.get(rank)
+            for rank, value in read(path, problems).items():  # type: ignore[operator]
+                dump = dumps.get(rank)
                 if dump is not None and getattr(dump, field_name) is None:
                     setattr(dump, field_name, value)

@@ -12,13 +12,14 @@ from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from .frame import Frame
 from .rank_process import RankProcess
 from .steps import StepLog
 
 if TYPE_CHECKING:
     from .live_stack import LiveStacks
 
-__all__ = ["Frame", "Entry", "OpInterval", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump",
+__all__ = ["Entry", "OpInterval", "Progress", "PgConfig", "P2PChannel", "GroupHistory", "RankDump",
            "op_interval", "op_name", "MAX_ESTIMATED_END_NS"]
 
 
@@ -26,14 +27,6 @@ def op_name(profiling_name: str) -> str:
     """The op without its backend prefix (``nccl:all_reduce`` -> ``all_reduce``); a name
     without one stands for itself."""
     return profiling_name.partition(":")[2] or profiling_name
-
-
-class Frame(NamedTuple):
-    """One Python stack frame of the call that enqueued a collective."""
-
-    name: str
-    filename: str
-    line: int
 
 
 class Entry(NamedTuple):

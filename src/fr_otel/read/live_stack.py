@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .dump import Frame
+from .frame import Frame
 
 __all__ = [
     "PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "ThreadStack", "LiveStacks", "capture_stacks", "stacks_from_raw",

@@ -25,7 +25,8 @@ from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
 from .columns import summarise
 from .discovery import attach_sidecars, choose_per_rank, discover
-from .dump import Entry, Frame, RankDump
+from .dump import Entry, RankDump
+from .frame import Frame
 from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
 from .pg_meta import dump_text, pg_config, pg_status
@@ -86,7 +87,7 @@ def read_dumps(
         if dump is not None:
             result.dumps[dump.rank] = dump
     _check_versions(result)
-    attach_sidecars(result, list(paths))
+    attach_sidecars(result.dumps, result.problems, list(paths))
     # File names are anyone's bytes: a newline, ESC or lone surrogate in one must not reach a
     # terminal, a log or strict JSON through the problem lines (text, --json, spans alike).
     result.problems[:] = [printable(p) for p in result.problems]

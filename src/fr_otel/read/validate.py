@@ -27,7 +27,8 @@ from array import array
 from typing import Any
 
 from ..common.text import one_line, printable
-from .dump import Entry, Frame
+from .dump import Entry
+from .frame import Frame
 
 __all__ = [
     "INT64_MAX",

@@ -8,7 +8,8 @@ marked (that is usually the bug). The live agent's capture ("now") comes first.
 from __future__ import annotations
 
 from ..diagnosis.verdict import Culprit
-from ..read.dump import Entry, Frame
+from ..read.dump import Entry
+from ..read.frame import Frame
 from .facts import Facts, tail_entry
 from .markup import badge, esc, fmt_rel
 

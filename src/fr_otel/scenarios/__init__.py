@@ -9,7 +9,8 @@ interpreter: importing this package never imports torch) and writes every rank's
 
 from __future__ import annotations
 
-from .catalog import SCENARIOS, Plan, Scenario
+from .catalog import SCENARIOS
 from .job import main, make_dumps
+from .rank import Plan, Scenario
 
 __all__ = ["SCENARIOS", "Plan", "Scenario", "main", "make_dumps"]

@@ -9,40 +9,12 @@ innermost job frame (the call site a report shows) is a line of the scenario tha
 from __future__ import annotations
 
 import time
-from typing import TypedDict
 
-from .rank import STALL_S, RankRun, first_line
+from .rank import STALL_S, Plan, RankRun, Scenario, first_line
 
-__all__ = ["SCENARIOS", "Plan", "Scenario"]
+__all__ = ["SCENARIOS"]
 
 FALLBACK_DUMP_S = 8.0  # shape_mismatch normally completes; dump anyway if gloo hangs on it
-
-
-class _PlanBase(TypedDict):
-    misbehaving_rank: int | None
-    group: str  # the label ("world", "A", "B") of the group where it shows
-    step: int | None  # the collective_seq_id in that group
-
-
-class Plan(_PlanBase, total=False):
-    """What the scenario's dumps must show; ``description`` in words, ``subgroups`` by label."""
-
-    subgroups: dict[str, list[int]]
-    description: str
-
-
-class Scenario:
-    """One real-hang scenario of a gloo job (subclasses fill in the name, plan and moves)."""
-
-    name: str = ""
-    min_world_size: int = 2
-
-    def plan(self, world_size: int) -> Plan:
-        raise NotImplementedError
-
-    def run(self, rank: RankRun, plan: Plan) -> None:
-        """This rank's moves; never returns normally (every path ends in the rank's dump)."""
-        raise NotImplementedError
 
 
 class SkipAllreduce(Scenario):

@@ -16,16 +16,14 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..common.files import atomic_write
 
 if TYPE_CHECKING:
     import torch
 
-    from .catalog import Scenario
-
-__all__ = ["RankRun", "rank_main"]
+__all__ = ["STALL_S", "Plan", "RankRun", "Scenario", "first_line", "rank_main"]
 
 # Long enough that a rank surely sits inside its blocking call on a loaded 2-core CI box,
 # short enough to keep a job well under 20 s; the gloo timeout stays far beyond it so no
@@ -122,6 +120,33 @@ class RankRun:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+
+
+class _PlanBase(TypedDict):
+    misbehaving_rank: int | None
+    group: str  # the label ("world", "A", "B") of the group where it shows
+    step: int | None  # the collective_seq_id in that group
+
+
+class Plan(_PlanBase, total=False):
+    """What the scenario's dumps must show; ``description`` in words, ``subgroups`` by label."""
+
+    subgroups: dict[str, list[int]]
+    description: str
+
+
+class Scenario:
+    """One real-hang scenario of a gloo job (subclasses fill in the name, plan and moves)."""
+
+    name: str = ""
+    min_world_size: int = 2
+
+    def plan(self, world_size: int) -> Plan:
+        raise NotImplementedError
+
+    def run(self, rank: RankRun, plan: Plan) -> None:
+        """This rank's moves; never returns normally (every path ends in the rank's dump)."""
+        raise NotImplementedError
 
 
 def rank_main(rank: int, world_size: int, scenario: Scenario, out: str, status_dir: str, barrier: Any) -> None:

@@ -70,9 +70,8 @@ class IncidentExport:
             )
 
             self._note_hosts(dumps)
-            read = ReadResult(dumps=dumps, problems=problems)
-            attach_sidecars(read, [self.folder])  # ranks.json, steps.json, when someone wrote them
-            job = build_job(read)
+            attach_sidecars(dumps, problems, [self.folder])  # ranks.json, steps.json, when someone wrote them
+            job = build_job(ReadResult(dumps=dumps, problems=problems))
             verdict = analyze(job, self.analysis)
             with self._progress.task("building spans", "ranks") as update:
                 trace = build_trace(job, verdict, replace(self.trace, incident=label), progress=update)
