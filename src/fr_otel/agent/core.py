@@ -133,10 +133,6 @@ class Agent:
         if self._hooks is not None:
             self._hooks.after_fork_in_child()
 
-    @property
-    def metrics_url(self) -> str | None:
-        return self.server.url if self.server is not None else None
-
     def snapshot(self) -> Snapshot | None:
         if self.rank is None:
             return None

@@ -34,7 +34,6 @@ __all__ = [
     "INT64_MAX",
     "BadField",
     "EntryFaults",
-    "clean_text",
     "columns_ok",
     "counter",
     "entry_from_raw",
@@ -85,11 +84,6 @@ def _what(value: Any) -> str:
     if value is _MISSING:
         return "is missing"
     return f"is {type(value).__name__} {_short(value)}"
-
-
-def clean_text(value: str) -> str:
-    """A string from a dump, safe to print and encode (see :func:`fr_otel.common.text.printable`)."""
-    return printable(value)
 
 
 def int64(value: Any) -> bool:
