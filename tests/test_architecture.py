@@ -1,8 +1,10 @@
-"""The package layout stays what docs/architecture.md says: layers import downwards, no circles,
-no private names across modules, no test machinery in the product, and big modules only by choice.
+"""The package layout stays what docs/architecture.md says: layers import downwards, applications
+only what their APPLICATIONS row lists, no circles (type-only imports count), modules share only
+the names in their ``__all__`` (never a private one), no test machinery in the product, and big
+modules only by choice.
 
 Static (AST) checks over src/fr_otel: fast, and they see imports inside functions too (a lazy
-import is still a dependency).
+import is still a dependency). Each check has a planted-offence test that proves it can fail.
 """
 
 from __future__ import annotations
@@ -360,6 +362,14 @@ def test_an_application_importing_outside_its_row_is_reported(tmp_path: Path, un
     planted.write_text(line + "\n")
     assert wrong_way_imports({f"fr_otel.{unit}.planted": planted}) == [
         f"fr_otel.{unit}.planted:1 imports {reported} (an application module)"]
+
+
+def test_a_package_in_no_table_is_reported(tmp_path: Path) -> None:
+    """A new top-level package must be given a row: one that is neither a layer nor an application fails."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("")
+    assert wrong_way_imports({"fr_otel.newthing.planted": planted}) == [
+        "fr_otel.newthing.planted belongs to newthing, which is neither in LAYERS nor in APPLICATIONS"]
 
 
 def test_the_attribute_check_sees_planted_private_uses(tmp_path: Path) -> None:
