@@ -18,14 +18,16 @@ interleaved per repetition (the order rotates) so machine noise hits all alike:
 
 Wall time is the median of the repetitions (process start to exit, interpreter start-up
 included). Peak memory is the peak over the process tree, sampled every 10 ms from /proc
-(so fr-otel's pool workers count): RSS while there is one process, the sum of PSS when
-there are several (a forked worker's pages shared with its parent count once), never less
-than the largest single process's ``ru_maxrss`` from ``wait4``. The dump files are read once before timing
+(so fr-otel's pool workers count): RSS while there is one process, the sum of PSS (read
+every 50 ms: reading it costs the measured tree CPU) when there are several (a forked
+worker's pages shared with its parent count once), never less than the largest single
+process's ``ru_maxrss`` from ``wait4``. The dump files are read once before timing
 (warm page cache). Benchmarks print numbers; they are not tests.
 
     python bench/bench_analyze.py --quick
     python bench/bench_analyze.py                       # 1024x2000 and 256x20000
     python bench/bench_analyze.py --config 1024x2000 --reps 5 --torch-reps 1
+    python bench/bench_analyze.py --floor               # 256x2000 and 1024x2000: fr-otel / unpickle-and-drop
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ import make_scaled_dumps  # noqa: E402
 
 DEFAULT_CONFIGS = ("1024x2000", "256x20000")
 QUICK_CONFIGS = ("64x2000",)
+FLOOR_CONFIGS = ("256x2000", "1024x2000")  # issue 14's floor target, side by side in one run
+FLOOR_TOOLS = ("fr-otel", "unpickle-discard")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 2**20
 
+TOOL_KEYS = ("fr-otel", "fr-otel-base", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch")
 TARGET_TORCH_RATIO = 10.0  # fr-otel at least this many times faster than torch's analyzer
 TARGET_UNPICKLE_RATIO = 1.5  # fr-otel at most this many times a bare unpickling loop that keeps the dumps
 TARGET_FLOOR_RATIO = 1.0  # ... and at most this many times the floor: unpickle each file and drop it (issue 14)
@@ -127,16 +132,22 @@ def _pss(pid: int) -> int:
     return _rss(pid)
 
 
-def _tree_memory(root: int) -> tuple[int, int]:
+def _tree_memory(root: int, pss: bool = True) -> tuple[int, int]:
     """(sum of RSS, memory of the tree): for one process its RSS; for several the sum of
-    their PSS, so pages a forked worker shares with its parent are not counted twice.
-    (PSS is only read then: smaps_rollup walks page tables, costly for a multi-GiB process.)"""
+    their PSS (0 unless ``pss``), so pages a forked worker shares with its parent are not
+    counted twice. (PSS is only read then: smaps_rollup walks page tables, costly for a
+    multi-GiB process.)"""
     pids = _tree_pids(root)
     rss = [_rss(p) for p in pids]
     total_rss = sum(rss)
     if len(pids) == 1:
         return total_rss, total_rss
-    return total_rss, sum(_pss(p) for p in pids)
+    return total_rss, sum(_pss(p) for p in pids) if pss else 0
+
+
+# smaps_rollup walks every page table: read every 10 ms for two ~100 MiB processes it took ~15 %
+# of a core, which on a 2-core box slows exactly the tool that uses both (never the 1-core loop)
+PSS_EVERY = 5
 
 
 @dataclass
@@ -166,9 +177,11 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
 
         def sample() -> None:
             nonlocal peak, peak_rss
+            n = 0
             while not done.is_set():
-                rss, mem = _tree_memory(proc.pid)
+                rss, mem = _tree_memory(proc.pid, pss=n % PSS_EVERY == 0)
                 peak, peak_rss = max(peak, mem), max(peak_rss, rss)
+                n += 1
                 done.wait(0.01)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -438,6 +451,10 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         v = ratio(a, b)
         if v is not None:
             out[name] = v
+    floor_cpu = [x / y for x, y in zip(rows.get("fr-otel", {}).get("cpu_by_rep", []),
+                                       rows.get("unpickle-discard", {}).get("cpu_by_rep", [])) if x and y]
+    if floor_cpu:  # work done, whatever the machine's other load: the 1.0x wall target needs < 2x here
+        out["fr_otel_cpu_over_unpickle_discard_cpu"] = statistics.median(floor_cpu)
     cpu_a, cpu_b = rows.get("fr-otel", {}).get("cpu_by_rep", []), rows.get("fr-otel-base", {}).get("cpu_by_rep", [])
     cpu_pairs = [x / y for x, y in zip(cpu_a, cpu_b) if x and y]
     if cpu_pairs:
@@ -467,6 +484,9 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
         v = q.get(f"fr_otel_w1_over_unpickle{suffix}")
         if v is not None:
             lines.append(line(f"fr-otel -w1 / {what} (1 core each)", v))
+    v = q.get("fr_otel_cpu_over_unpickle_discard_cpu")
+    if v is not None:
+        lines.append(line("  in CPU seconds (fr-otel's processes, all cores)", v))
     v = q.get("torch_over_fr_otel")
     if v is not None:
         lines.append(line("torch / fr-otel", v, f">= {TARGET_TORCH_RATIO}x", v >= TARGET_TORCH_RATIO))
@@ -505,10 +525,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=_parse_config, action="append", default=None, metavar="RANKSxENTRIES",
                     help=f"repeatable (default: {' '.join(DEFAULT_CONFIGS)})")
     ap.add_argument("--quick", action="store_true", help=f"just {' '.join(QUICK_CONFIGS)}")
+    ap.add_argument("--floor", action="store_true",
+                    help=f"issue 14's floor: {' and '.join(FLOOR_CONFIGS)} (unless --config), only "
+                    f"{' and '.join(FLOOR_TOOLS)}: wall ratio, CPU ratio and peak memory / disk")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of fr-otel / unpickle (default: %(default)s)")
     ap.add_argument("--torch-reps", type=int, default=None,
                     help="repetitions of PyTorch's analyzer (default: --reps for --quick, else 1)")
-    ap.add_argument("--skip", action="append", default=[], choices=["fr-otel", "fr-otel-base", "fr-otel-w1", "unpickle", "unpickle-nogc", "unpickle-discard", "torch"])
+    ap.add_argument("--skip", action="append", default=[], choices=TOOL_KEYS)
     ap.add_argument("--p2p", action="store_true", help="dumps with pipeline send/recv (see make_scaled_dumps.py)")
     ap.add_argument("--baseline-src", type=Path, default=None, metavar="DIR",
                     help="also time `analyze` with PYTHONPATH=DIR (another checkout's src): before/after")
@@ -518,7 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", type=Path, default=make_scaled_dumps.DEFAULT_ROOT)
     ap.add_argument("--json-out", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
-    configs = args.config or [_parse_config(c) for c in (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)]
+    presets = FLOOR_CONFIGS if args.floor else QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS
+    configs = args.config or [_parse_config(c) for c in presets]
+    if args.floor:
+        keep = {*FLOOR_TOOLS, *(("fr-otel-base",) if args.baseline_src else ())}
+        args.skip = sorted({*args.skip, *(k for k in TOOL_KEYS if k not in keep)})
     if args.torch_reps is None:
         args.torch_reps = args.reps if args.quick else 1
     print(f"fr-otel analysis benchmark: {os.cpu_count()} cores, python {sys.version.split()[0]}, "
@@ -558,7 +585,7 @@ def _summary(results: list[dict[str, Any]]) -> None:
                 cells.append(f"{row['median_s']:7.2f}/{row['peak_mib']:6.0f}")
         print(f"{r['ranks']:>5}x{r['entries']:<5} {r['disk_mib']:8.1f} | " + " | ".join(cells))
     cols = (("fr_otel_over_unpickle", "fr/unpk"), ("fr_otel_over_unpickle_nogc", "fr/unpk-nogc"),
-            ("fr_otel_over_unpickle_discard", "fr/floor"),
+            ("fr_otel_over_unpickle_discard", "fr/floor"), ("fr_otel_cpu_over_unpickle_discard_cpu", "CPU fr/floor"),
             ("fr_otel_w1_over_unpickle_nogc", "w1/unpk-nogc"), ("torch_over_fr_otel", "torch/fr"),
             ("torch_over_fr_otel_w1", "torch/w1"), ("fr_otel_mem_over_disk", "mem/disk"),
             ("fr_otel_w1_mem_over_disk", "w1 mem/disk"), ("speedup_all_cores", "w1/fr"))
