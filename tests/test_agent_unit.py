@@ -439,3 +439,29 @@ def test_p2p_groups_expose_peer_ages_and_no_cross_rank_counters() -> None:
     assert registry.get_sample_value("fr_inflight_p2p_age_seconds", {**labels, "op": "recv", "peer": "any"}) == 0.0
     text = generate_latest(registry).decode()
     assert "fr_last_enqueued_seq{" not in text and "fr_inflight_collective_age_seconds{" not in text
+
+
+def test_the_poll_thread_stops_looking_for_torch_optim_often_after_start_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that never imports torch.optim costs fast wake-ups only in the start-up window, then one per poll."""
+    import time
+
+    from fr_otel.agent import core
+    from fr_otel.otlp.config import resolve_export_config
+
+    monkeypatch.delitem(sys.modules, "torch.optim.optimizer", raising=False)
+    monkeypatch.setattr(core, "_ARM_WINDOW_S", 0.3)
+    config, _ = resolve_config({"metrics_port": "off", "incidents": False, "hooks": False, "poll_interval": 0.5})
+    agent = core.Agent(config, resolve_export_config())
+    looks: list[float] = []
+    arm = agent._arm_steps
+    monkeypatch.setattr(agent, "_arm_steps", lambda: (looks.append(time.monotonic()), arm())[1])
+    agent.start()
+    try:
+        time.sleep(1.6)
+    finally:
+        agent.stop()
+    early = [t for t in looks if t - looks[0] < 0.3]
+    late = [t for t in looks if t - looks[0] >= 0.45]
+    assert len(early) >= 4, looks  # every 50 ms while steps may start
+    assert len(late) <= 4, looks  # then once per 0.5 s poll (the tick looks), not 20 a second

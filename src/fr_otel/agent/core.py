@@ -55,6 +55,9 @@ log = logging.getLogger("fr_otel.agent")
 
 _EXIT_STORE_TIMEOUT_S = 2.0
 _ARM_POLL_S = 0.05
+#: How long after start the poll thread looks for torch.optim that often; later, once per poll
+#: (a job that never imports torch.optim must not pay 20 wake-ups a second for its whole life).
+_ARM_WINDOW_S = 120.0
 
 
 class Agent:
@@ -146,15 +149,18 @@ class Agent:
     def _run(self) -> None:
         interval = self.config.poll_interval
         next_poll = time.monotonic() + interval
+        arm_fast_until = time.monotonic() + _ARM_WINDOW_S
         while True:
             # Until the step hook is in, look for torch.optim often (one dict lookup): the
-            # first training steps must count. The poll itself keeps its interval.
+            # first training steps must count. The poll itself keeps its interval, and
+            # after the start-up window the poll alone looks (tick arms the hook too).
             wait = next_poll - time.monotonic()
-            if self._step_hook is None:
+            arming = self._step_hook is None and time.monotonic() < arm_fast_until
+            if arming:
                 wait = min(wait, _ARM_POLL_S)
             if self._stop.wait(max(wait, 0.0)):
                 return
-            if self._step_hook is None:
+            if arming:
                 with self.health.guard("registering the step hook"):
                     self._arm_steps()
             if time.monotonic() >= next_poll:
