@@ -11,6 +11,7 @@ a 1024-rank job scaled from a real recorded rank by the bench generator.
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import os
 import pickle
@@ -129,18 +130,48 @@ def test_render_is_pure_self_contained_and_bounded(nvrx: Path) -> None:
     assert 'id="timeline"' in first and "<svg" in first
 
 
-def test_trace_section_from_export() -> None:
-    """What export passes (trace id, destination, outcome) turns into how to open the trace."""
-    from fr_otel.report.html import _trace_section
+def test_trace_section_from_export(tmp_path: Path) -> None:
+    """What export did (the outcome, in its own words) turns into how to open the trace."""
+    from fr_otel.incident.delivery import ExportOutcome
+    from fr_otel.otlp.config import ExportConfig
+    from fr_otel.otlp.export import ExportResult
+    from fr_otel.report.trace_section import trace_section
 
     tid = "0123456789abcdef0123456789abcdef"
-    sent = _trace_section(tid, "collector:4317", "sent")
-    assert tid in sent and "Tempo" in sent and "Jaeger" in sent and "collector:4317" in sent
-    file = _trace_section(tid, "/tmp/x/fr-otel-trace.jsonl", None)  # status inferred from the file name
-    assert "Upload" in file and "fr-otel replay /tmp/x/fr-otel-trace.jsonl" in file
-    spooled = _trace_section(tid, "/spool/a.jsonl", "spooled")
-    assert "Not delivered" in spooled
-    assert "Not exported" in _trace_section(None, None, None)
+    to = ExportConfig(endpoint="collector:4317", insecure=True)
+    sent = trace_section(ExportOutcome("sent", "collector:4317", None, ExportResult(spans_sent=9)).for_page(tid, 9, to))
+    assert tid in sent and "Tempo" in sent and "Jaeger" in sent and "sent to collector:4317" in sent
+    path = tmp_path / "fr-otel-trace.jsonl"
+    file = trace_section(ExportOutcome("file", str(path), path, None).for_page(tid, 9, ExportConfig()))
+    assert "Upload" in file and f"written to {path}" in file and f"fr-otel replay {path}" in file
+    spooled = ExportOutcome("spooled", "collector:4317", path, ExportResult(spans_spooled=9, spool_path=path,
+                                                                            error="connection refused"))
+    page = spooled.for_page(tid, 9, to)
+    assert page.where == str(path) and page.sentence == spooled.describe(9, to)
+    shown = trace_section(page)
+    assert 'class="warn"' in shown and "NOT delivered (connection refused)" in shown
+    assert "--endpoint collector:4317" in shown  # the replay command names the configured collector
+    assert "Not exported" in trace_section(None)
+
+
+def test_a_partly_delivered_trace_reads_as_partly_delivered_on_the_page(nvrx: Path) -> None:
+    """The collector dropped some spans: the page says "only PARTLY delivered", as the CLI does, not "failed"."""
+    from fr_otel.incident.delivery import ExportOutcome
+    from fr_otel.otlp.config import ExportConfig
+    from fr_otel.otlp.export import ExportResult
+
+    config = ExportConfig(endpoint="collector:4317", insecure=True)
+    outcome = ExportOutcome("partial", "collector:4317", None,
+                            ExportResult(spans_sent=159, spans_rejected=158, error="partial success: 158 rejected"))
+    job = build_job(read_dumps(nvrx / "lock_gil_2nd"))
+    verdict = analyze(job)
+    document = render(job, verdict, trace=outcome.for_page("ab" * 16, 317, config))
+    start = document.index('<section id="trace">')
+    section = document[start:document.index("</section>", start)]
+    said = outcome.describe(317, config)
+    assert said.startswith("only PARTLY delivered to collector:4317")
+    assert f"The trace was {html.escape(said)}." in section and "Export failed" not in section
+    assert "Tempo" in section  # what did arrive can be opened by its id
 
 
 def _hostile_copy(src: Path, dest: Path) -> dict[str, str]:

@@ -162,7 +162,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
         culprits += f" ({verdict.stop_order.sentence()})"
     where = outcome.describe(len(trace.spans), me.export_config)
     with me.health.guard("writing incident.json and incident.html beside the dumps"):
-        write_incident_files(folder, job, verdict, trace, outcome)
+        write_incident_files(folder, job, verdict, trace, outcome, me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
                 k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..report.text import render_verdict
+from ..report.trace_section import TraceDelivery
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -46,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_verdict(verdict))
         if trace_id:
             sys.stdout.write(f"\nLive incident {identity.incident} of job {identity.job_id}: trace {trace_id}\n")
-    if args.html and not write_html(args.html, job, verdict, trace_id=trace_id):
+    if args.html and not write_html(args.html, job, verdict, trace=TraceDelivery(trace_id) if trace_id else None):
         return EXIT_FAILED
     return EXIT_OK

@@ -121,9 +121,8 @@ def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: ar
         sys.stdout.write(render_verdict(verdict) + "\n")
     line = describe_outcome(outcome, trace, config)
     if getattr(args, "html", None):
-        where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
-        if not write_html(args.html, job, verdict, trace_id=trace.trace_id_hex, destination=where,
-                          export_status=outcome.status) and outcome.ok:
+        page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
+        if not write_html(args.html, job, verdict, trace=page) and outcome.ok:
             print(line, file=sys.stderr)
             return EXIT_FAILED
     if outcome.ok:

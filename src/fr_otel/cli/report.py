@@ -14,6 +14,7 @@ from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from ..report.html import render, write_report
 from ..report.text import verdict_line
+from ..report.trace_section import TraceDelivery
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -44,12 +45,9 @@ def add_html_arg(parser: argparse.ArgumentParser) -> None:
                         "default: none)")
 
 
-def write_html(
-    path: str, job: Job, verdict: Verdict, *, trace_id: str | None = None, destination: str | None = None,
-    export_status: str | None = None,
-) -> bool:
+def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | None = None) -> bool:
     """Render and write the page; one line on stderr says where (or why not)."""
-    document = render(job, verdict, trace_id=trace_id, destination=destination, export_status=export_status)
+    document = render(job, verdict, trace=trace)
     try:
         size = write_report(path, document)
     except OSError as exc:
@@ -66,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if analysed is None:
         return EXIT_UNUSABLE
     job, verdict, identity = analysed
-    trace_id = identity.trace_id if identity is not None else None
+    trace = TraceDelivery(identity.trace_id) if identity is not None else None
     if args.output == "-":
-        sys.stdout.write(render(job, verdict, trace_id=trace_id))
+        sys.stdout.write(render(job, verdict, trace=trace))
         return EXIT_OK
-    if not write_html(args.output, job, verdict, trace_id=trace_id):
+    if not write_html(args.output, job, verdict, trace=trace):
         return EXIT_FAILED
     print(f"{verdict_line(verdict)}\nopen it: {os.path.abspath(args.output)}")
     return EXIT_OK

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from ..common.commands import replay_command_line
 from ..otlp.config import ExportConfig
 from ..otlp.transport import NOT_GRPC, NOT_HTTP
+from ..report.trace_section import TraceDelivery
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from ..common.progress import ProgressCallback
@@ -45,6 +46,16 @@ class ExportOutcome:
     @property
     def ok(self) -> bool:
         return self.status in ("file", "sent", "disabled")
+
+    @property
+    def where(self) -> str:
+        """Where the trace is: its file when written or spooled, else the endpoint (or why nowhere)."""
+        return str(self.path) if self.path is not None and self.status in ("file", "spooled") else self.destination
+
+    def for_page(self, trace_id: str, total_spans: int, config: ExportConfig) -> TraceDelivery:
+        """The outcome as the HTML report's Trace section needs it, in :meth:`describe`'s words."""
+        replay = replay_command(self.path, config) if self.path is not None else ""
+        return TraceDelivery(trace_id, self.status, self.where, self.describe(total_spans, config), replay)
 
     def describe(self, total_spans: int, config: ExportConfig) -> str:
         """Where the trace went, to end a sentence that names it (``"trace … (317 spans) sent to

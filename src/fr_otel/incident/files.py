@@ -29,6 +29,7 @@ from ..read.rank_process import RankProcess, process_from_raw
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Verdict
     from ..trace.spans import IncidentTrace
+    from ..otlp.config import ExportConfig
     from .delivery import ExportOutcome
 
 __all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
@@ -93,7 +94,7 @@ def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -
 
 
 def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verdict, trace: IncidentTrace,
-                         outcome: ExportOutcome) -> Path:
+                         outcome: ExportOutcome, config: ExportConfig) -> Path:
     """``incident.json`` (the identity offline tools pick up) and ``incident.html`` beside the dumps
     of an incident just exported (by the agent's coordinator or ``fr-otel watch``); raises OSError."""
     from ..report.html import render, write_report
@@ -111,9 +112,8 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         summary=summary, files=_dump_files(job, Path(folder)),
     )
     path = write_identity(folder, identity)
-    where = str(outcome.path) if outcome.path and outcome.status in ("file", "spooled") else outcome.destination
-    write_report(Path(folder) / REPORT_FILE, render(job, verdict, trace_id=trace.trace_id_hex, destination=where,
-                                                    export_status=outcome.status))
+    page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
+    write_report(Path(folder) / REPORT_FILE, render(job, verdict, trace=page))
     return path
 
 

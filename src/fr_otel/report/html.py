@@ -20,7 +20,6 @@ import os
 from importlib import resources
 
 from ..version import __version__
-from ..common.commands import replay_command_line
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
@@ -32,6 +31,7 @@ from .headline import headline
 from .markup import esc
 from .stacks import stacks_section
 from .timeline import render_timeline
+from .trace_section import TraceDelivery, trace_section
 
 __all__ = ["render", "write_report"]
 
@@ -42,15 +42,11 @@ def render(
     job: Job,
     verdict: Verdict,
     *,
-    trace_id: str | None = None,
-    destination: str | None = None,
-    export_status: str | None = None,
+    trace: TraceDelivery | None = None,
 ) -> str:
     """The report as one HTML document (a ``str``; write it as UTF-8).
 
-    ``trace_id`` (32 hex digits) and ``destination`` (the OTLP endpoint or the JSON Lines
-    file the trace went to) come from ``fr-otel export``; ``export_status`` is its outcome
-    (``sent``, ``file``, ``spooled``, ``failed``, ``disabled``), inferred when omitted.
+    ``trace``: the incident's trace and what its export did (from whoever exported it).
     """
     f = Facts.of(job, verdict)
     culprit_text = _culprit_ranks_text(verdict)
@@ -64,7 +60,7 @@ def render(
         groups_section(f),
         stacks_section(f),
         _notes_section(f),
-        _trace_section(trace_id, destination, export_status),
+        trace_section(trace),
         '</main>',
         _footer(f),
     ]
@@ -173,43 +169,6 @@ def _notes_section(f: Facts) -> str:
                        "</code> lists them all).</p>")
     else:
         out.append('<p class="ok">Every dump was read without a problem.</p>')
-    out.append("</section>")
-    return "".join(out)
-
-
-def _trace_section(trace_id: str | None, destination: str | None, status: str | None) -> str:
-    out = ['<section id="trace"><h2>Trace</h2>']
-    if not trace_id:
-        out.append("<p>Not exported. <code>fr-otel export PATH --html FILE</code> sends the same incident as one "
-                   "OpenTelemetry trace (a span per collective per rank, linked across ranks) and names it here.</p>")
-        out.append("</section>")
-        return "".join(out)
-    tid = esc(trace_id, 64)
-    dest = esc(destination or "", 500)
-    if status is None:
-        status = "file" if destination and destination.endswith(".jsonl") else "sent" if destination else ""
-    out.append(f'<p>Trace id <code class="tid">{tid}</code></p>')
-    if status == "file":
-        out.append(
-            f"<p>Written to <code>{dest}</code> (OTLP JSON Lines).</p><ul>"
-            "<li><b>Jaeger</b>: Search → Upload → choose that file.</li>"
-            f"<li><b>Tempo / any OTLP backend</b>: <code>{esc(replay_command_line(destination or ''), 600)}</code>, then open "
-            "the trace by its id.</li></ul>")
-    elif status == "sent":
-        out.append(
-            f"<p>Sent to <code>{dest}</code>.</p><ul>"
-            f"<li><b>Grafana Tempo</b>: Explore → Tempo → TraceQL, paste <code>{tid}</code> (or query "
-            "<code>{ span.fr_otel.verdict != nil }</code>).</li>"
-            f"<li><b>Jaeger</b>: paste <code>{tid}</code> in the search box, or open "
-            f"<code>JAEGER_URL/trace/{tid}</code>.</li></ul>")
-    elif status == "spooled":
-        out.append(f'<p class="warn">Not delivered to its endpoint; spooled to <code>{dest}</code>. Send it later with '
-                   f"<code>{esc(replay_command_line(destination or ''), 600)}</code> (your collector's endpoint), then "
-                   "open it by its id.</p>")
-    elif status == "disabled":
-        out.append("<p>Not exported: <code>OTEL_SDK_DISABLED=true</code>.</p>")
-    else:
-        out.append(f'<p class="warn">Export failed{": " + dest if dest else ""}.</p>')
     out.append("</section>")
     return "".join(out)
 

@@ -91,10 +91,10 @@ class IncidentExport:
         except Exception as exc:  # noqa: BLE001 - recorded as failed, so it is not retried every poll
             outcome = ExportOutcome("failed", f"{type(exc).__name__}: {exc}", None, None)
         incident.status, incident.destination = outcome.status, outcome.destination
-        incident.spool_path = str(outcome.path) if outcome.path and outcome.status == "spooled" else None
+        incident.spool_path = outcome.where if outcome.status == "spooled" else None
         record(True)
         try:  # the identity beside the dumps: a later `fr-otel export DIR` gives this same trace id
-            write_incident_files(self.folder, job, verdict, trace, outcome)
+            write_incident_files(self.folder, job, verdict, trace, outcome, self.export)
         except OSError as exc:
             self._say_once(f"{self.folder}: cannot write {INCIDENT_FILE} and {REPORT_FILE} there "
                            f"({exc.strerror or exc}); `fr-otel export` of this folder will not know the trace id")

@@ -1,0 +1,58 @@
+"""The page's Trace section: the incident's trace id, what became of its export, how to open it.
+
+The words about the export are the export's own (``ExportOutcome.describe`` in
+:mod:`fr_otel.incident.delivery`: the CLI, the watcher and the agent say the same), handed
+down as plain data in a :class:`TraceDelivery`, so the page cannot tell a partly delivered or
+spooled trace differently from the terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .markup import esc
+
+__all__ = ["TraceDelivery", "trace_section"]
+
+_ARRIVED = ("file", "sent", "partial")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDelivery:
+    """The incident's trace as the page tells it (filled from the export's outcome by its caller)."""
+
+    trace_id: str  # 32 hex digits
+    status: str = ""  # file | sent | partial | spooled | failed | disabled; "": exported earlier (incident.json)
+    where: str = ""  # the trace's file (written or spooled), else its endpoint
+    sentence: str = ""  # the outcome in its own words ("sent to …", "only PARTLY delivered to …")
+    replay: str = ""  # the fr-otel replay command that sends the file, when there is one
+
+
+def trace_section(trace: TraceDelivery | None) -> str:
+    """The section: how to open the trace where it went, or why it is not there."""
+    out = ['<section id="trace"><h2>Trace</h2>']
+    if trace is None:
+        out.append("<p>Not exported. <code>fr-otel export PATH --html FILE</code> sends the same incident as one "
+                   "OpenTelemetry trace (a span per collective per rank, linked across ranks) and names it here.</p>")
+        out.append("</section>")
+        return "".join(out)
+    tid = esc(trace.trace_id, 64)
+    out.append(f'<p>Trace id <code class="tid">{tid}</code></p>')
+    if trace.sentence:
+        warn = ' class="warn"' if trace.status not in _ARRIVED else ""
+        out.append(f"<p{warn}>The trace was {esc(trace.sentence, 1500)}.</p>")
+    elif not trace.status:
+        out.append("<p>Exported when the incident happened (its id is in <code>incident.json</code> beside the "
+                   "dumps).</p>")
+    by_id = (f"<li><b>Grafana Tempo</b>: Explore → Tempo → TraceQL, paste <code>{tid}</code> (or query "
+             "<code>{ span.fr_otel.verdict != nil }</code>).</li>"
+             f"<li><b>Jaeger</b>: paste <code>{tid}</code> in the search box, or open "
+             f"<code>JAEGER_URL/trace/{tid}</code>.</li>")
+    if trace.status == "file":
+        out.append("<ul><li><b>Jaeger</b>: Search → Upload → choose that file (OTLP JSON Lines).</li>"
+                   f"<li><b>Tempo / any OTLP backend</b>: <code>{esc(trace.replay, 600)}</code>, then open the trace "
+                   "by its id.</li></ul>")
+    elif trace.status in ("sent", "partial", ""):
+        out.append(f"<ul>{by_id}</ul>")
+    out.append("</section>")
+    return "".join(out)
