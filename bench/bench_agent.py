@@ -45,7 +45,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +58,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from fr_otel.scenarios.job import gloo_on_loopback  # noqa: E402
 from fr_otel.testing.ports import free_port_block  # noqa: E402
 
 TARGET_OVERHEAD = 0.005
@@ -162,8 +162,7 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     env["OMP_NUM_THREADS"] = "1"
     env["FR_OTEL_LOG_LEVEL"] = "error"
-    if "lo" in [n for _, n in socket.if_nameindex()]:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+    gloo_on_loopback(env)
     env.update(extra)
     return env
 

@@ -22,8 +22,9 @@ from fr_otel.diagnosis.job import build_job
 from fr_otel.otlp.jsonl import read_jsonl
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult
-from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, unused_tcp_port, wait_for
-from fr_otel.testing.ports import free_port_block
+from fr_otel.scenarios.job import gloo_on_loopback
+from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, wait_for
+from fr_otel.testing.ports import free_port_block, unused_tcp_port
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
@@ -39,8 +40,7 @@ def _job_env(tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
     env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(tmp / "markers"), FR_OTEL_POLL_INTERVAL="0.5",
                FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp / "out"), OTEL_SERVICE_NAME="fr-otel-test")
-    if "lo" in [name for _, name in socket.if_nameindex()]:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+    gloo_on_loopback(env)
     env.update(extra)
     return env
 

@@ -24,6 +24,18 @@ def test_import_does_not_load_torch() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False, timeout=60).returncode == 0
 
 
+def test_gloo_is_pointed_at_loopback_unless_the_environment_names_an_interface() -> None:
+    """One rule for every local gloo job (scenarios, agent tests, benchmarks): loopback, unless already chosen."""
+    import socket
+
+    from fr_otel.scenarios.job import gloo_on_loopback
+
+    names = [name for _, name in socket.if_nameindex()]
+    env = gloo_on_loopback({})
+    assert env.get("GLOO_SOCKET_IFNAME") in ({"lo", "lo0"} & set(names) or {None})
+    assert gloo_on_loopback({"GLOO_SOCKET_IFNAME": "eth7"}) == {"GLOO_SOCKET_IFNAME": "eth7"}
+
+
 @pytest.mark.gloo
 @needs_torch
 def test_skip_allreduce_dumps_every_rank(tmp_path: Path) -> None:

@@ -371,7 +371,7 @@ def test_spool_hint_names_headers_without_their_values_and_an_absolute_path(nvrx
     placeholder (never the secret); filled in and run from elsewhere, it delivers with the header."""
     import shlex
 
-    from fr_otel.testing.otlp import OtlpHttpReceiver, unused_tcp_port
+    from fr_otel.testing.otlp import OtlpHttpReceiver
 
     down = f"http://127.0.0.1:{unused_tcp_port()}/v1/traces"
     work = tmp_path / "work"

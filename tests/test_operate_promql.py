@@ -47,6 +47,7 @@ from test_operate_static import (
     variable_values,
 )
 
+from fr_otel.scenarios.job import gloo_on_loopback
 from fr_otel.testing.otlp import OtlpGrpcReceiver, wait_for
 from fr_otel.testing.ports import free_port_block
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
@@ -110,8 +111,7 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HungJob]:
     markers = tmp / "markers"
     base = free_port_block(WORLD)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
-    if "lo" in [name for _, name in socket.if_nameindex()]:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+    gloo_on_loopback(env)
     with OtlpGrpcReceiver() as rx:
         env.update(
             OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(markers), TRAIN_LOOP_AGENT="early",

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..common.files import atomic_write
 from .catalog import SCENARIOS
 from .rank import rank_main
 
-__all__ = ["main", "make_dumps"]
+__all__ = ["gloo_on_loopback", "main", "make_dumps"]
 
 
 # --------------------------------------------------------------------------- caller side
@@ -152,9 +152,7 @@ def _run_ranks(scenario: str, out: Path, status_dir: Path, ws: int, buffer_size:
     # The recorder reads its size when torch initialises: set it before any rank starts.
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(buffer_size)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    lo = _loopback_ifname()
-    if lo and "GLOO_SOCKET_IFNAME" not in os.environ:
-        os.environ["GLOO_SOCKET_IFNAME"] = lo  # loopback only, whatever the hostname resolves to
+    gloo_on_loopback(os.environ)
 
     # A forkserver imports torch once and forks every rank from that clean, single-threaded
     # process: as safe as spawn, but not one torch import per rank (~3 s on 2 busy cores).
@@ -251,11 +249,18 @@ def _stop_forkserver(ctx: Any) -> None:
         pass
 
 
-def _loopback_ifname() -> str | None:
+def gloo_on_loopback(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
+    """Point gloo at the loopback interface in ``env`` (unless it names one), whatever the hostname resolves to.
+
+    A single-host job on loopback never depends on the machine's network set-up; returns ``env``.
+    """
     try:
         names = [name for _, name in socket.if_nameindex()]
     except (OSError, AttributeError):
-        return None
-    return next((n for n in ("lo", "lo0") if n in names), None)
+        return env
+    loopback = next((n for n in ("lo", "lo0") if n in names), None)
+    if loopback:
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
+    return env
 
 

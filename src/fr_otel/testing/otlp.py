@@ -12,7 +12,7 @@ a collector::
         export_spans(synthetic_spans(1000), config, deadline_s=5, spool_dir=tmp)  # testing.spans
         assert len(set(rx.span_ids())) == 1000
 
-An unbound port (:func:`unused_tcp_port`) stands in for a collector that is down.
+An unbound port (:func:`fr_otel.testing.ports.unused_tcp_port`) stands in for a collector that is down.
 """
 
 from __future__ import annotations
@@ -39,13 +39,11 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ..otlp.jsonl import request_from_json
-from .ports import unused_tcp_port
 
 __all__ = [
     "OtlpGrpcReceiver",
     "OtlpHttpReceiver",
     "ReceivedSpan",
-    "unused_tcp_port",
     "wait_for",
 ]
 
