@@ -58,3 +58,21 @@ def test_wheel_ships_the_report_stylesheet_and_script(wheel_files: dict[str, byt
         shipped = wheel_files.get(f"fr_otel/report/assets/{name}")
         assert shipped is not None, name
         assert shipped == (REPO / "src" / "fr_otel" / "report" / "assets" / name).read_bytes()
+
+
+def test_readme_layout_names_every_module_under_its_own_folder() -> None:
+    """README's Layout block names each module of each layer folder, in that folder's entry (docs cannot drift)."""
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("## Layout"):]
+    block = block[block.index("src/fr_otel/"):block.index("\n```", block.index("src/fr_otel/"))]
+    entries = dict(re.findall(r"^  (\w+)/\s+(.*?)(?=^  \S|\Z)", block, flags=re.M | re.S))
+    missing = [
+        f"{folder.name}/{module.name}"
+        for folder in sorted((REPO / "src" / "fr_otel").iterdir()) if folder.is_dir() and folder.name in entries
+        for module in sorted(folder.glob("*.py"))
+        if not module.name.startswith("__") and folder.name != "cli"  # cli: "one module per subcommand"
+        and not re.search(rf"\b{module.stem}\b", entries[folder.name])
+    ]
+    assert len(entries) >= 10 and missing == []
