@@ -153,6 +153,20 @@ def test_hostile_text_is_escaped_and_encodes(tmp_path: Path, caplog: pytest.LogC
     assert "\\ud800\\x1b[2J" in {a["thread.name"].string_value for a in entry_attrs}
 
 
+@pytest.mark.parametrize("odd", ["\ud7fc", "\u200b", "\u00a0", "\U000e0001", "\u0600"])
+def test_unassigned_and_format_characters_in_a_version_are_escaped_in_the_text_report(
+        tmp_path: Path, odd: str) -> None:
+    """An unassigned code point, a zero-width space, a no-break space, a tag character or an
+    Arabic number sign in the dump's version reaches the text report escaped: the verdict shows
+    only characters a terminal prints as themselves (Hypothesis found U+D7FC getting through)."""
+    doc = nccl_dump(VICTIM)
+    doc["version"] = f"2.{odd}10"
+    folder = write_job(tmp_path / "d", doc)
+    job, verdict, _ = everything(folder)
+    text = render_verdict(verdict)
+    assert all(c.isprintable() or c == "\n" for c in text), repr(text)
+
+
 def test_control_characters_in_file_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
     """A newline in a file name cannot forge a line; ESC[2J cannot clear the screen."""
     bad = victim_with(input_dtypes=[None])

@@ -9,33 +9,30 @@ raise. :func:`printable` escapes exactly those characters, leaving ordinary text
 from __future__ import annotations
 
 import logging
-import re
 
 __all__ = ["PrintableFormatter", "one_line", "printable"]
 
-# C0/C1 controls and DEL, lone surrogates, line/paragraph separators and the bidi
-# controls that reorder what a terminal shows.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _escape(char: str) -> str:
+    code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by os.fsdecode's surrogateescape
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-_UNSAFE_BUT_LINES = re.compile(_UNSAFE.pattern.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: str, *, keep_lines: bool = False) -> str:
-    """``text`` with control characters, lone surrogates and bidi controls escaped (``\\x1b``).
+    """``text`` with every character Python does not call printable escaped (``\\x1b``,
+    ``\\u202e``): controls, lone surrogates, bidi and other format characters, line
+    separators and unassigned code points, which a terminal may show as anything or nothing.
 
     ``keep_lines`` leaves newlines and tabs alone (multi-line values such as a stack).
     """
     if text.isprintable():
         return text
-    return (_UNSAFE_BUT_LINES if keep_lines else _UNSAFE).sub(_escape, text)
+    kept = "\n\t" if keep_lines else ""
+    return "".join(c if c.isprintable() or c in kept else _escape(c) for c in text)
 
 
 def one_line(value: object, limit: int = 300) -> str:
