@@ -4,7 +4,8 @@ the names in their ``__all__`` (never a private one), no test machinery in the p
 modules only by choice.
 
 Static (AST) checks over src/fr_otel: fast, and they see imports inside functions too (a lazy
-import is still a dependency). Each check has a planted-offence test that proves it can fail.
+import is still a dependency). Each import, API and size check has a planted-offence test that
+proves it can fail.
 """
 
 from __future__ import annotations
@@ -386,36 +387,66 @@ def test_the_attribute_check_sees_planted_private_uses(tmp_path: Path) -> None:
         "reader._PARALLEL_MIN_BYTES", "getattr(reader, '_PARALLEL_MIN_BYTES')", "d._x", "dump._loader"]
 
 
-def test_the_product_does_not_depend_on_the_test_kit() -> None:
-    """Only fr_otel.testing imports fr_otel.testing: the demo, CLI and agent stand on product modules."""
+def kit_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports of fr_otel.testing from outside it."""
     uses = []
-    for name, path in product_modules().items():
+    for name, path in modules.items():
         if name == "fr_otel.testing" or name.startswith("fr_otel.testing."):
             continue
         for imp in imports_of(name, path):
             if (imp.target == "fr_otel.testing" or imp.target.startswith("fr_otel.testing.")
                     or (imp.target == "fr_otel" and "testing" in imp.names)):
                 uses.append(f"{name}:{imp.line} imports {imp.target} {list(imp.names)}")
-    assert uses == []
+    return uses
+
+
+def heavy_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports of torch, gRPC, OpenTelemetry or prometheus_client from the light layers."""
+    roots = {h.split(".")[0] for h in HEAVY}
+    return [f"{name}:{i.line} imports {i.target}" for name, path in modules.items() if layer_of(name) in LIGHT_LAYERS
+            for i in imports_of(name, path) if i.target.split(".")[0] in roots]
+
+
+def size_offences(modules: dict[str, Path], large: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(modules over 400 lines not in ``large``, entries of ``large`` no longer over 400 lines)."""
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
+    unexplained = sorted(f"{n} ({s} lines)" for n, s in sizes.items() if s > 400 and n not in large)
+    return unexplained, sorted(n for n in large if sizes.get(n, 0) <= 400)
+
+
+def test_the_product_does_not_depend_on_the_test_kit() -> None:
+    """Only fr_otel.testing imports fr_otel.testing: the demo, CLI and agent stand on product modules."""
+    assert kit_imports(product_modules()) == []
 
 
 def test_light_layers_never_import_torch_grpc_or_the_sdk() -> None:
     """read, diagnosis, report and common never import torch, gRPC, OpenTelemetry or prometheus_client,
     not even inside a function, so analysis and reports stay fast and install-light."""
-    heavy = []
-    for name, path in product_modules().items():
-        if layer_of(name) in LIGHT_LAYERS:
-            heavy += [f"{name}:{i.line} imports {i.target}" for i in imports_of(name, path)
-                      if i.target.split(".")[0] in {h.split(".")[0] for h in HEAVY}]
-    assert heavy == []
+    assert heavy_imports(product_modules()) == []
 
 
 def test_modules_stay_small_unless_one_concept_needs_the_room() -> None:
     """A module over 400 lines is listed in LARGE_MODULES with the reason; the list holds no stale entry."""
-    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in product_modules().items()}
-    unexplained = sorted(f"{n} ({s} lines)" for n, s in sizes.items() if s > 400 and n not in LARGE_MODULES)
-    stale = sorted(n for n in LARGE_MODULES if sizes.get(n, 0) <= 400)
-    assert (unexplained, stale) == ([], [])
+    assert size_offences(product_modules(), LARGE_MODULES) == ([], [])
+
+
+def test_the_kit_heavy_and_size_checks_see_planted_offences(tmp_path: Path) -> None:
+    """A demo importing the test kit, a lazy torch import in read/, a 401-line module and a stale
+    LARGE_MODULES entry are each reported."""
+    kit = tmp_path / "kit.py"
+    kit.write_text("from .testing.otlp import OtlpGrpcReceiver\n")
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    import torch\n    from opentelemetry.sdk.trace import ReadableSpan\n")
+    big = tmp_path / "big.py"
+    big.write_text("x = 1\n" * 401)
+    small = tmp_path / "small.py"
+    small.write_text("x = 1\n")
+    assert [u.split(" imports ")[1] for u in kit_imports({"fr_otel.demo": kit})] == [
+        "fr_otel.testing.otlp ['OtlpGrpcReceiver']"]
+    assert [h.split(" imports ")[1] for h in heavy_imports({"fr_otel.read.lazy": lazy})] == [
+        "torch", "opentelemetry.sdk.trace"]
+    assert size_offences({"fr_otel.read.big": big, "fr_otel.read.small": small}, {"fr_otel.read.small": "why"}) == (
+        ["fr_otel.read.big (401 lines)"], ["fr_otel.read.small"])
 
 
 @pytest.mark.parametrize("layer", LAYERS)

@@ -259,6 +259,20 @@ def test_grpc_log_lines_stay_silent_unless_the_user_asks_for_them(nvrx: Path, tm
     assert child.returncode == 0 and child.stdout.strip() == "unset", child.stdout
 
 
+def test_main_called_in_process_leaves_the_environment_as_it_was(
+        nvrx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fr_otel.cli.main() run inside another program (a test, a user's script) quiets gRPC only
+    while it runs: a job launched later from that process does not inherit GRPC_VERBOSITY."""
+    from fr_otel.cli import main
+
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+    assert main(["analyze", str(nvrx / "lock_gil_1st"), "-q"]) == 0
+    assert "GRPC_VERBOSITY" not in os.environ
+    monkeypatch.setenv("GRPC_VERBOSITY", "DEBUG")
+    assert main(["analyze", str(nvrx / "lock_gil_1st"), "-q"]) == 0
+    assert os.environ["GRPC_VERBOSITY"] == "DEBUG"
+
+
 def test_otlp_http_to_a_grpc_port_says_use_grpc_without_retrying(nvrx: Path, tmp_path: Path) -> None:
     """OTLP/HTTP sent to a gRPC receiver: no traceback, one line saying the endpoint does not speak
     HTTP (it answered with HTTP/2 frames) and which command works, given up at once (no 5 retries);

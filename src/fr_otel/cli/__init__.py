@@ -42,11 +42,14 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     return sub.choices[name]
 
 
-def _quiet_grpc() -> None:
+def _quiet_grpc() -> bool:
     """No raw gRPC C-core log lines (e.g. a TLS handshake failure) before fr-otel's own one-line
     error. Read when grpc is imported, so set here, before any command exports; a value the
-    user set wins. Not for ``run``: its environment is the training job's."""
-    os.environ.setdefault(GRPC_VERBOSITY, "NONE")
+    user set wins. Not for ``run``: its environment is the training job's. True when set here."""
+    if GRPC_VERBOSITY in os.environ:
+        return False
+    os.environ[GRPC_VERBOSITY] = "NONE"
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,14 +58,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
         return run.launch(_subparser(parser, "run"), argv[1:])
-    _quiet_grpc()
-    args = parser.parse_args(argv)
+    quieted = _quiet_grpc()
     try:
+        args = parser.parse_args(argv)
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    finally:
+        if quieted:  # main() called in-process (tests, users' scripts) leaves the environment as it was
+            os.environ.pop(GRPC_VERBOSITY, None)
 
 
 if __name__ == "__main__":
