@@ -174,6 +174,55 @@ def test_a_partly_delivered_trace_reads_as_partly_delivered_on_the_page(nvrx: Pa
     assert "Tempo" in section  # what did arrive can be opened by its id
 
 
+def test_a_folder_s_report_tells_what_became_of_the_live_incident_s_trace(nvrx: Path, tmp_path: Path) -> None:
+    """incident.json records the live export's outcome; `fr-otel report` and `analyze --html` of that
+    folder say it (a lost trace is lost, a spooled one gives its replay command), never "exported"
+    by default; an incident.json without a readable record says the outcome is not recorded."""
+    import json
+
+    from fr_otel.cli import main
+    from fr_otel.incident.delivery import ExportOutcome
+    from fr_otel.incident.files import INCIDENT_FILE, write_incident_files
+    from fr_otel.otlp.config import ExportConfig
+    from fr_otel.otlp.export import ExportResult
+    from fr_otel.trace.spans import build_trace
+
+    folder = tmp_path / "dumps"
+    shutil.copytree(nvrx / "lock_gil_1st", folder)
+    job = build_job(read_dumps(folder))
+    verdict = analyze(job)
+    trace = build_trace(job, verdict)
+    config = ExportConfig(endpoint="collector:4317", insecure=True)
+    spool = tmp_path / "fr-otel-spool.jsonl"
+    cases = {
+        "failed": ExportOutcome("failed", "collector:4317", None, ExportResult(error="connection refused")),
+        "spooled": ExportOutcome("spooled", "collector:4317", spool,
+                                 ExportResult(spans_spooled=3, spool_path=spool, error="connection refused")),
+    }
+
+    def trace_section_of(page: Path) -> str:
+        text = page.read_text(encoding="utf-8")
+        start = text.index('<section id="trace">')
+        return text[start:text.index("</section>", start)]
+
+    for status, outcome in cases.items():
+        write_incident_files(folder, job, verdict, trace, outcome, config)
+        said = html.escape(outcome.describe(len(trace.spans), config))
+        for argv in (["report", str(folder), "-o", str(tmp_path / "r.html")],
+                     ["analyze", str(folder), "-q", "--html", str(tmp_path / "r.html")]):
+            assert main(argv) == 0
+            section = trace_section_of(tmp_path / "r.html")
+            assert f"The trace was {said}." in section and 'class="warn"' in section, (status, section)
+            assert "Exported when" not in section
+        if status == "spooled":
+            assert f"<code>{html.escape(f'fr-otel replay {spool}')}" in section
+    document = json.loads((folder / INCIDENT_FILE).read_text())
+    document["summary"]["export"] = {"status": "sent"}  # no sentence: not a record this version wrote
+    (folder / INCIDENT_FILE).write_text(json.dumps(document))
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 0
+    assert "not recorded" in trace_section_of(tmp_path / "r.html")
+
+
 def _hostile_copy(src: Path, dest: Path) -> dict[str, str]:
     """The NCCL fixture with hostile strings where dumps hold free text: group descs, stack
     frames, file names, plus an unreadable file whose name lands in the problems list."""

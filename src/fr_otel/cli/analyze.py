@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from ..report.text import render_verdict
-from ..report.trace_section import TraceDelivery
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -47,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_verdict(verdict))
         if trace_id:
             sys.stdout.write(f"\nLive incident {identity.incident} of job {identity.job_id}: trace {trace_id}\n")
-    if args.html and not write_html(args.html, job, verdict, trace=TraceDelivery(trace_id) if trace_id else None):
+    page = identity.trace_delivery() if identity is not None else None
+    if args.html and not write_html(args.html, job, verdict, trace=page):
         return EXIT_FAILED
     return EXIT_OK

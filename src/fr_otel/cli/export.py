@@ -7,8 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..diagnosis.verdict import Verdict
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
 from ..incident.delivery import (
     ExportOutcome,
     deliver_trace,

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if analysed is None:
         return EXIT_UNUSABLE
     job, verdict, identity = analysed
-    trace = TraceDelivery(identity.trace_id) if identity is not None else None
+    trace = identity.trace_delivery() if identity is not None else None
     if args.output == "-":
         sys.stdout.write(render(job, verdict, trace=trace))
         return EXIT_OK

@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..common.files import atomic_write
-from ..common.text import one_line
+from ..common.text import one_line, printable
 from ..diagnosis.job import Job
 from ..read.live_stack import LiveStacks, stacks_from_raw
 from ..read.rank_process import RankProcess, process_from_raw
+from ..report.trace_section import DELIVERY_STATUSES, TraceDelivery
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Verdict
-    from ..trace.spans import IncidentTrace
     from ..otlp.config import ExportConfig
+    from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
 
 __all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
@@ -65,6 +66,21 @@ class IncidentIdentity:
         changed = sorted(n for n in set(now) | set(self.files) if now.get(n) != self.files.get(n))
         return f"the dump files changed since it was written ({', '.join(changed[:3])})" if changed else None
 
+    def trace_delivery(self) -> TraceDelivery:
+        """What became of the live incident's trace, as its export recorded it in ``summary``
+        (for the report of a folder with an incident.json); an unreadable record says so."""
+        export = self.summary.get("export")
+        export = export if isinstance(export, dict) else {}
+
+        def text(key: str, limit: int) -> str:
+            value = export.get(key)
+            return printable(value)[:limit] if isinstance(value, str) else ""
+
+        status = text("status", 16)
+        if status not in DELIVERY_STATUSES or not text("sentence", 1):
+            return TraceDelivery(self.trace_id)
+        return TraceDelivery(self.trace_id, status, text("where", 4096), text("sentence", 4096), text("replay", 4096))
+
     def to_json(self) -> dict[str, Any]:
         ranks: dict[str, dict[str, Any]] = {}
         for rank in sorted(set(self.processes) | set(self.stacks)):
@@ -99,11 +115,13 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     of an incident just exported (by the agent's coordinator or ``fr-otel watch``); raises OSError."""
     from ..report.html import render, write_report
 
+    page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
     summary = {
         "verdict": verdict.verdict,
         "culprits": [{"rank": c.rank, "kind": c.kind, "evidence": c.evidence, **(c.now_dict() or {})}
                      for c in verdict.culprits[:64]],
-        "export": {"status": outcome.status, "destination": outcome.destination},
+        "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
+                   "sentence": page.sentence, "replay": page.replay},
         "spans": len(trace.spans),
     }
     identity = IncidentIdentity(
@@ -112,7 +130,6 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         summary=summary, files=_dump_files(job, Path(folder)),
     )
     path = write_identity(folder, identity)
-    page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
     write_report(Path(folder) / REPORT_FILE, render(job, verdict, trace=page))
     return path
 

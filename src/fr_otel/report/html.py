@@ -19,11 +19,11 @@ import hashlib
 import os
 from importlib import resources
 
-from ..version import __version__
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
+from ..version import __version__
 from .culprits import verdict_section
 from .facts import Facts
 from .groups import groups_section

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from .markup import esc
 
-__all__ = ["TraceDelivery", "trace_section"]
+__all__ = ["DELIVERY_STATUSES", "TraceDelivery", "trace_section"]
 
-_ARRIVED = ("file", "sent", "partial")
+#: Every status an export ends in (``ExportOutcome.status``).
+DELIVERY_STATUSES = ("file", "sent", "partial", "spooled", "failed", "disabled")
+_ARRIVED = ("file", "sent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +24,7 @@ class TraceDelivery:
     """The incident's trace as the page tells it (filled from the export's outcome by its caller)."""
 
     trace_id: str  # 32 hex digits
-    status: str = ""  # file | sent | partial | spooled | failed | disabled; "": exported earlier (incident.json)
+    status: str = ""  # one of DELIVERY_STATUSES; "": the live incident's, its outcome not recorded
     where: str = ""  # the trace's file (written or spooled), else its endpoint
     sentence: str = ""  # the outcome in its own words ("sent to …", "only PARTLY delivered to …")
     replay: str = ""  # the fr-otel replay command that sends the file, when there is one
@@ -42,8 +44,8 @@ def trace_section(trace: TraceDelivery | None) -> str:
         warn = ' class="warn"' if trace.status not in _ARRIVED else ""
         out.append(f"<p{warn}>The trace was {esc(trace.sentence, 1500)}.</p>")
     elif not trace.status:
-        out.append("<p>Exported when the incident happened (its id is in <code>incident.json</code> beside the "
-                   "dumps).</p>")
+        out.append("<p>The live incident's trace (its id is in <code>incident.json</code> beside the dumps); "
+                   "what became of its export is not recorded there.</p>")
     by_id = (f"<li><b>Grafana Tempo</b>: Explore → Tempo → TraceQL, paste <code>{tid}</code> (or query "
              "<code>{ span.fr_otel.verdict != nil }</code>).</li>"
              f"<li><b>Jaeger</b>: paste <code>{tid}</code> in the search box, or open "
@@ -54,5 +56,7 @@ def trace_section(trace: TraceDelivery | None) -> str:
                    "by its id.</li></ul>")
     elif trace.status in ("sent", "partial", ""):
         out.append(f"<ul>{by_id}</ul>")
+    if trace.status == "spooled" and trace.replay:
+        out.append(f"<p>Send it when the collector is back: <code>{esc(trace.replay, 600)}</code></p>")
     out.append("</section>")
     return "".join(out)
