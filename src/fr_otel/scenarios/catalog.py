@@ -28,11 +28,14 @@ class SkipAllreduce(Scenario):
     def run(self, rank: RankRun, plan: Plan) -> None:
         import torch.distributed as dist
 
+        def all_reduce_gradients() -> None:  # the demo's call site: named as a training loop would name it
+            dist.all_reduce(rank.tensor())
+
         for _ in range(5):
-            rank.done(lambda: dist.all_reduce(rank.tensor()))
+            rank.done(all_reduce_gradients)
         if rank.rank == plan["misbehaving_rank"]:
             rank.stall("skipped the 6th world all_reduce (sleeping)")
-        rank.blocked_in("blocked in the 6th world all_reduce", lambda: dist.all_reduce(rank.tensor()))
+        rank.blocked_in("blocked in the 6th world all_reduce", all_reduce_gradients)
 
 
 class SubgroupStall(Scenario):
