@@ -57,6 +57,7 @@ from .send_loop import (
     deliver,
     open_sender,
 )
+from .transport import Sender
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "ExportResult", "export_spans", "replay", "write_embedded"]
 
@@ -121,13 +122,10 @@ def export_spans(
     chunks, speedup = encoded_chunks(spans_or_requests, config.max_request_bytes, encoding)
     state.calibrate(sum(c.size for c in chunks), time.monotonic() - start, RENDER_VS_ENCODE * speedup)
     state.progress, state.spans_total = progress, sum(c.n_spans for c in chunks)
-    try:
-        sender = open_sender(config)
-    except Exception as exc:  # unreadable certificate file, bad TLS material
-        state.stopped = one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
-        delivered: list[Chunk] = []
-        undelivered = list(chunks)
-    else:
+    sender = _open_sender(config, state)
+    delivered: list[Chunk] = []
+    undelivered = list(chunks)
+    if sender is not None:
         try:
             delivered, undelivered = deliver(chunks, sender, state, spool_after=spool_dir is not None)
         finally:
@@ -151,19 +149,8 @@ def export_spans(
             except OSError as exc:
                 lost = n_undelivered
                 extra.append(one_line(f"{lost} spans lost, spool failed: {exc}"))
-    result = ExportResult(
-        spans_sent=sum(c.accepted for c in delivered),
-        requests_sent=state.requests_sent,
-        spans_spooled=n_undelivered - lost,
-        spans_rejected=state.rejected_spans,
-        spans_lost=lost,
-        spool_path=spool_path,
-        error=state.summary(extra),
-        endpoint=endpoint,
-        elapsed_s=time.monotonic() - start,
-    )
-    _log("export", result, state.notes)
-    return result
+    return _finish("export", state, extra, endpoint, start, spans_sent=sum(c.accepted for c in delivered),
+                   spans_spooled=n_undelivered - lost, spans_lost=lost, spool_path=spool_path)
 
 
 def replay(
@@ -201,11 +188,7 @@ def replay(
                             for ss in rs.scope_spans)
     sent = spooled = 0
     completed: list[Path] = []
-    try:
-        sender = open_sender(config)
-    except Exception as exc:
-        state.stopped = one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
-        sender = None
+    sender = _open_sender(config, state)
     try:
         for path, requests in files:
             chunks = repack(requests, state.max_bytes)
@@ -235,18 +218,8 @@ def replay(
     finally:
         if sender is not None:
             sender.close()
-    result = ExportResult(
-        spans_sent=sent,
-        requests_sent=state.requests_sent,
-        spans_spooled=spooled,
-        spans_rejected=state.rejected_spans,
-        completed_paths=tuple(completed),
-        error=state.summary(extra),
-        endpoint=endpoint,
-        elapsed_s=time.monotonic() - start,
-    )
-    _log("replay", result, state.notes)
-    return result
+    return _finish("replay", state, extra, endpoint, start, spans_sent=sent, spans_spooled=spooled,
+                   completed_paths=tuple(completed))
 
 
 def write_embedded(
@@ -265,6 +238,26 @@ def write_embedded(
     filename = name if name.endswith(".jsonl") else f"{name}.jsonl"
     chunks, _ = encoded_chunks(spans_or_requests, max_request_bytes, encoding)
     return write_jsonl(Path(out_dir) / filename, [c.request for c in chunks], replace=True)
+
+
+def _open_sender(config: ExportConfig, state: DeliveryBudget) -> Sender | None:
+    """The collector's sender, or None with the reason on ``state`` (unreadable certificate
+    file, bad TLS material): nothing is sent then and every span stays undelivered."""
+    try:
+        return open_sender(config)
+    except Exception as exc:  # noqa: BLE001 - any set-up failure is an export failure, never a crash
+        state.stopped = one_line(f"cannot set up {config.protocol} exporter: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _finish(what: str, state: DeliveryBudget, extra: list[str], endpoint: str, start: float,
+            **counts: object) -> ExportResult:
+    """The result of an export or a replay (what the budget counted plus ``counts``), logged once."""
+    result = ExportResult(requests_sent=state.requests_sent, spans_rejected=state.rejected_spans,
+                          error=state.summary(extra), endpoint=endpoint, elapsed_s=time.monotonic() - start,
+                          **counts)  # type: ignore[arg-type]
+    _log(what, result, state.notes)
+    return result
 
 
 def _log(what: str, result: ExportResult, notes: Sequence[str]) -> None:
