@@ -165,6 +165,10 @@ def test_unassigned_and_format_characters_in_a_version_are_escaped_in_the_text_r
     job, verdict, _ = everything(folder)
     text = render_verdict(verdict)
     assert all(c.isprintable() or c == "\n" for c in text), repr(text)
+    escaped = f"\\u{ord(odd):04x}" if ord(odd) < 0x10000 else f"\\U{ord(odd):08x}"
+    if ord(odd) < 0x100:
+        escaped = f"\\x{ord(odd):02x}"
+    assert f"2.{escaped}10" in text, repr(text)  # shown, escaped: not dropped
 
 
 def test_control_characters_in_file_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
