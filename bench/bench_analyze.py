@@ -280,9 +280,28 @@ class Tool:
     argv: Callable[[Path, str], list[str]]
     check: Callable[[Run, dict[str, Any]], tuple[bool, str]]
     reps: int
-    env: dict[str, str] | None = None
+    env: dict[str, str] | None = None  # None: bench_env()
     runs: list[Run] = field(default_factory=list)
     results: list[tuple[bool, str]] = field(default_factory=list)
+
+
+def bench_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """Every tool's environment: bytecode cached as an installed package has it (``pip install``
+    compiles .pyc files; a shell with PYTHONDONTWRITEBYTECODE would make fr-otel, and not the
+    bare loops, recompile ~170 modules on every start), under ``data_dir``, not in the tree."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(data_dir / "pycache")
+    return env | extra
+
+
+def _compile_package(data_dir: Path, *more: Path) -> None:
+    """Write fr_otel's .pyc files into the bench's cache before timing (see :func:`bench_env`)."""
+    probe = "import fr_otel, os; print(os.path.dirname(fr_otel.__file__))"
+    src = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=bench_env(data_dir))
+    for package in [src.stdout.strip(), *map(str, more)]:
+        if package:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", package], capture_output=True,
+                           env=bench_env(data_dir))
 
 
 def make_tools(args: argparse.Namespace) -> list[Tool]:
@@ -304,7 +323,7 @@ def make_tools(args: argparse.Namespace) -> list[Tool]:
                                                       str(d), "-p", p], check_torch, args.torch_reps),
     ]
     if args.baseline_src:
-        env = dict(os.environ, PYTHONPATH=str(args.baseline_src))
+        env = bench_env(args.data_dir, PYTHONPATH=str(args.baseline_src))
         tools.insert(1, Tool("fr-otel-base", "fr-otel (baseline src)",
                              lambda d, p: [py, "-m", "fr_otel.cli", "analyze", str(d), "--json"],
                              check_fr_otel, args.reps, env))
@@ -367,8 +386,8 @@ def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str
     print(f"\n== {ranks} ranks x {entries} entries: {out} ({disk / MiB:.1f} MiB on disk, culprit rank "
           f"{manifest['culprit']}; ready in {gen_s:.1f} s) ==", flush=True)
     _warm_cache(out)
-    subprocess.run([*_fr_otel_cmd(), "--version"], capture_output=True)  # warm interpreter/.pyc caches
     tools = make_tools(args)
+    _compile_package(args.data_dir, *([args.baseline_src] if args.baseline_src else []))
     src_before = src_fingerprint()
     max_reps = max((t.reps for t in tools), default=0)
     for rep in range(max_reps):
@@ -377,7 +396,7 @@ def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str
             if len(tool.runs) >= tool.reps:
                 continue
             timeout = args.torch_timeout if tool.key == "torch" else args.timeout
-            run = measure(tool.argv(out, args.prefix), timeout, tool.env)
+            run = measure(tool.argv(out, args.prefix), timeout, tool.env or bench_env(args.data_dir))
             ok, note = tool.check(run, manifest)
             tool.runs.append(run)
             tool.results.append((ok, note))
