@@ -177,6 +177,9 @@ def _processes(dumps: dict[int, RankDump]) -> dict[int, RankProcess]:
 def _progress_from_entries(h: GroupHistory) -> Progress:
     """Progress as the entries show it: completed up to just before the oldest pending one."""
     seqs = h.seq
+    if h.contiguous:  # in seq order: the oldest pending op is the first one not completed
+        at = h.completed.find(0)
+        return Progress(enqueued=seqs[-1], started=-1, completed=seqs[at] - 1 if at >= 0 else seqs[-1])
     pending = list(compress(seqs, map(not_, h.completed)))
     completed = min(pending) - 1 if pending else max(seqs)
     return Progress(enqueued=max(seqs), started=-1, completed=completed)

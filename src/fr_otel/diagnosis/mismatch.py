@@ -65,9 +65,8 @@ def _rank_fingerprints(
     seqs, ids = h.seq, h.fingerprint
     for fid in set(ids):
         lookup.setdefault(fid, fingerprints.get(fid))
-    first, last = seqs[0], seqs[-1]
-    if last - first + 1 == len(seqs) and (len(seqs) < 2 or all(map(int.__lt__, seqs, seqs[1:]))):
-        return first, ids
+    if h.contiguous:
+        return seqs[0], ids
     by_seq: dict[int, Any] = {}
     for seq, fid in zip(seqs, ids):
         prev = by_seq.get(seq)

@@ -208,7 +208,7 @@ def _split(
                 lambda col, keep=keep: compress(col[lo:hi], keep))  # noqa: E731
         else:
             pick = lambda col: col[lo:hi]  # noqa: E731
-        histories[name] = GroupHistory(
+        histories[name] = history = GroupHistory(
             name=name,
             desc=str(_DESC(groups[first])),
             local_id=int(_PG_ID(raw[first])),
@@ -219,6 +219,7 @@ def _split(
             p2p_count=n_p2p,
             p2p=channels,
         )
+        history.contiguous = _contiguous(history.seq)
     # The newest in-flight entries, found from the end (a C scan, a Python step per one kept).
     at = n
     for _ in range(_MAX_TAIL_IN_FLIGHT):
@@ -234,6 +235,11 @@ def _split(
     ids = (raw[0].get("record_id"), raw[-1].get("record_id")) if raw else (None, None)
     return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest,
                    from_start=ids == (0, n - 1))
+
+
+def _contiguous(seq: array) -> bool:
+    """first, first+1, ..., last: compared with that range in one C pass."""
+    return bool(seq) and seq[-1] - seq[0] + 1 == len(seq) and seq == array("q", range(seq[0], seq[-1] + 1))
 
 
 def _p2p_channels(

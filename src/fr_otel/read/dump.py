@@ -170,6 +170,9 @@ class GroupHistory:
     fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
     p2p_count: int = 0  # send/recv entries of this group (not in the columns)
     p2p: dict[str, P2PChannel] = field(default_factory=dict)  # "send 1->2" -> that channel's ops
+    # seq is first, first+1, ..., last (no gap, one op per seq: the usual case), so position
+    # = seq - first; found once by the reader's workers, read by every cross-rank pass
+    contiguous: bool = False
 
 
 @dataclass(slots=True)
