@@ -208,18 +208,17 @@ def _split(
                 lambda col, keep=keep: compress(col[lo:hi], keep))  # noqa: E731
         else:
             pick = lambda col: col[lo:hi]  # noqa: E731
-        histories[name] = history = GroupHistory(
+        histories[name] = GroupHistory(
             name=name,
             desc=str(_DESC(groups[first])),
             local_id=int(_PG_ID(raw[first])),
-            seq=array("q", pick(g_seq)),
+            seq=_as_range_if_contiguous(array("q", pick(g_seq))),
             completed=bytes(pick(g_done)),
             created_ns=array("q", pick(g_created)),
             fingerprint=array("q", pick(g_fp)),
             p2p_count=n_p2p,
             p2p=channels,
         )
-        history.contiguous = _contiguous(history.seq)
     # The newest in-flight entries, found from the end (a C scan, a Python step per one kept).
     at = n
     for _ in range(_MAX_TAIL_IN_FLIGHT):
@@ -237,9 +236,12 @@ def _split(
                    from_start=ids == (0, n - 1))
 
 
-def _contiguous(seq: array) -> bool:
-    """first, first+1, ..., last: compared with that range in one C pass."""
-    return bool(seq) and seq[-1] - seq[0] + 1 == len(seq) and seq == array("q", range(seq[0], seq[-1] + 1))
+def _as_range_if_contiguous(seq: array) -> array | range:
+    """first, first+1, ..., last as a ``range`` (see ``GroupHistory.contiguous``); compared in one C pass."""
+    if not seq or seq[-1] - seq[0] + 1 != len(seq):
+        return seq
+    run = range(seq[0], seq[-1] + 1)
+    return run if seq == array("q", run) else seq
 
 
 def _p2p_channels(

@@ -164,15 +164,19 @@ class GroupHistory:
     name: str
     desc: str
     local_id: int
-    seq: array  # 'q': collective_seq_id
+    seq: array | range  # 'q': collective_seq_id; a range when contiguous
     completed: bytes  # 1 where completed (backend-aware)
     created_ns: array  # 'q': time_created_ns
     fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
     p2p_count: int = 0  # send/recv entries of this group (not in the columns)
     p2p: dict[str, P2PChannel] = field(default_factory=dict)  # "send 1->2" -> that channel's ops
-    # seq is first, first+1, ..., last (no gap, one op per seq: the usual case), so position
-    # = seq - first; found once by the reader's workers, read by every cross-rank pass
-    contiguous: bool = False
+
+    @property
+    def contiguous(self) -> bool:
+        """seq runs first, first+1, ..., last (no gap, one op per seq: the usual case), so an op's
+        position is seq - first. The reader stores such a run as a ``range``: found once, in the
+        reader's workers, and 16 KB less per 2000 entries than an array."""
+        return type(self.seq) is range
 
 
 @dataclass(slots=True)
