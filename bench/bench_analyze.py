@@ -51,6 +51,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_scaled_dumps  # noqa: E402
 
+from fr_otel.common.cpus import usable_cpus  # noqa: E402
+
 DEFAULT_CONFIGS = ("1024x2000", "256x20000")
 QUICK_CONFIGS = ("64x2000",)
 FLOOR_CONFIGS = ("256x2000", "1024x2000")  # issue 14's floor target, side by side in one run
@@ -307,7 +309,7 @@ def _compile_package(data_dir: Path, *more: Path) -> None:
 def make_tools(args: argparse.Namespace) -> list[Tool]:
     fr = _fr_otel_cmd()
     py = sys.executable
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     tools = [
         Tool("fr-otel", f"fr-otel ({cores} cores)", lambda d, p: [*fr, "analyze", str(d), "--json"],
              check_fr_otel, args.reps),
@@ -528,7 +530,7 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
         lines.append(line("  the same in CPU seconds (robust to a loaded box)", v))
     v = q.get("speedup_all_cores")
     if v is not None:
-        lines.append(line(f"fr-otel -w1 time / all {os.cpu_count()} cores time", v))
+        lines.append(line(f"fr-otel -w1 time / all {usable_cpus()} cores time", v))
     return lines
 
 
@@ -567,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         args.skip = sorted({*args.skip, *(k for k in TOOL_KEYS if k not in keep)})
     if args.torch_reps is None:
         args.torch_reps = args.reps if args.quick else 1
-    print(f"fr-otel analysis benchmark: {os.cpu_count()} cores, python {sys.version.split()[0]}, "
+    print(f"fr-otel analysis benchmark: {usable_cpus()} usable cores, python {sys.version.split()[0]}, "
           f"fr-otel = {' '.join(_fr_otel_cmd())}")
     results = [bench_config(r, e, args) for r, e in configs]
     _summary(results)

@@ -96,7 +96,7 @@ def add_input_args(parser: argparse.ArgumentParser) -> None:
         help="median enqueue lateness that makes a straggler (default: %(default)s)",
     )
     parser.add_argument("--workers", type=count, default=None, metavar="N",
-                        help="processes to read dumps with (default: all cores)")
+                        help="processes to read dumps with (default: every CPU this process may run on)")
     parser.add_argument("--max-file-size", type=byte_size, default=DEFAULT_MAX_FILE_BYTES, metavar="BYTES",
                         help="refuse dump files larger than this, e.g. 512M, 4G (default: 1G)")
     add_quiet_arg(parser)

@@ -20,6 +20,7 @@ from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..common.cpus import usable_cpus
 from ..common.files import file_kind
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
@@ -74,7 +75,7 @@ def read_dumps(
 ) -> ReadResult:
     """Read every rank's dump under ``paths``; never raises on bad input.
 
-    ``workers``: processes to parse with (default: all cores, used only when the
+    ``workers``: processes to parse with (default: every CPU this process may use, used only when the
     dumps are large enough to repay starting them; 1 = in this process).
     ``progress(files done, files)`` is called as files are parsed.
     ``max_file_bytes``: larger files are refused (one problem line each), not read.
@@ -103,7 +104,7 @@ def _parse_all(
     chosen: list[tuple[int, str]], workers: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: ProgressCallback | None = None,
 ) -> list[_Parsed]:
-    n_workers = workers if workers is not None else (os.cpu_count() or 1)
+    n_workers = workers if workers is not None else usable_cpus()
     total = 0
     for _, path in chosen:
         try:
