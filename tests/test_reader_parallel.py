@@ -29,17 +29,34 @@ def test_parallel_read_with_this_process_parsing_too_equals_a_serial_read(nvrx: 
 
 
 def test_the_default_pool_fits_the_cpus_this_process_may_run_on_not_the_machine() -> None:
-    """Under taskset / a cpuset of one CPU, the reader counts one CPU (so it reads in-process),
-    where os.cpu_count() would still count every core of the host."""
+    """Pinned to one CPU (as by taskset or a cpuset), the reader counts one CPU, where os.cpu_count()
+    still counts every core of the host."""
     import os
     import subprocess
     import sys
 
-    if not hasattr(os, "sched_setaffinity"):
-        pytest.skip("no CPU affinity on this OS")  # pragma: no cover - Linux CI
-    probe = "from fr_otel.common.cpus import usable_cpus; import os; print(usable_cpus(), os.cpu_count())"
+    probe = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); "
+             "from fr_otel.common.cpus import usable_cpus; print(usable_cpus(), os.cpu_count())")
     one_cpu = min(os.sched_getaffinity(0))
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu})).stdout.split()
+    out = subprocess.run([sys.executable, "-c", probe, str(one_cpu)], capture_output=True, text=True,
+                         check=True).stdout.split()
     assert out[0] == "1"
     assert int(out[1]) == os.cpu_count()
+
+
+def test_with_one_usable_cpu_a_large_job_is_read_in_this_process_without_a_pool(
+        nvrx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default worker count comes from usable_cpus(): with one CPU no pool is started however
+    large the job, and the dumps are the same as a serial read."""
+    serial = read_dumps(nvrx / "lock_gil_1st", workers=1)
+    monkeypatch.setattr(reader, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(reader, "usable_cpus", lambda: 1)
+
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a process pool was started with one usable CPU")
+
+    monkeypatch.setattr(reader, "ProcessPoolExecutor", no_pool)
+    assert _model(read_dumps(nvrx / "lock_gil_1st")) == _model(serial)
+    monkeypatch.setattr(reader, "usable_cpus", lambda: 2)
+    with pytest.raises(AssertionError, match="process pool was started"):
+        read_dumps(nvrx / "lock_gil_1st")

@@ -24,7 +24,7 @@ import math
 import reprlib
 import sys
 from array import array
-from typing import Any
+from typing import Any, Sequence
 
 from ..common.text import one_line, printable
 from .dump import Entry
@@ -110,7 +110,7 @@ def counter(value: Any) -> int:
 # slow path (:func:`entry_from_raw`). The int64 bound is ``array('q')``'s own OverflowError.
 
 
-def columns_ok(groups: list[Any], seq: list[int], seq_col: array, created_col: array, is_p2p: bytes,
+def columns_ok(groups: Sequence[Any], seq: Sequence[int], seq_col: array, created_col: array, is_p2p: bytes,
                done: bytes) -> bool:
     """Every group a (name, desc) pair of printable strings; sequence numbers (not bools: ``True``
     is no sequence number) and times >= 0; flags 0 or 1. ``*_col`` are the columns as ``array('q')``."""
