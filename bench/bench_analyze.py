@@ -5,7 +5,7 @@ For each configuration (N ranks x M entries, made by ``make_scaled_dumps.py`` un
 /tmp and reused), these run side by side in this one run, each as a fresh subprocess,
 interleaved per repetition (the order rotates) so machine noise hits all alike:
 
-  fr-otel       ``fr-otel analyze DIR --json`` (reads on all cores); the verdict must
+  fr-otel       ``fr-otel analyze DIR --json`` (reads on every CPU it may use); the verdict must
                 name the injected culprit and nothing else, else a loud FAIL
   fr-otel -w1   ``fr-otel analyze DIR --json --workers 1``: single-core cost
   unpickle      one process, ``pickle.load`` every file and keep them all (the floor
@@ -477,6 +477,7 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         v = ratio(a, b)
         if v is not None:
             out[name] = v
+
     def cpu_ratio(a: str, b: str) -> float | None:
         ca, cb = rows.get(a, {}).get("cpu_by_rep", []), rows.get(b, {}).get("cpu_by_rep", [])
         pairs = [x / y for x, y in zip(ca, cb) if x and y]
