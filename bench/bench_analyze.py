@@ -533,21 +533,15 @@ def _ratio_lines(q: dict[str, float]) -> list[str]:
         v = q.get(key)
         if v is not None:
             lines.append(line(f"{what} peak memory / dumps on disk", v, f"<= ~{TARGET_MEM_DISK}x", v <= TARGET_MEM_DISK))
-    v = q.get("baseline_over_unpickle_discard")
-    if v is not None:
-        lines.append(line("--baseline-src fr-otel / pickle.load each, drop", v))
-    v = q.get("baseline_cpu_over_unpickle_discard_cpu")
-    if v is not None:
-        lines.append(line("  in CPU seconds", v))
-    v = q.get("baseline_mem_over_disk")
-    if v is not None:
-        lines.append(line("--baseline-src fr-otel peak memory / dumps on disk", v))
-    v = q.get("fr_otel_over_baseline")
-    if v is not None:
-        lines.append(line("fr-otel / fr-otel from --baseline-src (after / before)", v))
-    v = q.get("fr_otel_over_baseline_cpu")
-    if v is not None:
-        lines.append(line("  the same in CPU seconds (robust to a loaded box)", v))
+    for key, label in (
+        ("baseline_over_unpickle_discard", "--baseline-src fr-otel / pickle.load each, drop"),
+        ("baseline_cpu_over_unpickle_discard_cpu", "  in CPU seconds"),
+        ("baseline_mem_over_disk", "--baseline-src fr-otel peak memory / dumps on disk"),
+        ("fr_otel_over_baseline", "fr-otel / fr-otel from --baseline-src (after / before)"),
+        ("fr_otel_over_baseline_cpu", "  the same in CPU seconds (robust to a loaded box)"),
+    ):
+        if (v := q.get(key)) is not None:
+            lines.append(line(label, v))
     v = q.get("speedup_all_cores")
     if v is not None:
         lines.append(line(f"fr-otel -w1 time / all {usable_cpus()} cores time", v))
