@@ -4,11 +4,11 @@ Building a Python object per entry costs more than unpickling it. The analysis n
 only a few numbers per entry (group, seq, completed, enqueue time, a fingerprint of
 op/sizes/dtypes), so those are pulled out in one ``operator.itemgetter`` pass over the
 entry dicts, transposed into columns by one ``zip``, and split by group with one sort and
-``itemgetter`` gathers: all loops in C. A contiguous seq run is kept as a ``range``. Each distinct call is validated and
-hashed once per process (from a version-2 ``marshal`` encoding: no back-references, so
-equal values give equal bytes whatever their object identity, pickle or JSON) into ids
-every process computes alike. Only the newest and the in-flight entries become
-:class:`Entry` objects (the ``tail``).
+``itemgetter`` gathers: all loops in C. A contiguous seq run is kept as a ``range``.
+Each distinct call is validated and hashed once per process (from a version-2 ``marshal``
+encoding: no back-references, so equal values give equal bytes whatever their object
+identity, pickle or JSON) into ids every process computes alike. Only the newest and the
+in-flight entries become :class:`Entry` objects (the ``tail``).
 """
 
 from __future__ import annotations
