@@ -28,7 +28,7 @@ def _entry(seq: int, done: bool) -> dict:
 @settings(max_examples=200, deadline=None)
 @given(first=st.integers(0, 10**6), gaps=st.lists(st.sampled_from([0, 1, 1, 1, 2]), min_size=1, max_size=40),
        done=st.data())
-def test_the_reader_stores_exactly_the_contiguous_runs_as_ranges_and_progress_reads_both_alike(
+def test_the_reader_stores_exactly_the_contiguous_runs_as_ranges_and_progress_and_position_read_both_alike(
         first: int, gaps: list[int], done: st.DataObject) -> None:
     """Gaps (step 2) and coalesced ops (step 0) keep an array; first..last with step 1 becomes a range.
     Progress read through the range's shortcut equals progress read from the same values as an array."""
@@ -47,3 +47,7 @@ def test_the_reader_stores_exactly_the_contiguous_runs_as_ranges_and_progress_re
     as_array = _history(array("q", seqs), bytes(flags))
     assert not as_array.contiguous
     assert _progress_from_entries(history) == _progress_from_entries(as_array)
+    for seq in range(seqs[0] - 2, seqs[-1] + 3):
+        expected = seqs.index(seq) if seq in seqs else None  # the first op of a coalesced seq
+        assert history.position(seq) == expected
+        assert as_array.position(seq) == expected

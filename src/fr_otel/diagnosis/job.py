@@ -10,7 +10,6 @@ in only-active dumps), by creation order, checked against every known pair.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import compress
@@ -89,7 +88,7 @@ class Job:
         if found:
             return found
         h = dump.histories.get(group)
-        if h is None or seq not in h.seq:
+        if h is None or h.position(seq) is None:
             return []
         return [e for e in dump.entries if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p]
 
@@ -110,13 +109,9 @@ class Job:
         for rank in pg.ranks if pg is not None else ():
             dump = self.dumps.get(rank)
             h = dump.histories.get(group) if dump is not None else None
-            if not h or not h.seq:
+            i = h.position(seq) if h is not None else None
+            if i is None:
                 continue
-            i = seq - h.seq[0]  # seq ids run consecutively in a rank's ring: no search needed
-            if not (0 <= i < len(h.seq) and h.seq[i] == seq):
-                i = bisect_left(h.seq, seq)
-                if i >= len(h.seq) or h.seq[i] != seq:
-                    continue
             created = h.created_ns[i]
             if created > 0 and (first is None or created < first):
                 first = created

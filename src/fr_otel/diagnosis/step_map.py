@@ -42,9 +42,8 @@ def step_of_collective(job: Job, group: str, seq: int) -> int | None:
         h = dump.histories.get(group)
         if h is None:
             continue
-        try:
-            i = h.seq.index(seq)
-        except ValueError:
+        i = h.position(seq)
+        if i is None:
             continue
         found = dump.steps.step_at(h.created_ns[i])
         if found is not None:

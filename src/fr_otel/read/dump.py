@@ -9,6 +9,7 @@ immutable records, so nothing downstream needs to know about format quirks
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
@@ -178,6 +179,16 @@ class GroupHistory:
         reader's workers, and 16 KB less per 2000 entries than an array."""
         seq = self.seq
         return type(seq) is range and seq.step == 1
+
+    def position(self, seq: int) -> int | None:
+        """Where #``seq`` sits in the columns (the first of several ops sharing it), or None when
+        the ring does not hold it: by offset when contiguous, else by binary search."""
+        s = self.seq
+        if self.contiguous:
+            i = seq - s.start  # type: ignore[union-attr]
+            return i if 0 <= i < len(s) else None
+        i = bisect_left(s, seq)
+        return i if i < len(s) and s[i] == seq else None
 
 
 @dataclass(slots=True)

@@ -8,7 +8,6 @@ stack, and only for the few ranks shown (:meth:`Facts.entry_at`).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 from ..diagnosis.job import Job, ProcessGroup
@@ -39,8 +38,8 @@ def history_at(dump: RankDump | None, group: str, seq: int) -> tuple[str, int, b
     h = dump.histories.get(group)
     if h is None:
         return None
-    i = bisect_left(h.seq, seq)
-    if i >= len(h.seq) or h.seq[i] != seq:
+    i = h.position(seq)
+    if i is None:
         return None
     fp = dump.fingerprints.get(h.fingerprint[i])
     op = str(fp[0]) if fp else "collective"
