@@ -23,7 +23,7 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so"))
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src),
          "-w", str(root / "dist")],
@@ -57,6 +57,12 @@ def test_wheel_ships_the_report_stylesheet_and_script(wheel_files: dict[str, byt
         shipped = wheel_files.get(f"fr_otel/report/assets/{name}")
         assert shipped is not None, name
         assert shipped == (REPO / "src" / "fr_otel" / "report" / "assets" / name).read_bytes()
+
+
+def test_wheel_ships_the_compiled_column_scan_built_from_its_source(wheel_files: dict[str, bytes]) -> None:
+    """The C scan is compiled by the wheel build (the copy holds no prebuilt .so) and shipped next to
+    the Python builder it speeds up."""
+    assert [n for n in wheel_files if n.startswith("fr_otel/read/_column_scan.") and n.endswith(".so")]
 
 
 def test_readme_layout_names_every_module_under_its_own_folder() -> None:

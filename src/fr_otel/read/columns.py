@@ -15,17 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import os
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable, Iterable, Sequence
 
 from .dump import GroupHistory, P2PChannel, op_name
 from .validate import INT64_MAX, columns_ok, fingerprint_ok
 
-__all__ = ["Summary", "summarise", "comparable_fingerprint", "TAIL_PER_GROUP"]
+try:  # the optional compiled scan (setuptools builds it where a C compiler is found)
+    from ._column_scan import scan as _compiled_scan
+except ImportError:  # pragma: no cover - exercised where the extension was not built
+    _compiled_scan = None
+if os.environ.get("FR_OTEL_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on"):
+    _compiled_scan = None
+#: The compiled scan is in use: built, and not turned off with ``FR_OTEL_PURE_PYTHON=1``.
+COMPILED = _compiled_scan is not None
+
+__all__ = ["COMPILED", "Summary", "summarise", "summarise_in_python", "comparable_fingerprint", "TAIL_PER_GROUP"]
 
 TAIL_PER_GROUP = 16  # newest entries per group kept whole (focus, evidence, stacks)
 _MAX_TAIL_IN_FLIGHT = 512
@@ -73,16 +83,19 @@ def _fingerprint_id(comparable: tuple) -> int:
 
 class _FingerprintIds(dict):
     """marshal bytes -> fingerprint id, remembered for the life of the process (every rank of a
-    job repeats the same few calls): the Python work runs once per distinct call, not per entry."""
+    job repeats the same few calls): the Python work runs once per distinct call, not per entry.
+    ``canonical`` is the compiled scan's own cache (its encoding of a call -> the same ids)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.meaning: dict[int, tuple] = {}
+        self.canonical: dict[bytes, int] = {}
 
     def forget_if_full(self) -> None:
         """Bound the memory (called between dumps, never while one is being indexed)."""
-        if len(self) >= _MAX_REMEMBERED:
+        if len(self) + len(self.canonical) >= _MAX_REMEMBERED:
             self.clear()
+            self.canonical.clear()
             self.meaning.clear()
 
     def __missing__(self, encoded: bytes) -> int:
@@ -97,7 +110,12 @@ class _FingerprintIds(dict):
         self[encoded] = gid
         return gid
 
-    def meanings(self, ids: list[int]) -> dict[int, tuple]:
+    def id_of_call(self, call: tuple) -> int:
+        """The compiled scan's way in, for a call its own cache has not met: the very checks
+        (size as marshalled, shape) and id of the Python path; ValueError if malformed."""
+        return self[marshal.dumps(call, 4)]
+
+    def meanings(self, ids: Iterable[int]) -> dict[int, tuple]:
         return {gid: self.meaning[gid] for gid in set(ids)}
 
 
@@ -121,6 +139,18 @@ _CALL = itemgetter(slice(0, 5))
 def summarise(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
     """Columns per group from well-formed raw entries; None if any is malformed (use the slow path)."""
     _FINGERPRINTS.forget_if_full()
+    if _compiled_scan is not None and type(raw) is list:
+        scanned = _compiled_scan(raw, gloo, _FINGERPRINTS.canonical, _FINGERPRINTS.id_of_call)
+        if scanned is not None:  # None: some value is not in the canonical shape; Python decides below
+            try:
+                return _from_scan(raw, *scanned)
+            except (KeyError, TypeError, IndexError, ValueError, OverflowError):
+                return None
+    return summarise_in_python(raw, gloo)
+
+
+def summarise_in_python(raw: list[dict[str, Any]], gloo: bool) -> Summary | None:
+    """:func:`summarise` without the compiled scan: the reference for every input."""
     try:
         try:
             rows = list(map(_ROW[gloo], raw))
@@ -198,27 +228,72 @@ def _split(
         lo, hi = bisect_left(by_group, name), bisect_right(by_group, name)
         tail.update(order[max(lo, hi - TAIL_PER_GROUP):hi])
         first = order[lo]
-        p2p = g_p2p[lo:hi]
-        n_p2p = sum(p2p)
-        channels: dict[str, P2PChannel] = {}
-        if n_p2p:
-            channels = _p2p_channels(g_done, g_created, g_fp, list(compress(range(lo, hi), p2p)), fingerprints)
-            keep = list(map(not_, p2p))
-            pick: Callable[[Sequence[Any]], Iterable[Any]] = (
-                lambda col, keep=keep: compress(col[lo:hi], keep))  # noqa: E731
-        else:
-            pick = lambda col: col[lo:hi]  # noqa: E731
-        histories[name] = GroupHistory(
-            name=name,
-            desc=str(_DESC(groups[first])),
-            local_id=int(_PG_ID(raw[first])),
-            seq=_as_range_if_contiguous(array("q", pick(g_seq))),
-            completed=bytes(pick(g_done)),
-            created_ns=array("q", pick(g_created)),
-            fingerprint=array("q", pick(g_fp)),
-            p2p_count=n_p2p,
-            p2p=channels,
-        )
+        histories[name] = _history(raw, groups[first], first, g_seq[lo:hi], g_done[lo:hi], g_created[lo:hi],
+                                   g_fp[lo:hi], g_p2p[lo:hi], fingerprints)
+    return _summary(raw, histories, tail, done, max(created, default=0), fingerprints)
+
+
+def _from_scan(
+    raw: list[dict[str, Any]], groups: list[tuple], done: bytes, latest_created: int, group_tuples: list[tuple],
+    ids: tuple[int, ...] | None,
+) -> Summary | None:
+    """The Summary from the compiled scan's per-group columns (see ``_column_scan.c``)."""
+    if not all(name.isprintable() and desc.isprintable() for name, desc in group_tuples):
+        return None  # as columns_ok
+    histories: dict[str, GroupHistory] = {}
+    tail: set[int] = set()
+    columns = [(group, *map(_int64s, (positions, seq, created, fp)), g_done, g_p2p, run)
+               for group, positions, seq, created, fp, g_done, g_p2p, run in groups]
+    fingerprints = _FINGERPRINTS.meanings(ids if ids is not None else chain.from_iterable(c[4] for c in columns))
+    for group, positions, seq, created, fp, g_done, g_p2p, run in columns:
+        tail.update(positions[-TAIL_PER_GROUP:])
+        seq_column: Sequence[int] = range(seq[0], seq[0] + len(seq)) if run and seq and not any(g_p2p) else seq
+        histories[group[0]] = _history(raw, group, positions[0], seq_column, g_done, created, fp, g_p2p,
+                                       fingerprints)
+    return _summary(raw, histories, tail, done, latest_created, fingerprints)
+
+
+def _int64s(native: bytes) -> array:
+    col = array("q")
+    col.frombytes(native)
+    return col
+
+
+def _history(
+    raw: list[dict[str, Any]], group: Sequence[str], first: int, seq: Sequence[int], done: Sequence[int],
+    created: Sequence[int], fp: Sequence[int], is_p2p: Sequence[int], fingerprints: dict[int, tuple],
+) -> GroupHistory:
+    """One group's history from its columns (record order); its send/recv split off by channel."""
+    n_p2p = is_p2p.count(1)  # 0/1 values: a C count
+    channels: dict[str, P2PChannel] = {}
+    if n_p2p:
+        channels = _p2p_channels(done, created, fp, list(compress(range(len(is_p2p)), is_p2p)), fingerprints)
+        keep = list(map(not_, is_p2p))
+        pick: Callable[[Sequence[Any]], Iterable[Any]] = lambda col: compress(col, keep)  # noqa: E731
+    else:
+        pick = lambda col: col  # noqa: E731
+    return GroupHistory(
+        name=group[0],
+        desc=str(_DESC(group)),
+        local_id=int(_PG_ID(raw[first])),
+        seq=seq if type(seq) is range else _as_range_if_contiguous(_as_int64s(pick(seq))),
+        completed=bytes(pick(done)),
+        created_ns=_as_int64s(pick(created)),
+        fingerprint=_as_int64s(pick(fp)),
+        p2p_count=n_p2p,
+        p2p=channels,
+    )
+
+
+def _as_int64s(col: Iterable[int]) -> array:
+    return col if type(col) is array else array("q", col)
+
+
+def _summary(
+    raw: list[dict[str, Any]], histories: dict[str, GroupHistory], tail: set[int], done: bytes,
+    latest_created: int, fingerprints: dict[int, tuple],
+) -> Summary:
+    n = len(raw)
     # The newest in-flight entries, found from the end (a C scan, a Python step per one kept).
     at = n
     for _ in range(_MAX_TAIL_IN_FLIGHT):
@@ -229,7 +304,7 @@ def _split(
     tail_index = sorted(tail)
     # Completion times only matter near the end: the newest ones are in the tail.
     done_at = [t for t in map(_DONE_AT, map(raw.__getitem__, tail_index)) if type(t) is int and 0 <= t <= INT64_MAX]
-    latest = max(max(created, default=0), max(done_at, default=0))
+    latest = max(latest_created, max(done_at, default=0))
     # The whole history: record ids 0..n-1 with none left out (not wrapped, not only-active).
     ids = (raw[0].get("record_id"), raw[-1].get("record_id")) if raw else (None, None)
     return Summary(histories=histories, tail_index=tail_index, fingerprints=fingerprints, latest_ns=latest,
