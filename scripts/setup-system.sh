@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# System packages the test suite drives for real: Prometheus + promtool (Debian's
+# System packages: a C compiler and the Python headers (the compiled column scan), and what the
+# test suite drives for real: Prometheus + promtool (Debian's
 # prometheus), amtool (prometheus-alertmanager) and headless Chromium. Installed only when missing; needs root (CI is).
 set -euo pipefail
 need=()
+# A C compiler and the Python headers build the optional compiled column scan (pip install).
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+py_include="$("${PYTHON:-python3}" -c 'import sysconfig; print(sysconfig.get_path("include"))' 2>/dev/null || true)"
+[ -n "$py_include" ] && [ -f "$py_include/Python.h" ] || need+=(python3-dev)
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)

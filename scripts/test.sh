@@ -2,8 +2,8 @@
 # Set up (if needed) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup-system.sh"  # first: the compiler setup.sh's install builds with
 "$root/scripts/setup.sh"
-"$root/scripts/setup-system.sh"
 cd "$root"
 set +e
 "$root/.venv/bin/python" -m pytest -q "$@"
