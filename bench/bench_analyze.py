@@ -17,12 +17,14 @@ interleaved per repetition (the order rotates) so machine noise hits all alike:
 ``--p2p`` adds pipeline send/recv to the dumps (see ``make_scaled_dumps.py``).
 
 Wall time is the median of the repetitions (process start to exit, interpreter start-up
-included). Peak memory is the peak over the process tree, sampled every 10 ms from /proc
-(so fr-otel's pool workers count): RSS while there is one process, the sum of PSS (read
-every 50 ms: reading it costs the measured tree CPU) when there are several (a forked
-worker's pages shared with its parent count once), never less than the largest single
-process's ``ru_maxrss`` from ``wait4``. The dump files are read once before timing
-(warm page cache). Benchmarks print numbers; they are not tests.
+included). Peak memory is measured in one more run of each tool, apart from the timed ones:
+the sampler reads /proc every 10 ms from this process, and on a 2-core machine it takes CPU
+from exactly the tool that uses both cores, never from a one-core loop (it made fr-otel look
+~0.1 s slower at 256 ranks). It is the peak over the process tree (so fr-otel's pool workers
+count): RSS while there is one process, the sum of PSS (read every 50 ms) when there are
+several (a forked worker's pages shared with its parent count once), never less than the
+largest single process's ``ru_maxrss`` from ``wait4``. The dump files are read once before
+timing (warm page cache). Benchmarks print numbers; they are not tests.
 
     python bench/bench_analyze.py --quick
     python bench/bench_analyze.py                       # 1024x2000 and 256x20000
@@ -169,8 +171,9 @@ class Run:
         return max(self.peak_tree_bytes, self.maxrss_bytes)
 
 
-def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> Run:
-    """Run ``argv`` once: wall time, peak tree RSS (sampled), ru_maxrss, exit status, output."""
+def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None, sample_memory: bool = True) -> Run:
+    """Run ``argv`` once: wall time, peak tree memory (sampled, unless not ``sample_memory``),
+    ru_maxrss, exit status, output."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, start_new_session=True)
@@ -187,7 +190,8 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
                 done.wait(0.01)
 
         sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        if sample_memory:
+            sampler.start()
         timed_out = False
 
         def kill() -> None:
@@ -204,7 +208,8 @@ def measure(argv: list[str], timeout_s: float, env: dict[str, str] | None = None
         wall = time.perf_counter() - t0
         timer.cancel()
         done.set()
-        sampler.join()
+        if sample_memory:
+            sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         try:  # stray grandchildren (a pool that outlived its parent) must not linger
             os.killpg(proc.pid, signal.SIGKILL)
@@ -283,8 +288,9 @@ class Tool:
     check: Callable[[Run, dict[str, Any]], tuple[bool, str]]
     reps: int
     env: dict[str, str] | None = None  # None: bench_env()
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # timed, no memory sampler
     results: list[tuple[bool, str]] = field(default_factory=list)
+    memory_runs: list[Run] = field(default_factory=list)  # sampled for peak memory, not timed
 
 
 def bench_env(**extra: str) -> dict[str, str]:
@@ -402,17 +408,22 @@ def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str
             if len(tool.runs) >= tool.reps:
                 continue
             timeout = args.torch_timeout if tool.key == "torch" else args.timeout
-            run = measure(tool.argv(out, args.prefix), timeout, tool.env or bench_env())
+            run = measure(tool.argv(out, args.prefix), timeout, tool.env or bench_env(), sample_memory=False)
             ok, note = tool.check(run, manifest)
             tool.runs.append(run)
             tool.results.append((ok, note))
             flag = "ok " if ok else ("FAIL" if tool.key.startswith("fr-otel") else "note")
             print(f"  rep {rep + 1}: {tool.label:<22} {run.wall_s:8.2f} s  {run.cpu_s:7.2f} s CPU  "
-                  f"{run.peak_bytes / MiB:8.0f} MiB  "
                   f"[{flag}] {note}", flush=True)
             if not ok and tool.key.startswith("fr-otel"):
                 print("!" * 78 + f"\n!!! FAIL: fr-otel did not name exactly the injected culprit rank "
                       f"{manifest['culprit']}: {note}\n" + "!" * 78, flush=True)
+    for tool in tools:
+        if tool.runs and not all(r.timed_out for r in tool.runs):
+            timeout = args.torch_timeout if tool.key == "torch" else args.timeout
+            run = measure(tool.argv(out, args.prefix), timeout, tool.env or bench_env(), sample_memory=True)
+            tool.memory_runs.append(run)
+            print(f"  memory: {tool.label:<22} {run.peak_bytes / MiB:8.0f} MiB peak (this run not timed)", flush=True)
     result = _report(ranks, entries, disk, manifest, tools)
     src_after = src_fingerprint()
     result["fr_otel_src"] = src_after
@@ -428,15 +439,15 @@ def _report(ranks: int, entries: int, disk: int, manifest: dict[str, Any], tools
     print(f"\n  {'tool':<22} {'median s [min-max]':>22} {'peak MiB':>9} {'max 1-proc':>10} {'mem/disk':>8}  result")
     for t in tools:
         text, med = _fmt_s(t.runs)
-        peak = max((r.peak_bytes for r in t.runs), default=0)
-        single = max((r.maxrss_bytes for r in t.runs), default=0)
+        peak = max((r.peak_bytes for r in t.runs + t.memory_runs), default=0)
+        single = max((r.maxrss_bytes for r in t.runs + t.memory_runs), default=0)
         ok = all(o for o, _ in t.results) if t.results else None
         note = t.results[-1][1] if t.results else ""
         rows[t.key] = {"label": t.label, "median_s": med, "all_s": [r.wall_s for r in t.runs],
                        "by_rep": [None if r.timed_out else r.wall_s for r in t.runs],
                        "cpu_by_rep": [None if r.timed_out else r.cpu_s for r in t.runs],
                        "peak_mib": peak / MiB, "max_single_process_mib": single / MiB,
-                       "peak_rss_sum_mib": max((r.peak_rss_sum_bytes for r in t.runs), default=0) / MiB,
+                       "peak_rss_sum_mib": max((r.peak_rss_sum_bytes for r in t.runs + t.memory_runs), default=0) / MiB,
                        "mem_over_disk": peak / disk if disk else None, "ok": ok, "note": note,
                        "rcs": [r.rc for r in t.runs]}
         print(f"  {t.label:<22} {text:>22} {peak / MiB:9.0f} {single / MiB:10.0f} {peak / disk:8.2f}  {note[:90]}")
