@@ -15,14 +15,15 @@ from ._common import (
     outputs_ok,
     print_json,
 )
+from .commands import command
 from .report import add_html_arg, write_html
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    summary = "name the culprit ranks of a hang, with evidence"
-    parser = sub.add_parser("analyze", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+    this = command("analyze")
+    parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object (the public schema)")
     add_html_arg(parser)

@@ -8,14 +8,15 @@ from pathlib import Path
 
 from ..demo import TorchMissing, run_demo
 from ._common import EXIT_FAILED, EXIT_UNUSABLE, add_export_args, error, export_config
+from .commands import command
 from .export import add_trace_args, export_and_report
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    summary = "run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"
-    parser = sub.add_parser("demo", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+    this = command("demo")
+    parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     parser.add_argument("--dumps", default="fr-otel-out/demo", metavar="DIR",
                         help="where the dumps go (default: %(default)s)")
     parser.add_argument("--html", metavar="FILE",

@@ -43,6 +43,7 @@ from ._common import (
     print_json,
     terminal_progress,
 )
+from .commands import command
 from .report import add_html_arg, write_html
 
 __all__ = [
@@ -52,18 +53,18 @@ __all__ = [
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    summary = "analyse and export the incident as one OpenTelemetry trace (OTLP, or a local file)"
-    parser = sub.add_parser("export", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+    this = command("export")
+    parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)
     add_export_args(parser)
     add_trace_args(parser)
     parser.add_argument("--json", action="store_true", help="print verdict, trace id and export outcome as JSON")
     add_html_arg(parser)
     parser.set_defaults(func=run)
-    replay_help = "send OTLP JSON Lines files (export's local file, or a spool) to an OTLP endpoint"
+    replay = command("replay")
     replay_p = sub.add_parser(
-        "replay", help=replay_help,
-        description=f"{replay_help[0].upper()}{replay_help[1:]}. Needs an endpoint (--endpoint or "
+        replay.name, help=replay.summary,
+        description=f"{replay.description} Needs an endpoint (--endpoint or "
         "$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT). Each span is delivered once: a delivered file is deleted (unless "
         "--keep), a partly delivered one keeps only what is left, so running it again finishes the job.",
     )

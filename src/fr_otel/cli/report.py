@@ -12,7 +12,6 @@ import sys
 
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
-from ..report.html import render, write_report
 from ..report.text import verdict_line
 from ..report.trace_section import TraceDelivery
 from ._common import (
@@ -24,6 +23,7 @@ from ._common import (
     error,
     outputs_ok,
 )
+from .commands import command
 
 __all__ = ["DEFAULT_OUTPUT", "add_html_arg", "register", "run", "write_html"]
 
@@ -31,8 +31,8 @@ DEFAULT_OUTPUT = "incident.html"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    summary = "write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"
-    parser = sub.add_parser("report", help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+    this = command("report")
+    parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
                         help="where the page goes; '-' for stdout (default: %(default)s)")
@@ -47,6 +47,8 @@ def add_html_arg(parser: argparse.ArgumentParser) -> None:
 
 def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | None = None) -> bool:
     """Render and write the page; one line on stderr says where (or why not)."""
+    from ..report.html import render, write_report  # the renderer loads only when a page is asked for
+
     document = render(job, verdict, trace=trace)
     try:
         size = write_report(path, document)
@@ -66,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     job, verdict, identity = analysed
     trace = identity.trace_delivery() if identity is not None else None
     if args.output == "-":
+        from ..report.html import render
+
         sys.stdout.write(render(job, verdict, trace=trace))
         return EXIT_OK
     if not write_html(args.output, job, verdict, trace=trace):

@@ -30,6 +30,7 @@ from ..otlp.config import (
     PROTOCOLS,
 )
 from ._common import EXIT_OK, EXIT_UNUSABLE, error
+from .commands import command
 
 __all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
 
@@ -63,8 +64,7 @@ def _option_help(text: str, default: object, env: str) -> str:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """The parser renders ``--help``; :func:`parse_launch` reads the arguments (it never refuses)."""
     parser = sub.add_parser(
-        "run", help="run a training command with the live agent in every rank (no code change)",
-        description=DESCRIPTION, usage="fr-otel run [flags] -- COMMAND [ARGS...]",
+        "run", help=command("run").summary, description=DESCRIPTION, usage="fr-otel run [flags] -- COMMAND [ARGS...]",
     )
     for option in OPTIONS:
         parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,

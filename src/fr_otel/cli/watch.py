@@ -38,6 +38,7 @@ from ._common import (
     seconds,
     terminal_progress,
 )
+from .commands import command
 from .export import add_trace_args, trace_options
 
 __all__ = ["register", "run"]
@@ -45,7 +46,7 @@ __all__ = ["register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "watch", help="wait for the dumps NCCL writes when ranks die; analyse and export each incident once",
+        "watch", help=command("watch").summary,
         description="Run beside the job (it outlives the ranks). A dump is in once it stopped changing for "
         "--settle seconds and parses; an incident is exported once every expected rank is in, or --deadline "
         f"seconds after its first dump. Exported incidents are remembered in DIR/{STATE_NAME}.",
