@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from fr_otel import analyze, build_job
 from fr_otel.report.html import render
 from fr_otel.otlp.chunks import to_requests
-from fr_otel.read.reader import ReadResult, parse_dump_bytes, read_dumps
+from fr_otel.read.dump_file import parse_dump_bytes
+from fr_otel.read.reader import ReadResult, read_dumps
 from fr_otel.trace.spans import build_trace
 from fr_otel.report.text import render_verdict
 from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump

@@ -56,7 +56,7 @@ def test_a_decoded_payload_gives_its_entries_on_demand_from_the_compressed_bytes
     from fr_otel.agent.payload import _HEADER, decode_payload, encode_payload
     from fr_otel.agent.recorder import GroupInfo
     from fr_otel.read.rank_process import RankProcess
-    from fr_otel.read.reader import parse_dump_bytes
+    from fr_otel.read.dump_file import parse_dump_bytes
 
     raw = (nvrx / "lock_gil_1st" / "_dump_3").read_bytes()
     payload = encode_payload(raw, [GroupInfo("0", "default_pg", tuple(range(16)), 0)], 8, 7, RankProcess(pid=3))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fr_otel.read.pg_meta import parse_ranks
-from fr_otel.read.reader import parse_dump_bytes, read_dump_file
+from fr_otel.read.dump_file import parse_dump_bytes, read_dump_file
 
 
 def test_a_dump_from_bytes_read_without_entries_gives_the_same_dump_and_its_entries_on_demand(nvrx: Path) -> None:

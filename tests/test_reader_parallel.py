@@ -60,3 +60,23 @@ def test_with_one_usable_cpu_a_large_job_is_read_in_this_process_without_a_pool(
     monkeypatch.setattr(reader, "usable_cpus", lambda: 2)
     with pytest.raises(AssertionError, match="process pool was started"):
         read_dumps(nvrx / "lock_gil_1st")
+
+
+def test_the_workers_result_pipe_is_widened_so_a_worker_does_not_wait_for_this_process() -> None:
+    """On this Linux Python the reader's pool gets a 1 MiB result pipe (64 KiB by default held less
+    than two dumps' results: a worker waited ~4 ms per batch for this busy process to read);
+    where that cannot be done the default pipe stays and nothing fails."""
+    import fcntl
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        pipe = pool._result_queue._writer.fileno()  # type: ignore[attr-defined]
+        before = fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ)
+        reader._widen_result_pipe(pool)
+        assert before < fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ) == reader._RESULT_PIPE_BYTES
+        assert pool.submit(sum, [1, 2]).result() == 3
+
+    class Elsewhere:  # another Python's private layout
+        pass
+
+    reader._widen_result_pipe(Elsewhere())  # type: ignore[arg-type]

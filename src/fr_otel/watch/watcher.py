@@ -31,7 +31,7 @@ from ..diagnosis.verdict import AnalysisOptions
 from ..otlp.config import ExportConfig
 from ..read.discovery import rank_from_name
 from ..read.dump import RankDump
-from ..read.reader import read_dump_file
+from ..read.dump_file import read_dump_file
 from ..trace.options import TraceOptions
 from .incident_export import IncidentExport
 from .settings import WatchSettings
