@@ -127,6 +127,32 @@ def test_on_any_entries_the_compiled_scan_agrees_with_python(raw: list[Any], glo
     assert summarise(raw, gloo) == summarise_in_python(raw, gloo)
 
 
+@pytest.mark.parametrize("gloo", [True, False])
+def test_entries_whose_keys_sit_elsewhere_are_read_by_key(gloo: bool) -> None:
+    """The scan reads a field at the slot it had in the first entry only when the very same key
+    object is there: shuffled key orders, deleted slots, and equal keys that are other str objects
+    (as a JSON dump or another writer makes them) are read by key, and agree with Python."""
+    import random
+
+    rng = random.Random(7)
+    first = nccl_dump(0)["entries"]
+    raw: list[Any] = []
+    for i, e in enumerate(first * 4):
+        e = dict(e, record_id=i, collective_seq_id=i + 1, time_created_ns=10 * i, retired=i % 3 == 0)
+        if i % 4 == 1:  # another order
+            items = list(e.items())
+            rng.shuffle(items)
+            e = dict(items)
+        elif i % 4 == 2:  # a deleted slot before the fields
+            e = {"gone": 1, **e}
+            del e["gone"]
+        elif i % 4 == 3:  # equal keys, other objects
+            e = {"".join(list(k)): v for k, v in e.items()}
+        raw.append(e)
+    assert _scanned(raw, gloo)
+    assert summarise(raw, gloo) == summarise_in_python(raw, gloo)
+
+
 def test_a_shared_list_bomb_is_left_to_python_and_read_in_bounded_time() -> None:
     """One list shared by memo reference, nested: 2**60 values unrolled. The scan stops counting
     at its bound; Python (marshal 4 keeps the sharing) rejects the call: the slow path decides."""

@@ -41,27 +41,42 @@ static const char *const FIELD_NAMES[2][N_FIELDS] = {
 static PyObject *field_keys[2][N_FIELDS]; /* [gloo][field], interned */
 static PyObject *s_completed;
 
-/* The key objects the entries use. A pickle shares one str object per distinct key, so once
-   learnt from an entry, lookups with them end at the identity test instead of comparing strings.
-   Borrowed from the entries, which the scan keeps alive and unchanged. */
+/* The key objects the entries use, and where each sits in an entry. A pickle shares one str
+   object per distinct key, and one writer puts the keys of every entry in the same order: once
+   learnt from an entry, a field is read at its slot (PyDict_Next from there) when the key found
+   there is that very object, else looked up (a lookup with the learnt key ends at the identity
+   test instead of comparing strings). Borrowed from the entries, which the scan keeps alive and
+   unchanged. */
 typedef struct {
     int learnt;
     PyObject *key[N_FIELDS];
+    Py_ssize_t slot[N_FIELDS]; /* -1: not learnt */
 } Keys;
 
 /* 0 = ok (missing fields are NULL), -1 = error set */
 static int read_fields(PyObject *e, Keys *keys, PyObject **val) {
     for (int f = 0; f < N_FIELDS; f++) {
+        Py_ssize_t pos = keys->slot[f];
+        PyObject *k, *v;
+        if (pos >= 0 && PyDict_Next(e, &pos, &k, &v) && k == keys->key[f]) {
+            val[f] = v;
+            continue;
+        }
         val[f] = PyDict_GetItemWithError(e, keys->key[f]);
         if (!val[f] && PyErr_Occurred()) return -1;
     }
     if (!keys->learnt) {
-        Py_ssize_t pos = 0;
+        Py_ssize_t pos = 0, at = 0;
         PyObject *k, *v;
         keys->learnt = 1;
-        while (PyDict_Next(e, &pos, &k, &v))
+        while (PyDict_Next(e, &pos, &k, &v)) {
             for (int f = 0; f < N_FIELDS; f++)
-                if (v == val[f] && PyUnicode_CheckExact(k) && PyUnicode_Compare(k, keys->key[f]) == 0) keys->key[f] = k;
+                if (v == val[f] && PyUnicode_CheckExact(k) && PyUnicode_Compare(k, keys->key[f]) == 0) {
+                    keys->key[f] = k;
+                    keys->slot[f] = at;
+                }
+            at = pos;
+        }
     }
     return 0;
 }
@@ -249,6 +264,7 @@ static int read_columns(PyObject *entries, int gloo, PyObject *ids, PyObject *ne
     Keys keys = {0};
     PyObject *val[N_FIELDS];
     memcpy(keys.key, field_keys[gloo ? 1 : 0], sizeof keys.key);
+    for (int f = 0; f < N_FIELDS; f++) keys.slot[f] = -1;
     Py_ssize_t n = PyList_GET_SIZE(entries);
     for (Py_ssize_t i = 0; !r && i < n; i++) {
         if (i >= PyList_GET_SIZE(entries)) { r = 1; break; } /* only if new_call_id broke its promise */
