@@ -152,6 +152,22 @@ def test_every_subcommand_is_covered() -> None:
     assert SUBCOMMANDS == ["analyze", "demo", "export", "replay", "report", "run", "watch"]
 
 
+def test_each_command_loads_only_its_own_module_and_the_table_lists_every_one(nvrx: Path) -> None:
+    """`fr-otel analyze` imports no other subcommand (they are listed in cli/commands.py), yet an
+    option before the command still gets the command's full parser, as before the split."""
+    from fr_otel.cli.commands import COMMANDS
+
+    code = ("import sys, io, contextlib; from fr_otel.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['analyze', sys.argv[1], '--json'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('fr_otel.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code, str(nvrx / "lock_gil_1st")], capture_output=True,
+                         text=True, env=_env(), check=True).stdout
+    assert out.strip() == "['fr_otel.cli._common', 'fr_otel.cli.analyze', 'fr_otel.cli.commands', 'fr_otel.cli.report']"
+    assert sorted(c.name for c in COMMANDS) == SUBCOMMANDS
+    first = _fr_otel("-q", "analyze", "--help")  # argparse still picks analyze after the stray option
+    assert "--json" in first.stdout, first.stdout + first.stderr
+
+
 @pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_help_is_plain_text_with_real_metavars_and_defaults(name: str) -> None:
     """`fr-otel NAME --help` (rendered for real) has no reST markup; every flag that takes a value

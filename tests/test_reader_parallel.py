@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,6 @@ def test_parallel_read_with_this_process_parsing_too_equals_a_serial_read(nvrx: 
 def test_the_default_pool_fits_the_cpus_this_process_may_run_on_not_the_machine() -> None:
     """Pinned to one CPU (as by taskset or a cpuset), the reader counts one CPU, where os.cpu_count()
     still counts every core of the host."""
-    import os
     import subprocess
     import sys
 
@@ -66,9 +68,19 @@ def test_the_workers_result_pipe_is_widened_so_a_worker_does_not_wait_for_this_p
     """On this Linux Python the reader's pool gets a 1 MiB result pipe (64 KiB by default held less
     than two dumps' results: a worker waited ~4 ms per batch for this busy process to read);
     where that cannot be done the default pipe stays and nothing fails."""
-    import fcntl
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        pytest.skip("pipes cannot be resized here (not Linux)")
     from concurrent.futures import ProcessPoolExecutor
 
+    probe_r, probe_w = os.pipe()
+    try:
+        fcntl.fcntl(probe_w, fcntl.F_SETPIPE_SZ, reader._RESULT_PIPE_BYTES)
+    except OSError:
+        pytest.skip("this system's fs/pipe-max-size (or pipe quota) allows no 1 MiB pipe")
+    finally:
+        os.close(probe_r)
+        os.close(probe_w)
     with ProcessPoolExecutor(max_workers=1) as pool:
         pipe = pool._result_queue._writer.fileno()  # type: ignore[attr-defined]
         before = fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ)
@@ -80,3 +92,27 @@ def test_the_workers_result_pipe_is_widened_so_a_worker_does_not_wait_for_this_p
         pass
 
     reader._widen_result_pipe(Elsewhere())  # type: ignore[arg-type]
+
+
+def test_cycles_in_a_hostile_dump_are_freed_after_each_file_while_the_collector_is_paused(tmp_path: Path) -> None:
+    """The parallel read pauses automatic GC (a pool worker is even forked with it off), so a pickle
+    holding cycles (a list that holds itself, next to 20 000 more lists) would pile up file after file;
+    each file's young generation is collected as soon as it is parsed."""
+    paths = []
+    for rank in range(3):
+        loop: list = [[] for _ in range(20_000)]
+        loop.append(loop)
+        path = tmp_path / f"rank_{rank}"
+        path.write_bytes(pickle.dumps({"version": "2.10", "entries": [], "pg_status": {}, "junk": loop}))
+        paths.append((rank, str(path)))
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()  # as in a pool worker
+    try:
+        parsed = reader._parse_batch(paths)
+        left = gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert [d.rank for d, _ in parsed if d is not None] == [0, 1, 2]
+    assert left < 1_000, f"{left} objects of the dumps' cycles were still waiting for the collector"

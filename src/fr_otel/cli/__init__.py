@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
-
 from importlib import import_module
+from typing import Sequence
 
 from ..version import __version__
 from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
@@ -22,13 +21,15 @@ from .commands import COMMANDS
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
 
+_COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
+
 #: gRPC's log level variable (DEBUG, INFO, ERROR, NONE).
 GRPC_VERBOSITY = "GRPC_VERBOSITY"
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every command's full parser; with ``only`` (a command line's first word), just that
-    command's, and a summary-only parser for each other command."""
+    """Every command's full parser; with ``only`` (a command name), just that command's, and a
+    summary-only parser for each other command."""
     parser = argparse.ArgumentParser(
         prog="fr-otel",
         description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
@@ -67,7 +68,10 @@ def _quiet_grpc() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser(only=argv[0] if argv else "")
+    # The command's own parser only when the command comes first; anything else (an option first,
+    # `--help`) gets every full parser, as argparse may still pick a command after it.
+    named = argv[0] if argv and argv[0] in _COMMAND_NAMES else None
+    parser = _parser(only=named)
     if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
         from .run import launch
 
