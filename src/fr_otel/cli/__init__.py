@@ -2,8 +2,8 @@
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and
 sets ``func`` (``args -> exit code``). Only the module of the command being run is
-imported (the others get a parser with their summary, for ``--help``): ``fr-otel
-analyze`` starts in a fraction of the time. Subcommands turn flags into plain
+imported when the command comes first (the others get a parser with their summary, for
+``--help``): ``fr-otel analyze`` does not load the agent, the watcher or the demo. Subcommands turn flags into plain
 arguments for the library and print what it returns; no analysis happens here.
 """
 
