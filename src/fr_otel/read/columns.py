@@ -251,9 +251,8 @@ def _from_scan(
     fingerprints = _FINGERPRINTS.meanings(ids if ids is not None else chain.from_iterable(c[4] for c in columns))
     for group, positions, seq, created, fp, g_done, g_p2p, run in columns:
         tail.update(positions[-TAIL_PER_GROUP:])
-        seq_column: Sequence[int] = range(seq[0], seq[0] + len(seq)) if run and seq and not any(g_p2p) else seq
-        histories[group[0]] = _history(raw, group, positions[0], seq_column, g_done, created, fp, g_p2p,
-                                       fingerprints)
+        histories[group[0]] = _history(raw, group, positions[0], seq, g_done, created, fp, g_p2p, fingerprints,
+                                       seq_is_run=run)
     return _summary(raw, histories, tail, done, latest_created, fingerprints)
 
 
@@ -266,8 +265,11 @@ def _int64s(native: bytes) -> array:
 def _history(
     raw: list[dict[str, Any]], group: Sequence[str], first: int, seq: Sequence[int], done: Sequence[int],
     created: Sequence[int], fp: Sequence[int], is_p2p: Sequence[int], fingerprints: dict[int, tuple],
+    seq_is_run: bool = False,
 ) -> GroupHistory:
-    """One group's history from its columns (record order); its send/recv split off by channel."""
+    """One group's history from its columns (record order); its send/recv split off by channel.
+    ``seq_is_run``: the caller already knows ``seq`` is first, first+1, ... (the compiled scan
+    checks it for free); it still holds only while no send/recv is split off."""
     n_p2p = is_p2p.count(1)  # 0/1 values: a C count
     channels: dict[str, P2PChannel] = {}
     if n_p2p:
@@ -280,7 +282,8 @@ def _history(
         name=group[0],
         desc=str(_DESC(group)),
         local_id=int(_PG_ID(raw[first])),
-        seq=seq if type(seq) is range else _as_range_if_contiguous(_as_int64s(pick(seq))),
+        seq=range(seq[0], seq[0] + len(seq)) if seq_is_run and seq and not n_p2p
+        else _as_range_if_contiguous(_as_int64s(pick(seq))),
         completed=bytes(pick(done)),
         created_ns=_as_int64s(pick(created)),
         fingerprint=_as_int64s(pick(fp)),
