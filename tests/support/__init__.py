@@ -1,0 +1,1 @@
+"""Helpers the tests share: real jobs, real servers, hostile inputs (never shipped)."""
