@@ -9,7 +9,8 @@ from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.read.discovery import host_from_name
-from fr_otel.read.steps import StepCounter, StepLog, step_log_from_raw
+from fr_otel.agent.step_counter import StepCounter
+from fr_otel.read.steps import StepLog, step_log_from_raw
 from fr_otel.report.text import render_verdict
 
 S = 1_000_000_000
@@ -375,8 +376,9 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
     import socket
 
-    from fr_otel.read.rank_map import rank_map_json
-    from fr_otel.read.rank_process import process_from_raw, this_process
+    from fr_otel.read.rank_map import host_map_json
+    from fr_otel.agent.process_identity import this_process
+    from fr_otel.read.rank_process import process_from_raw
 
     me = this_process(3, {"SLURMD_NODENAME": "gpu-017", "SLURM_LOCALID": "3"})
     assert (me.host, me.node, me.local_rank) == (socket.gethostname(), "gpu-017", 3)
@@ -389,7 +391,7 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
              3: ("ip-10-0-0-7", "gpu-017")}
     from fr_otel.read.rank_process import RankProcess
 
-    (folder / "ranks.json").write_text(json.dumps(rank_map_json(
+    (folder / "ranks.json").write_text(json.dumps(host_map_json(
         {r: RankProcess(host=h, pid=100 + r, node=n) for r, (h, n) in hosts.items()})))
     v = analyze(build_job(read_dumps(folder)))
     assert v.nodes == [("gpu-017", (1, 3))]

@@ -14,10 +14,13 @@ import pytest
 
 from fr_otel.read.frame import Frame
 from fr_otel.trace.ids import trace_id_for
-from fr_otel.incident.files import IncidentIdentity, write_identity
-from fr_otel.read.live_stack import LiveStacks, ThreadStack, capture_stacks, stacks_from_raw
+from fr_otel.incident.files import write_identity
+from fr_otel.read.incident_file import IncidentIdentity
+from fr_otel.agent.stack_capture import capture_stacks, collective_of
+from fr_otel.read.live_stack import LiveStacks, ThreadStack, stacks_from_raw
 from fr_otel.otlp.jsonl import read_jsonl
-from fr_otel.read.rank_process import RankProcess, process_from_raw, this_process
+from fr_otel.agent.process_identity import this_process
+from fr_otel.read.rank_process import RankProcess, process_from_raw
 from fr_otel.testing.otlp import ReceivedSpan
 
 
@@ -108,8 +111,7 @@ def test_live_stack_names_the_collective_the_main_thread_is_in() -> None:
     c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
     frames = (Frame("all_reduce", c10d, 2800), Frame("wrapper", "/venv/torch/distributed/c10d_logger.py", 81),
               Frame("train_step", "/job/train.py", 31))
-    from fr_otel.read.live_stack import _collective_of
-    now = LiveStacks(1, (ThreadStack("MainThread", 1, frames, "work.wait()"),), _collective_of(list(frames)))
+    now = LiveStacks(1, (ThreadStack("MainThread", 1, frames, "work.wait()"),), collective_of(list(frames)))
     assert now.in_collective == "all_reduce"
     assert now.describe() == "in all_reduce at /job/train.py:31 in train_step"
 

@@ -16,7 +16,6 @@ from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
 from .read.dump import Entry, PgConfig, Progress, RankDump
 from .read.frame import Frame
 from .read.reader import ReadResult, read_dumps
-from .read.steps import step
 from .version import __version__
 
 # A library logs, the application decides where it goes (stdlib convention).
@@ -24,11 +23,16 @@ _logging.getLogger("fr_otel").addHandler(_logging.NullHandler())
 
 
 def __getattr__(name: str) -> object:
-    """``fr_otel.start`` / ``fr_otel.stop``: the live agent, imported only when asked for."""
+    """``fr_otel.start`` / ``stop`` / ``step``: the live agent's, imported only when asked for."""
     if name in ("start", "stop"):
         from . import agent
 
         return getattr(agent, name)
+    if name == "step":
+        from .agent.step_counter import step
+
+        globals()["step"] = step  # a training loop calls it every step: look it up once
+        return step
     raise AttributeError(f"module 'fr_otel' has no attribute {name!r}")
 
 

@@ -26,8 +26,6 @@ from typing import Any
 
 from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
-from ..read.rank_process import this_process
-from ..read.steps import COUNTER
 from ..trace.ids import job_identity
 from .channel import connect_channel
 from .config import AgentConfig
@@ -37,6 +35,7 @@ from .incident_runner import IncidentRunner
 from .incident_work import IncidentRank, dump_root
 from .logs import set_log_rank
 from .poller import ProgressTracker
+from .process_identity import this_process
 from .recorder import (
     GroupInfo,
     Recorder,
@@ -48,6 +47,7 @@ from .recorder import (
 )
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .state import ProcessInfo, Snapshot
+from .step_counter import COUNTER
 
 __all__ = ["Agent"]
 

@@ -6,16 +6,16 @@ NCCL's automatic dumps use, so ``fr-otel analyze`` reads the folder as is), and 
 raiser a trimmed copy with true membership through the store.
 
 The raiser (the coordinator): wait, bounded, until every rank sent its copy (ranks that
-exited earlier left one at exit), build the job, analyse it once, and export one trace:
-the verdict as root, each rank's spans under its own resource, one span per collective
-that every rank's entry links to. One process builds and exports every span, so each
-arrives exactly once and every link resolves; a collector that is down leaves a spool
-file (``fr-otel replay``). Everything is bounded by a deadline.
+exited earlier left one at exit), then hand them to the incident pipeline
+(:mod:`fr_otel.incident.pipeline`) for one verdict and one trace: the verdict as root, each
+rank's spans under its own resource, one span per collective that every rank's entry links
+to. One process builds and exports every span, so each arrives exactly once and every link
+resolves; a collector that is down leaves a spool file (``fr-otel replay``). Everything is
+bounded by a deadline.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -25,27 +25,26 @@ from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
 from ..common.ranks import compress_ranks
-from ..diagnosis.step_map import steps_file_json
 from ..incident.delivery import out_dir
-from ..incident.files import write_incident_files
+from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
-from ..read.live_stack import capture_stacks
-from ..read.rank_map import RANKS_FILE, rank_map_json
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
-from ..read.steps import COUNTER, STEPS_FILE
 from ..trace.ids import trace_id_for
+from ..trace.options import TraceOptions
 from .channel import IncidentChannel
 from .config import AgentConfig
 from .health import HealthTracker
 from .payload import decode_payload, encode_payload, entries_per_group
 from .recorder import GroupInfo
+from .stack_capture import capture_stacks
+from .step_counter import COUNTER
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
 __all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "IncidentRank", "coordinate", "dump_path", "dump_root",
-           "flush_incident", "publish_final"]
+           "flush_incident", "gather", "publish_final"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
 _GATHER_POLL_S = 0.05
@@ -106,14 +105,51 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
 
 def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
                dump_written: bool = True) -> None:
-    """Gather every rank's recorder (bounded), analyse once, export the incident's trace."""
-    from ..diagnosis.analysis import (
-        analyze,  # the export stack loads only when an incident happens
+    """Gather every rank's recorder (bounded), then the incident pipeline: verdict, trace, files."""
+    from ..incident.pipeline import (  # loads only when an incident happens
+        IncidentPlan,
+        run_incident,
     )
-    from ..diagnosis.job import build_job
-    from ..incident.delivery import deliver_trace
-    from ..trace.spans import TraceOptions, build_trace
 
+    evidence = gather(me, k, deadline)
+    root = [
+        ("fr_otel.incident.number", k),
+        ("fr_otel.incident.reason", str(meta.get("reason", ""))),
+        ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
+    ]
+    for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
+        if key in meta:
+            root.append((f"fr_otel.incident.detected.{key}", meta[key]))
+    folder = dump_path(me, trace_hex).parent
+    remaining = max(deadline - time.monotonic(), 1.0)
+    plan = IncidentPlan(trace=TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root)),
+                        sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
+                        deadline_s=min(remaining, me.export_config.timeout_s))
+    result = run_incident(evidence, plan)
+    trace, outcome, verdict = result.trace, result.outcome, result.verdict
+    assert trace is not None and outcome is not None
+    if not outcome.ok:
+        me.health.export_failed()
+    if result.files_error:
+        log.warning("incident %d: %s", k, result.files_error)
+    culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
+    if verdict.stop_order is not None and verdict.stop_order.sentence():
+        culprits += f" ({verdict.stop_order.sentence()})"
+    where = outcome.describe(len(trace.spans), me.export_config)
+    dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
+    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
+                k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
+                len(evidence.dumps), me.world_size, trace_hex, where, dumps)
+    with me.health.guard("publishing the verdict"):
+        me.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
+                                  "culprits": [c.rank for c in verdict.culprits], "export": str(outcome.status),
+                                  "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
+        me.channel.cleanup(k, list(evidence.dumps))
+
+
+def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
+    """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
+    left one at exit), decoded into the evidence the pipeline reads; the absent ones said."""
     world = me.world_size
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     while me.channel.arrived(k) < world and time.monotonic() < gather_until:
@@ -129,49 +165,11 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
         dump = decode_payload(payload, rank, source, problems)
         if dump is not None:
             read.dumps[rank] = dump
-    if late:
-        gone = [r for r in late if r not in finals]
-        if gone:
-            problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
-                            "(stuck with the GIL held, or dead)")
-    job = build_job(read)
-    verdict = analyze(job)
-    folder = dump_path(me, trace_hex).parent
-    with me.health.guard("writing ranks.json and steps.json beside the dumps"):
-        # Dump files say neither where a rank ran nor its training step: these let a later
-        # `fr-otel analyze` of the folder say both.
-        atomic_write(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode(), mkdir=True)
-        if any(d.steps is not None for d in job.dumps.values()):
-            atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode(), mkdir=True)
-    root = [
-        ("fr_otel.incident.number", k),
-        ("fr_otel.incident.reason", str(meta.get("reason", ""))),
-        ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
-    ]
-    for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
-        if key in meta:
-            root.append((f"fr_otel.incident.detected.{key}", meta[key]))
-    trace = build_trace(job, verdict, TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root)))
-    remaining = max(deadline - time.monotonic(), 1.0)
-    outcome = deliver_trace(trace, me.export_config, directory=me.config.out_dir,
-                            deadline_s=min(remaining, me.export_config.timeout_s))
-    if not outcome.ok:
-        me.health.export_failed()
-    culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
-    if verdict.stop_order is not None and verdict.stop_order.sentence():
-        culprits += f" ({verdict.stop_order.sentence()})"
-    where = outcome.describe(len(trace.spans), me.export_config)
-    with me.health.guard("writing incident.json and incident.html beside the dumps"):
-        write_incident_files(folder, job, verdict, trace, outcome, me.export_config)
-    dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
-    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
-                k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
-                len(read.dumps), world, trace_hex, where, dumps)
-    with me.health.guard("publishing the verdict"):
-        me.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
-                                  "culprits": [c.rank for c in verdict.culprits], "export": outcome.status,
-                                  "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
-        me.channel.cleanup(k, list(payloads))
+    gone = [r for r in late if r not in finals]
+    if gone:
+        problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
+                        "(stuck with the GIL held, or dead)")
+    return read
 
 
 def _brief(c: Culprit) -> str:

@@ -20,11 +20,11 @@ from typing import Any
 
 from ..common.ranks import compress_ranks
 from ..read.dump import Entry, RankDump
+from ..read.dump_file import parse_dump_bytes
 from ..read.live_stack import PAYLOAD_KEY as STACKS_KEY
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..read.rank_process import RankProcess
-from ..read.dump_file import parse_dump_bytes
 from ..read.recent import recent_and_in_flight
 from ..read.steps import PAYLOAD_KEY as STEPS_KEY
 from ..read.steps import StepLog

@@ -6,16 +6,20 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.progress import TerminalProgress
 from ..common.text import printable
-from ..diagnosis.analysis import analyze
-from ..diagnosis.job import Job, build_job
-from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
+from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
-from ..incident.files import IncidentIdentity, apply_identity, find_identity
+from ..incident.pipeline import (
+    IncidentPlan,
+    IncidentResult,
+    evidence_from_files,
+    run_incident,
+)
+from ..incident.sinks import IncidentSink
 from ..otlp.config import (
     DEFAULT_TIMEOUT_S,
     PROTOCOLS,
@@ -23,13 +27,13 @@ from ..otlp.config import (
     resolve_export_config,
 )
 from ..otlp.tls_files import check_tls_files
-from ..read.reader import read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
+from ..trace.options import TraceOptions
 
 __all__ = [
     "EXIT_FAILED", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_UNUSABLE", "add_export_args", "add_input_args",
-    "add_quiet_arg", "analysed_incident", "analysis_options", "byte_size", "count", "error",
-    "export_config", "load_incident", "non_negative_seconds", "outputs_ok", "print_json", "seconds",
+    "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
+    "export_config", "incident_from_args", "non_negative_seconds", "outputs_ok", "print_json", "seconds",
     "terminal_progress",
 ]
 
@@ -131,39 +135,21 @@ def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
     return TerminalProgress(enabled=False if getattr(args, "quiet", False) else None)
 
 
-def load_incident(
-    paths: Sequence[str], prefix: str | None, workers: int | None, progress: TerminalProgress | None = None,
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-) -> tuple[Job, IncidentIdentity | None] | None:
-    """Read and model the dumps, plus the live incident's identity when the folder has an
-    ``incident.json`` (its host, pid and stacks per rank are applied to the job); None (after
+def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None = None,
+                       sink: IncidentSink | None = None) -> IncidentResult | None:
+    """The dumps (and side files) named on the command line through the incident pipeline with the
+    command's options: analysed, and with ``trace``/``sink`` traced and delivered. None (after
     saying why) when not a single dump could be read."""
-    with (progress or TerminalProgress(enabled=False)).task("reading dumps", "files") as update:
-        read = read_dumps(paths, prefix=prefix, workers=workers, progress=update, max_file_bytes=max_file_bytes)
-    if not read.dumps:
-        for line in read.problems:
+    progress = terminal_progress(args)
+    evidence = evidence_from_files(args.paths, prefix=args.prefix, workers=args.workers,
+                                   max_file_bytes=args.max_file_size, progress=progress)
+    if not evidence.dumps:
+        for line in evidence.problems:
             error(line)
         error("no usable Flight Recorder dump")
         return None
-    job = build_job(read)
-    identity = find_identity(paths, job.problems)
-    stale = identity.stale_for(job) if identity is not None else None
-    if identity is not None and stale:
-        job.problems.append(f"{identity.path}: {stale}; not using its trace id, hosts or stacks")
-        identity = None
-    if identity is not None:
-        apply_identity(job, identity)
-    return job, identity
-
-
-def analysed_incident(args: argparse.Namespace) -> tuple[Job, Verdict, IncidentIdentity | None] | None:
-    """The dumps named on the command line, read, modelled and analysed with the command's
-    options: what ``analyze``, ``report`` and ``export`` all start with. None when unusable."""
-    loaded = load_incident(args.paths, args.prefix, args.workers, terminal_progress(args), args.max_file_size)
-    if loaded is None:
-        return None
-    job, identity = loaded
-    return job, analyze(job, analysis_options(args)), identity
+    plan = IncidentPlan(analysis=analysis_options(args), trace=trace, sink=sink, progress=progress)
+    return run_incident(evidence, plan)
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:

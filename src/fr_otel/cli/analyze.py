@@ -11,7 +11,7 @@ from ._common import (
     EXIT_OK,
     EXIT_UNUSABLE,
     add_input_args,
-    analysed_incident,
+    incident_from_args,
     outputs_ok,
     print_json,
 )
@@ -33,21 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     if not outputs_ok(args):
         return EXIT_UNUSABLE
-    analysed = analysed_incident(args)
-    if analysed is None:
+    incident = incident_from_args(args)
+    if incident is None:
         return EXIT_UNUSABLE
-    job, verdict, identity = analysed
-    trace_id = identity.trace_id if identity is not None else None
+    identity = incident.identity
     if args.json:
-        doc = verdict.to_dict()
-        if trace_id:
-            doc["trace_id"] = trace_id  # the live incident's, from incident.json
-        print_json(doc)
+        print_json(incident.to_dict())
     else:
-        sys.stdout.write(render_verdict(verdict))
-        if trace_id:
-            sys.stdout.write(f"\nLive incident {identity.incident} of job {identity.job_id}: trace {trace_id}\n")
-    page = identity.trace_delivery() if identity is not None else None
-    if args.html and not write_html(args.html, job, verdict, trace=page):
+        sys.stdout.write(render_verdict(incident.verdict))
+        if identity is not None:
+            sys.stdout.write(f"\nLive incident {identity.incident} of job {identity.job_id}: trace {identity.trace_id}\n")
+    if args.html and not write_html(args.html, incident.job, incident.verdict, trace=incident.trace_delivery()):
         return EXIT_FAILED
     return EXIT_OK

@@ -7,9 +7,18 @@ import sys
 from pathlib import Path
 
 from ..demo import TorchMissing, run_demo
-from ._common import EXIT_FAILED, EXIT_UNUSABLE, add_export_args, error, export_config
+from ..incident.pipeline import IncidentPlan, evidence_from_files, run_incident
+from ..incident.sinks import sink_for
+from ._common import (
+    EXIT_FAILED,
+    EXIT_UNUSABLE,
+    add_export_args,
+    error,
+    export_config,
+    terminal_progress,
+)
 from .commands import command
-from .export import add_trace_args, export_and_report
+from .export import add_trace_args, report_delivery, trace_options
 
 __all__ = ["register", "run"]
 
@@ -33,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     print("fr-otel demo: a real 4-rank gloo job on CPU; rank 2 skips an all_reduce, the others hang in it...",
           file=sys.stderr)
     try:
-        result = run_demo(args.dumps)
+        dumps_dir = run_demo(args.dumps)
     except TorchMissing as exc:
         error(str(exc))
         return EXIT_UNUSABLE
@@ -42,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.html is None:
         args.html = str(Path(args.dumps) / "incident.html")
-    code = export_and_report(result.job, result.verdict, config, args)
-    print(f"Dumps (one per rank): {result.dumps_dir}\n  analyse them again: fr-otel analyze {result.dumps_dir}")
+    progress = terminal_progress(args)
+    incident = run_incident(evidence_from_files(dumps_dir, progress=progress),
+                            IncidentPlan(trace=trace_options(args), sink=sink_for(config, args.out), progress=progress))
+    code = report_delivery(incident, config, args)
+    print(f"Dumps (one per rank): {dumps_dir}\n  analyse them again: fr-otel analyze {dumps_dir}")
     return code

@@ -7,15 +7,9 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..diagnosis.job import Job
-from ..diagnosis.verdict import Verdict
-from ..incident.delivery import (
-    ExportOutcome,
-    deliver_trace,
-    export_hint,
-    replay_command,
-)
-from ..incident.files import IncidentIdentity
+from ..incident.delivery import ExportOutcome, ExportStatus, export_hint, replay_command
+from ..incident.pipeline import IncidentResult
+from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
 from ..report.text import render_verdict
 from ..trace.options import (
@@ -35,10 +29,10 @@ from ._common import (
     add_export_args,
     add_input_args,
     add_quiet_arg,
-    analysed_incident,
     count,
     error,
     export_config,
+    incident_from_args,
     outputs_ok,
     print_json,
     terminal_progress,
@@ -47,8 +41,7 @@ from .commands import command
 from .report import add_html_arg, write_html
 
 __all__ = [
-    "add_trace_args", "describe_outcome", "export_and_report", "register", "run", "run_replay",
-    "trace_options",
+    "add_trace_args", "describe_outcome", "register", "report_delivery", "run", "run_replay", "trace_options",
 ]
 
 
@@ -89,41 +82,27 @@ def add_trace_args(parser: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_SERVICE_NAME})")
 
 
-def trace_options(args: argparse.Namespace, identity: IncidentIdentity | None = None) -> TraceOptions:
-    """Flags first; then the live incident's identity (``incident.json``), so the trace id and
-    the root span match the trace the agent sent; then the environment."""
-    job_id, incident, root = args.job_id, args.incident, ()
-    if identity is not None and not job_id:
-        job_id, incident, root = identity.job_id, incident or identity.incident, identity.root_attributes
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    """The trace flags; where they name no job, the live incident's identity (``incident.json``)
+    gives the trace id and root attributes (:mod:`fr_otel.incident.pipeline`), then the environment."""
     return TraceOptions(
-        job_id=job_id, incident=incident, full=args.full, last_n=args.last_n,
-        max_spans=args.max_spans, service_name=args.service_name, root_attributes=root,
+        job_id=args.job_id, incident=args.incident, full=args.full, last_n=args.last_n,
+        max_spans=args.max_spans, service_name=args.service_name,
     )
 
 
-def export_and_report(job: Job, verdict: Verdict, config: ExportConfig, args: argparse.Namespace,
-                      identity: IncidentIdentity | None = None) -> int:
-    """Build the trace, deliver it, print verdict + where it went; the exit code says if it arrived."""
-    from ..trace.spans import build_trace
-
-    bars = terminal_progress(args)
-    with bars.task("building spans", "ranks") as update:
-        trace = build_trace(job, verdict, trace_options(args, identity), progress=update)
-    with bars.task("encoding spans", "spans") as encoded, bars.task("sending spans", "spans") as sent:
-        outcome = deliver_trace(trace, config, directory=args.out, progress=sent, encoding=encoded)
+def report_delivery(incident: IncidentResult, config: ExportConfig, args: argparse.Namespace) -> int:
+    """Print the verdict and where the trace went; the exit code says if it arrived."""
+    trace, outcome = incident.trace, incident.outcome
+    assert trace is not None and outcome is not None
     if getattr(args, "json", False):
-        doc = verdict.to_dict(include_groups=False)
-        doc["trace_id"] = trace.trace_id_hex
-        doc["export"] = {"status": outcome.status, "destination": outcome.destination,
-                         "path": str(outcome.path) if outcome.path else None, "spans": len(trace.spans),
-                         "spans_rejected": outcome.result.spans_rejected if outcome.result else 0}
-        print_json(doc)
+        print_json(incident.to_dict(include_groups=False))
     else:
-        sys.stdout.write(render_verdict(verdict) + "\n")
+        sys.stdout.write(render_verdict(incident.verdict) + "\n")
     line = describe_outcome(outcome, trace, config)
     if getattr(args, "html", None):
-        page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
-        if not write_html(args.html, job, verdict, trace=page) and outcome.ok:
+        page = incident.trace_delivery(config)
+        if not write_html(args.html, incident.job, incident.verdict, trace=page) and outcome.ok:
             print(line, file=sys.stderr)
             return EXIT_FAILED
     if outcome.ok:
@@ -137,12 +116,12 @@ def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: Expor
     """The outcome's own sentence about the trace; where to find the trace when it arrived, or
     which export came up short when it did not."""
     line = f"trace {trace.trace_id_hex} ({len(trace.spans)} spans) {outcome.describe(len(trace.spans), config)}"
-    if outcome.status in ("spooled", "failed") and outcome.result is not None:
+    if outcome.status in (ExportStatus.SPOOLED, ExportStatus.FAILED) and outcome.result is not None:
         return f"export to {outcome.destination} incomplete: {line}"
     line = line[0].upper() + line[1:]
-    if outcome.status == "file":
+    if outcome.status == ExportStatus.FILE:
         return f"{line}\n  open it in Jaeger (Search > Upload JSON), or send it on: {replay_command(outcome.destination)}"
-    if outcome.status == "sent":
+    if outcome.status == ExportStatus.SENT:
         return f"{line}\n  find it in Tempo/Jaeger by trace id, or TraceQL: {{ span.fr_otel.verdict != nil }}"
     return line
 
@@ -153,11 +132,10 @@ def run(args: argparse.Namespace) -> int:
     config = export_config(args)
     if config is None:
         return EXIT_UNUSABLE
-    analysed = analysed_incident(args)
-    if analysed is None:
+    incident = incident_from_args(args, trace=trace_options(args), sink=sink_for(config, args.out))
+    if incident is None:
         return EXIT_UNUSABLE
-    job, verdict, identity = analysed
-    return export_and_report(job, verdict, config, args, identity)
+    return report_delivery(incident, config, args)
 
 
 def run_replay(args: argparse.Namespace) -> int:

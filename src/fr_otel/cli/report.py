@@ -19,8 +19,8 @@ from ._common import (
     EXIT_OK,
     EXIT_UNUSABLE,
     add_input_args,
-    analysed_incident,
     error,
+    incident_from_args,
     outputs_ok,
 )
 from .commands import command
@@ -47,7 +47,10 @@ def add_html_arg(parser: argparse.ArgumentParser) -> None:
 
 def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | None = None) -> bool:
     """Render and write the page; one line on stderr says where (or why not)."""
-    from ..report.html import render, write_report  # the renderer loads only when a page is asked for
+    from ..report.html import (  # the renderer loads only when a page is asked for
+        render,
+        write_report,
+    )
 
     document = render(job, verdict, trace=trace)
     try:
@@ -62,11 +65,10 @@ def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | 
 def run(args: argparse.Namespace) -> int:
     if not outputs_ok(args):
         return EXIT_UNUSABLE
-    analysed = analysed_incident(args)
-    if analysed is None:
+    incident = incident_from_args(args)
+    if incident is None:
         return EXIT_UNUSABLE
-    job, verdict, identity = analysed
-    trace = identity.trace_delivery() if identity is not None else None
+    job, verdict, trace = incident.job, incident.verdict, incident.trace_delivery()
     if args.output == "-":
         from ..report.html import render
 

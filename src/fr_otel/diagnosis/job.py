@@ -53,7 +53,7 @@ class Job:
     dumps: dict[int, RankDump]
     groups: dict[str, ProcessGroup]
     world_size: int | None
-    world_size_source: str  # "pg_config", "inferred" or "unknown"
+    world_size_source: str  # "pg_config", "host_map", "inferred" or "unknown"
     missing_ranks: tuple[int, ...]
     problems: list[str]
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
@@ -154,16 +154,18 @@ class Job:
         return from_entries
 
 
-def _processes(dumps: dict[int, RankDump]) -> dict[int, RankProcess]:
-    """Where each rank ran: what the dump (agent payload, ranks.json) says, else the host in
-    its file name (``nccl_trace_rank_node02_5``)."""
-    out: dict[int, RankProcess] = {}
+def _processes(dumps: dict[int, RankDump], side: dict[int, RankProcess]) -> dict[int, RankProcess]:
+    """Where each rank ran: what its dump says (the agent's payload), else the files beside the
+    dumps (the host map, incident.json: ranks without a dump too), else the host in its file
+    name (``nccl_trace_rank_node02_5``)."""
+    out: dict[int, RankProcess] = dict(side)
     for rank, d in dumps.items():
+        known = d.process or side.get(rank)
         host = host_from_name(d.path)
-        if d.process is not None and (d.process.host or host is None):
-            out[rank] = d.process
-        elif d.process is not None:
-            out[rank] = replace(d.process, host=host)
+        if known is not None and (known.host or host is None):
+            out[rank] = known
+        elif known is not None:
+            out[rank] = replace(known, host=host)
         elif host is not None:
             out[rank] = RankProcess(host=host, source="file name")
     return out
@@ -252,7 +254,7 @@ def build_job(read: ReadResult) -> Job:
         for name, (desc, ranks) in configs.items()
     }
     _add_inferred_groups(groups, dumps, problems)
-    world_size, source = _world_size(groups, dumps, world_hint)
+    world_size, source = _world_size(groups, dumps, world_hint, read.side.world_size)
     _complete_default_group(groups, world_size)
     unnamed = _pair_local_ids(groups, dumps, problems)
     missing: tuple[int, ...] = ()
@@ -268,7 +270,7 @@ def build_job(read: ReadResult) -> Job:
         missing_ranks=missing,
         problems=problems,
         unnamed_local_ids=unnamed,
-        processes=_processes(dumps),
+        processes=_processes(dumps, read.side.processes),
     )
 
 
@@ -297,13 +299,16 @@ def _add_inferred_groups(groups: dict[str, ProcessGroup], dumps: dict[int, RankD
 
 
 def _world_size(
-    groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], world_hint: tuple[int, ...] | None
+    groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], world_hint: tuple[int, ...] | None,
+    host_map_world: int | None,
 ) -> tuple[int | None, str]:
     default = _default_group(groups)
     if default is not None and default.membership == "pg_config":
         return len(default.ranks), "pg_config"
     if world_hint:
         return len(world_hint), "pg_config"
+    if host_map_world:  # the agents' host map, written at start-up: ranks that left no dump count too
+        return host_map_world, "host_map"
     seen = set(dumps)
     for pg in groups.values():
         seen.update(pg.ranks)

@@ -1,9 +1,10 @@
-"""Send one incident's trace where the user's configuration says, losing nothing.
+"""What became of one incident's trace, in the words the CLI, the watcher, the agent and the report share.
 
-With an OTLP endpoint configured (flags or the standard ``OTEL_EXPORTER_OTLP_*``
-variables) the spans are sent in chunks under a hard deadline, and what could not
-be delivered is spooled to an OTLP JSON Lines file for ``fr-otel replay``. With
-no endpoint configured, the embedded default writes that file directly.
+An :class:`ExportOutcome` is what a sink (:mod:`fr_otel.incident.sinks`) returns: sent to a
+collector, written to the embedded OTLP JSON Lines file, spooled for ``fr-otel replay``
+when the collector was down, partly rejected, or lost. This module says it (one sentence,
+with why it did not arrive and the command that sends it later) and hints at the setting
+to fix when the error is the user's to fix.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from urllib.parse import urlsplit
 from ..common.commands import replay_command_line
 from ..otlp.config import ExportConfig
 from ..otlp.transport import NOT_GRPC, NOT_HTTP
-from ..report.trace_section import TraceDelivery
+from ..report.trace_section import ExportStatus, TraceDelivery
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
-    from ..common.progress import ProgressCallback
     from ..otlp.export import ExportResult
-    from ..trace.spans import IncidentTrace
 
-__all__ = ["ExportOutcome", "deliver_trace", "export_hint", "failure_reason", "rejected_note", "replay_command",
+__all__ = ["ExportOutcome", "ExportStatus", "export_hint", "failure_reason", "rejected_note", "replay_command",
            "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S", "out_dir"]
 
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"
@@ -35,22 +34,22 @@ DEFAULT_DEADLINE_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ExportOutcome:
-    """Where the trace went: ``file`` (embedded), ``sent``, ``partial`` (sent, but the collector
-    rejected some spans), ``spooled``, ``failed`` or ``disabled``."""
+    """Where the trace went (:class:`ExportStatus`), the endpoint or file, and the export's own account."""
 
-    status: str
+    status: ExportStatus
     destination: str
     path: Path | None
     result: ExportResult | None
 
     @property
     def ok(self) -> bool:
-        return self.status in ("file", "sent", "disabled")
+        return self.status.arrived
 
     @property
     def where(self) -> str:
         """Where the trace is: its file when written or spooled, else the endpoint (or why nowhere)."""
-        return str(self.path) if self.path is not None and self.status in ("file", "spooled") else self.destination
+        kept = self.status in (ExportStatus.FILE, ExportStatus.SPOOLED)
+        return str(self.path) if self.path is not None and kept else self.destination
 
     def for_page(self, trace_id: str, total_spans: int, config: ExportConfig) -> TraceDelivery:
         """The outcome as the HTML report's Trace section needs it, in :meth:`describe`'s words."""
@@ -80,52 +79,6 @@ class ExportOutcome:
 def out_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Argument > FR_OTEL_OUT_DIR > ./fr-otel-out."""
     return Path(explicit or os.environ.get(OUT_DIR_ENV) or DEFAULT_OUT_DIR)
-
-
-def deliver_trace(
-    trace: IncidentTrace,
-    config: ExportConfig,
-    *,
-    directory: str | os.PathLike[str] | None = None,
-    deadline_s: float | None = None,
-    progress: ProgressCallback | None = None,
-    encoding: ProgressCallback | None = None,
-) -> ExportOutcome:
-    """Export ``trace`` to the configured endpoint, or write it to the embedded file;
-    ``encoding(spans encoded, spans)`` and ``progress(spans sent, spans)`` follow the two steps."""
-    from ..otlp.export import export_spans, write_embedded
-
-    folder = out_dir(directory).absolute()  # every path we print can be used from any folder
-    name = f"fr-otel-trace-{trace.trace_id_hex}.jsonl"
-    if config.disabled:
-        return ExportOutcome("disabled", "nowhere (OTEL_SDK_DISABLED=true)", None, None)
-    if config.endpoint is None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = write_embedded(trace.spans, folder, name, encoding=encoding)
-        except OSError as exc:
-            return ExportOutcome("failed", f"{folder}: {exc.strerror or exc}", None, None)
-        return ExportOutcome("file", str(path), path, None)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        spool_dir: Path | None = folder
-    except OSError:
-        spool_dir = None
-    result = export_spans(
-        trace.spans,
-        config,
-        deadline_s=deadline_s if deadline_s is not None else min(config.timeout_s, DEFAULT_DEADLINE_S),
-        spool_dir=spool_dir,
-        progress=progress,
-        encoding=encoding,
-    )
-    if result.ok:
-        return ExportOutcome("sent", result.endpoint, None, result)
-    if result.spool_path:
-        return ExportOutcome("spooled", result.endpoint, result.spool_path, result)
-    if result.spans_rejected and not result.spans_lost:
-        return ExportOutcome("partial", result.endpoint, None, result)
-    return ExportOutcome("failed", result.endpoint, None, result)
 
 
 def rejected_note(outcome: ExportOutcome, total: int) -> str:

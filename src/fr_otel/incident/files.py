@@ -1,31 +1,25 @@
-"""``incident.json``: one incident's identity, kept next to its dumps.
+"""The files an incident leaves beside its dumps, so an offline look at the folder knows what the live one knew.
 
-The live agent sends a trace whose id is ``trace_id_for(job id, incident number)`` and
-leaves the ranks' dumps in a folder. Dump files do not know that job id, nor where each
-rank ran or what it was doing at incident time (those travelled in the agent's payloads),
-so an offline ``fr-otel export`` of the folder would mint another trace id and lose the
-context. The coordinator therefore writes this file beside the dumps; ``export``,
-``report``, ``analyze`` and ``watch`` read it, so the trace id matches the one the agent
-sent, re-exports are idempotent, and host, pid and live stacks survive.
-
-The file is untrusted input like the dumps: unknown keys are ignored, ill-typed values
-dropped, and a file that cannot be used costs one problem line.
+``ranks.json`` (where every rank ran: the host map), ``steps.json`` (each rank's training
+steps), ``incident.json`` (the incident's identity: job id, number, trace id, each rank's
+threads at incident time, the export's outcome) and ``incident.html`` (the report). A later
+``fr-otel analyze``/``report``/``export`` of the folder reads them back
+(:mod:`fr_otel.read.sidecars`): the same hosts, stacks and steps, and the same trace id.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING
 
 from ..common.files import atomic_write
-from ..common.text import one_line, printable
 from ..diagnosis.job import Job
-from ..read.live_stack import LiveStacks, stacks_from_raw
-from ..read.rank_process import RankProcess, process_from_raw
-from ..report.trace_section import DELIVERY_STATUSES, TraceDelivery
+from ..diagnosis.step_map import steps_file_json
+from ..read.incident_file import INCIDENT_FILE, IncidentIdentity, dump_file_sizes
+from ..read.rank_map import write_host_map
+from ..read.steps import STEPS_FILE
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Verdict
@@ -33,73 +27,9 @@ if TYPE_CHECKING:
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
 
-__all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
-           "write_identity", "write_incident_files", "apply_identity"]
+__all__ = ["INCIDENT_FILE", "REPORT_FILE", "write_identity", "write_incident_files"]
 
-INCIDENT_FILE = "incident.json"
 REPORT_FILE = "incident.html"
-FORMAT = "fr-otel/incident/1"
-_MAX_BYTES = 64 << 20
-_ROOT_VALUE_TYPES = (str, int, float, bool)
-
-
-@dataclass(slots=True)
-class IncidentIdentity:
-    """Who the incident is (job id, number, trace id) and what the agent knew per rank."""
-
-    job_id: str
-    incident: str
-    trace_id: str
-    root_attributes: tuple[tuple[str, Any], ...] = ()
-    processes: dict[int, RankProcess] = field(default_factory=dict)
-    stacks: dict[int, LiveStacks] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
-    files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
-    path: str = ""
-
-    def stale_for(self, job: Job) -> str | None:
-        """Why this identity does not describe ``job``'s dump files (a newer incident overwrote
-        them beside an old incident.json), or None when it does or cannot tell."""
-        if not self.files:
-            return None
-        now = _dump_files(job)
-        changed = sorted(n for n in set(now) | set(self.files) if now.get(n) != self.files.get(n))
-        return f"the dump files changed since it was written ({', '.join(changed[:3])})" if changed else None
-
-    def trace_delivery(self) -> TraceDelivery:
-        """What became of the live incident's trace, as its export recorded it in ``summary``
-        (for the report of a folder with an incident.json); an unreadable record says so."""
-        export = self.summary.get("export")
-        export = export if isinstance(export, dict) else {}
-
-        def text(key: str, limit: int) -> str:
-            value = export.get(key)
-            return printable(value)[:limit] if isinstance(value, str) else ""
-
-        status = text("status", 16)
-        if status not in DELIVERY_STATUSES or not text("sentence", 1):
-            return TraceDelivery(self.trace_id)
-        return TraceDelivery(self.trace_id, status, text("where", 4096), text("sentence", 4096), text("replay", 4096))
-
-    def to_json(self) -> dict[str, Any]:
-        ranks: dict[str, dict[str, Any]] = {}
-        for rank in sorted(set(self.processes) | set(self.stacks)):
-            doc: dict[str, Any] = {}
-            if rank in self.processes:
-                doc.update(self.processes[rank].as_json())
-            if rank in self.stacks:
-                doc["now"] = self.stacks[rank].as_json()
-            ranks[str(rank)] = doc
-        return {
-            "format": FORMAT,
-            "job_id": self.job_id,
-            "incident": self.incident,
-            "trace_id": self.trace_id,
-            "root_attributes": [[k, v] for k, v in self.root_attributes],
-            "summary": self.summary,
-            "ranks": ranks,
-            "files": self.files,
-        }
 
 
 def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -> Path:
@@ -111,10 +41,15 @@ def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -
 
 def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verdict, trace: IncidentTrace,
                          outcome: ExportOutcome, config: ExportConfig) -> Path:
-    """``incident.json`` (the identity offline tools pick up) and ``incident.html`` beside the dumps
-    of an incident just exported (by the agent's coordinator or ``fr-otel watch``); raises OSError."""
+    """The host map, the step map, ``incident.json`` and ``incident.html`` beside the dumps of an
+    incident just delivered; returns the incident file's path (raises OSError)."""
     from ..report.html import render, write_report
 
+    folder = Path(folder)
+    if any(p.known for p in job.processes.values()):  # an empty map says nothing: none is written
+        write_host_map(folder, dict(job.processes), job.world_size)
+    if any(d.steps is not None for d in job.dumps.values()):
+        atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode("utf-8"), mkdir=True)
     page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
     summary = {
         "verdict": verdict.verdict,
@@ -127,88 +62,8 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     identity = IncidentIdentity(
         job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
         processes=dict(job.processes), stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
-        summary=summary, files=_dump_files(job, Path(folder)),
+        summary=summary, files=dump_file_sizes(job.dumps, folder),
     )
     path = write_identity(folder, identity)
-    write_report(Path(folder) / REPORT_FILE, render(job, verdict, trace=page))
+    write_report(folder / REPORT_FILE, render(job, verdict, trace=page))
     return path
-
-
-def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
-    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any."""
-    folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
-    found = [f / INCIDENT_FILE for f in sorted(folders) if (f / INCIDENT_FILE).is_file()]
-    if len(found) > 1:
-        problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
-                        "using none")
-        return None
-    return read_identity(found[0], problems) if found else None
-
-
-def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:
-    """Parse one ``incident.json``; None (and one problem line) when unusable."""
-    try:
-        if os.path.getsize(path) > _MAX_BYTES:
-            problems.append(f"{path}: larger than {_MAX_BYTES >> 20} MiB, not an incident file; ignored")
-            return None
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable incident file: {one_line(exc)}; ignored")
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        problems.append(f"{path}: not an fr-otel incident file (format {FORMAT!r} expected); ignored")
-        return None
-    job_id, incident, trace_id = raw.get("job_id"), raw.get("incident"), raw.get("trace_id")
-    if not (isinstance(job_id, str) and job_id and isinstance(incident, str) and isinstance(trace_id, str)):
-        problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
-        return None
-    processes: dict[int, RankProcess] = {}
-    stacks: dict[int, LiveStacks] = {}
-    ranks = raw.get("ranks")
-    for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
-        if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
-            continue
-        rank = int(key)
-        process = process_from_raw(doc, "incident file")
-        if process is not None:
-            processes[rank] = process
-        now = stacks_from_raw(doc.get("now"))
-        if now is not None:
-            stacks[rank] = now
-    root = raw.get("root_attributes")
-    root_attributes = tuple(
-        (item[0], item[1]) for item in (root if isinstance(root, list) else ())
-        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        and type(item[1]) in _ROOT_VALUE_TYPES
-    )
-    summary = raw.get("summary")
-    files = raw.get("files")
-    files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
-    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
-                            summary if isinstance(summary, dict) else {}, files, str(path))
-
-
-def _dump_files(job: Job, folder: Path | None = None) -> dict[str, int]:
-    """Name -> size of the job's dumps that are files (in ``folder``, when given)."""
-    out: dict[str, int] = {}
-    for d in job.dumps.values():
-        path = Path(d.path)
-        if folder is not None and path.parent.resolve() != folder.resolve():
-            continue
-        try:
-            out[path.name] = path.stat().st_size
-        except OSError:
-            continue
-    return out
-
-
-def apply_identity(job: Job, identity: IncidentIdentity) -> None:
-    """Fill in what the dump files cannot say: where each rank ran and its threads' stacks
-    at incident time (what the dumps themselves carry wins)."""
-    for rank, process in identity.processes.items():
-        if rank in job.dumps:
-            job.processes.setdefault(rank, process)
-    for rank, now in identity.stacks.items():
-        dump = job.dumps.get(rank)
-        if dump is not None and dump.now is None:
-            dump.now = now

@@ -2,8 +2,7 @@
 
 A path may be a directory of per-rank dumps, one file or several. The rank comes from the
 file name's trailing number (``nccl_trace_rank_node02_5`` is rank 5), or from what follows an
-explicit prefix; the side files ``ranks.json`` and ``steps.json`` beside the dumps are found
-here too. Every path that cannot be used costs one problem line, never an exception.
+explicit prefix; side files named on the command line are left to :mod:`.sidecars`. Every path that cannot be used costs one problem line, never an exception.
 """
 
 from __future__ import annotations
@@ -11,15 +10,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from .rank_map import RANKS_FILE, read_rank_map
-from .steps import STEPS_FILE, read_steps_file
+from .sidecars import SIDECARS
 
-if TYPE_CHECKING:
-    from .dump import RankDump
-
-__all__ = ["SIDECARS", "attach_sidecars", "choose_per_rank", "discover", "host_from_name", "rank_from_name"]
+__all__ = ["choose_per_rank", "discover", "host_from_name", "rank_from_name"]
 
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
 _EXTENSIONS = (".json", ".pkl", ".pickle", ".pt", ".bin")
@@ -100,7 +95,7 @@ def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tup
                 problems.append(f"{path}: no dump files (no file name {wanted})")
             found.extend(ranked)
         elif path.is_file() and path.name in SIDECARS:
-            continue  # read by attach_sidecars
+            continue  # read by read_sidecars
         elif path.is_file():
             rank = rank_from_name(path.name, prefix)
             if rank is None:
@@ -127,21 +122,3 @@ def choose_per_rank(found: list[tuple[int, str]], problems: list[str]) -> list[t
             problems.append(f"{candidates[0]}: rank {rank} is also claimed by {others}; using {candidates[0]}")
         chosen.append((rank, candidates[0]))
     return chosen
-
-
-SIDECARS = (RANKS_FILE, STEPS_FILE)
-
-
-def attach_sidecars(dumps: dict[int, RankDump], problems: list[str], paths: Sequence[str | os.PathLike[str]]) -> None:
-    """``ranks.json`` and ``steps.json`` beside the dumps fill in what the dump files lack:
-    each rank's host and pid, and its training steps."""
-    folders = {str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in paths}
-    for folder in sorted(folders):
-        for name, read, field_name in ((RANKS_FILE, read_rank_map, "process"), (STEPS_FILE, read_steps_file, "steps")):
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path):
-                continue
-            for rank, value in read(path, problems).items():  # type: ignore[operator]
-                dump = dumps.get(rank)
-                if dump is not None and getattr(dump, field_name) is None:
-                    setattr(dump, field_name, value)

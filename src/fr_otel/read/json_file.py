@@ -7,7 +7,7 @@ from typing import Any, Callable, TypeVar
 
 from ..common.text import one_line
 
-__all__ = ["read_json_file", "read_per_rank_file"]
+__all__ = ["per_rank", "read_json_file", "read_per_rank_file"]
 
 _MAX_FILE_BYTES = 64 << 20  # a map of 100k ranks is ~20 MB
 T = TypeVar("T")
@@ -37,7 +37,12 @@ def read_json_file(path: str, problems: list[str], consequence: str) -> dict[str
 def read_per_rank_file(path: str, problems: list[str], consequence: str,
                        parse: Callable[[Any], T | None]) -> dict[int, T]:
     """``{"ranks": {"<rank>": value}}``: rank -> ``parse(value)``; bad items cost one line in all."""
-    doc = read_json_file(path, problems, consequence)
+    return per_rank(read_json_file(path, problems, consequence), path, problems, consequence, parse)
+
+
+def per_rank(doc: dict[str, Any] | None, path: str, problems: list[str], consequence: str,
+             parse: Callable[[Any], T | None]) -> dict[int, T]:
+    """The ``ranks`` mapping of an already-read side file, parsed (see :func:`read_per_rank_file`)."""
     ranks = doc.get("ranks") if doc is not None else None
     if doc is not None and not isinstance(ranks, dict):
         problems.append(f"{path}: no 'ranks' mapping; {consequence}")

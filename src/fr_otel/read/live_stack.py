@@ -1,48 +1,29 @@
-"""Where a rank's threads are *now*: Python stacks taken at incident time, without stopping it.
+"""Where a rank's threads were at incident time: the stacks the live agent took, as data.
 
 The recorder only knows the stack of each rank's last collective. A culprit that never
-called the collective its peers wait in is, by definition, somewhere else, and the agent
-runs inside it: ``sys._current_frames()`` reads every thread's frame without pausing any
-(it holds the GIL for microseconds), so the incident can say "rank 2 is in time.sleep at
-train.py:27 in main, not in all_reduce #26".
-
-Bounded on purpose (threads, frames per thread, characters of source); the agent's own
-threads are left out. The payload carries it under :data:`PAYLOAD_KEY`; dumps are
-untrusted, so :func:`stacks_from_raw` keeps only well-typed, bounded values. No torch.
+called the collective its peers wait in is, by definition, somewhere else; the agent
+captures every thread's stack at the incident (:mod:`fr_otel.agent.stack_capture`), so
+the incident can say "rank 2 is in time.sleep at train.py:27 in main, not in all_reduce #26".
+The payload carries them under :data:`PAYLOAD_KEY`; dumps are untrusted, so
+:func:`stacks_from_raw` keeps only well-typed, bounded values. No torch.
 """
 
 from __future__ import annotations
 
-import linecache
 import re
-import sys
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from .frame import Frame
+from .frame import Frame, is_user_frame
 
-__all__ = [
-    "PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "ThreadStack", "LiveStacks", "capture_stacks", "stacks_from_raw",
-    "is_library_frame",
-]
+__all__ = ["PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "MAX_TEXT", "ThreadStack", "LiveStacks", "stacks_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) with the threads' stacks at incident time.
 PAYLOAD_KEY = "fr_otel_now"
 MAX_THREADS = 16
 MAX_FRAMES = 32
-_MAX_TEXT = 200  # characters of a name, file path or source line kept
-_AGENT_THREAD_PREFIX = "fr-otel-"
+MAX_TEXT = 200  # characters of a name, file path or source line kept
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
-_COLLECTIVE_FILE = "distributed_c10d.py"
-_WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
-
-
-def is_library_frame(filename: str) -> bool:
-    """torch or the standard library's threading: not where the user's code is."""
-    f = filename.replace("\\", "/")
-    return "/torch/" in f or f.endswith("/threading.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +59,7 @@ class LiveStacks:
         main = self.main
         if main is None or not main.frames:
             return None
-        return next((f for f in main.frames if not is_library_frame(f.filename)), main.frames[0])
+        return next((f for f in main.frames if is_user_frame(f.filename)), main.frames[0])
 
     @property
     def doing(self) -> str:
@@ -108,45 +89,6 @@ class LiveStacks:
         if main is None:
             return ""
         return "\n".join(f"{f.filename}:{f.line} in {f.name}" for f in main.frames[:max_frames])
-
-
-def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) -> LiveStacks:
-    """Every thread's stack now (the calling agent's threads left out); never raises on odd frames."""
-    t0 = time.perf_counter()
-    frames = sys._current_frames()  # one dict, GIL held only for the copy
-    names = {t.ident: t.name for t in threading.enumerate()}
-    main_id = threading.main_thread().ident
-    order = sorted(frames, key=lambda tid: (tid != main_id, tid))
-    threads: list[ThreadStack] = []
-    in_collective = None
-    for tid in order:
-        name = names.get(tid, f"thread-{tid}")
-        if name.startswith(_AGENT_THREAD_PREFIX):
-            continue
-        stack: list[Frame] = []
-        f = frames[tid]
-        while f is not None and len(stack) < max_frames:
-            code = f.f_code
-            stack.append(Frame(code.co_name[:_MAX_TEXT], code.co_filename[-_MAX_TEXT:], f.f_lineno or 0))
-            f = f.f_back
-        user = next((fr for fr in stack if not is_library_frame(fr.filename)), stack[0] if stack else None)
-        source = linecache.getline(user.filename, user.line).strip()[:_MAX_TEXT] if user is not None else ""
-        if tid == main_id:
-            in_collective = _collective_of(stack)
-        threads.append(ThreadStack(name[:_MAX_TEXT], tid, tuple(stack), source))
-        if len(threads) >= max_threads:
-            break
-    del frames
-    return LiveStacks(time.time_ns(), tuple(threads), in_collective, time.perf_counter() - t0)
-
-
-def _collective_of(stack: list[Frame]) -> str | None:
-    """The outermost torch.distributed entry point on the stack (``all_reduce``), if any."""
-    found = None
-    for f in stack:
-        if f.filename.endswith(_COLLECTIVE_FILE) and not f.name.startswith("_") and f.name not in _WRAPPERS:
-            found = f.name
-    return found
 
 
 def stacks_from_raw(raw: Any) -> LiveStacks | None:
@@ -186,4 +128,4 @@ def _frame(raw: Any) -> Frame | None:
 def _text(value: Any) -> str:
     if type(value) is not str:
         return ""
-    return "".join(c if c.isprintable() else " " for c in value[:_MAX_TEXT])
+    return "".join(c if c.isprintable() else " " for c in value[:MAX_TEXT])

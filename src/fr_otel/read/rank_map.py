@@ -1,42 +1,72 @@
-"""``ranks.json``: which host, process and local rank each rank ran as, written beside the dumps.
+"""``ranks.json``: the host map — which host, node, process and local rank each rank runs as.
 
-Dump files say nothing about where they came from (unless the host is in their name), so
-the live agent's incident coordinator writes this map next to the dumps it collected,
-``fr-otel watch`` adds the hosts it can vouch for (never replacing one the agent wrote), and
-``fr-otel analyze`` of that folder reads it back. Shape::
+Dump files say nothing about where they came from (unless the host is in their name), and a
+rank whose node is lost writes none at all. So the live agent writes this map beside the
+dumps at start-up, on every node, and again at incident time; ``fr-otel watch`` adds the
+hosts it can vouch for (never replacing one the agent wrote); reading the folder picks it up
+(:mod:`.sidecars`). Shape::
 
-    {"version": 1, "ranks": {"2": {"host": "node02", "node": "gpu-017", "pid": 4242, "local_rank": 2}, ...}}
+    {"version": 1, "world_size": 6,
+     "ranks": {"2": {"host": "node1", "node": "gpu-017", "pid": 4242, "local_rank": 0}, ...}}
 
-The file is untrusted input like the dumps: only well-typed values are kept, and a bad
-file costs one problem line.
+The file is untrusted input like the dumps: only well-typed values are kept, and a bad file
+costs one problem line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..common.files import atomic_write
-from .json_file import read_per_rank_file
+from .json_file import per_rank, read_json_file, read_per_rank_file
 from .rank_process import RankProcess, process_from_raw
 
-__all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]
+__all__ = ["RANKS_FILE", "HostMap", "add_hosts", "host_map_json", "read_host_map", "read_rank_map", "write_host_map"]
 
 #: Its name ends in no rank number, so the reader never takes it for a dump.
 RANKS_FILE = "ranks.json"
+_CONSEQUENCE = "hosts from it unknown"
+_MAX_WORLD = 1 << 24
 
 
-def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
+@dataclass(slots=True)
+class HostMap:
+    """Where each rank runs, and the world size the map was written for (when it says)."""
+
+    processes: dict[int, RankProcess] = field(default_factory=dict)
+    world_size: int | None = None
+
+
+def host_map_json(processes: dict[int, RankProcess], world_size: int | None = None) -> dict[str, Any]:
     """The file's content (only the known fields of each rank)."""
-    return {"version": 1, "ranks": {str(r): p.as_json() for r, p in sorted(processes.items()) if p.known}}
+    doc: dict[str, Any] = {"version": 1}
+    if world_size:
+        doc["world_size"] = world_size
+    doc["ranks"] = {str(r): p.as_json() for r, p in sorted(processes.items()) if p.known}
+    return doc
+
+
+def _parse(value: Any) -> RankProcess | None:
+    return process_from_raw(value, RANKS_FILE)
 
 
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
     """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
-    return read_per_rank_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
+    return read_per_rank_file(path, problems, _CONSEQUENCE, _parse)
+
+
+def read_host_map(path: str, problems: list[str]) -> HostMap | None:
+    """The whole map, world size included; None (and one line) when unusable."""
+    doc = read_json_file(path, problems, _CONSEQUENCE)
+    if doc is None:
+        return None
+    world = doc.get("world_size")
+    world_size = world if type(world) is int and 0 < world <= _MAX_WORLD else None
+    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size)
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:
@@ -52,8 +82,20 @@ def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str)
     return out
 
 
-def write_rank_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess]) -> Path:
-    """Write ``folder/ranks.json`` all at once (temp file, then rename); raises OSError."""
+def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess],
+                   world_size: int | None = None) -> Path | None:
+    """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
+    ``processes`` does not name (several nodes write the same folder). An existing map that
+    cannot be read is left alone (None: it may be newer than this reader); raises OSError."""
     path = Path(folder) / RANKS_FILE
-    atomic_write(path, json.dumps(rank_map_json(processes)).encode("utf-8"))
+    merged = dict(processes)
+    if path.is_file():
+        seen: list[str] = []
+        old = read_host_map(str(path), seen)
+        if old is None or seen:
+            return None
+        for rank, process in old.processes.items():
+            merged.setdefault(rank, process)
+        world_size = world_size or old.world_size
+    atomic_write(path, json.dumps(host_map_json(merged, world_size)).encode("utf-8"), mkdir=True)
     return path

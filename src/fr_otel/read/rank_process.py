@@ -17,16 +17,14 @@ culprits are grouped by node under that name when it is known.
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["PAYLOAD_KEY", "RankProcess", "this_process", "process_from_raw"]
+__all__ = ["MAX_HOST", "PAYLOAD_KEY", "RankProcess", "host_name", "process_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) that says where the rank ran.
 PAYLOAD_KEY = "fr_otel_process"
-_MAX_HOST = 255  # DNS names are at most 253 characters; anything longer is not a host name
+MAX_HOST = 255  # DNS names are at most 253 characters; anything longer is not a host name
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,27 +75,19 @@ class RankProcess:
         return out
 
 
-def this_process(local_rank: int | None, environ: Mapping[str, str] | None = None) -> RankProcess:
-    """The calling process (the agent describes itself with this); the node name from Slurm's
-    ``SLURMD_NODENAME`` when the job runs under Slurm."""
-    env = os.environ if environ is None else environ
-    return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent",
-                       node=_name(env.get("SLURMD_NODENAME")))
-
-
 def process_from_raw(info: Any, source: str) -> RankProcess | None:
     """A :class:`RankProcess` from untrusted JSON/pickle data; None when it says nothing usable."""
     if not isinstance(info, dict):
         return None
-    process = RankProcess(host=_name(info.get("host")), pid=_non_negative(info.get("pid")),
+    process = RankProcess(host=host_name(info.get("host")), pid=_non_negative(info.get("pid")),
                           local_rank=_non_negative(info.get("local_rank")), source=source,
-                          node=_name(info.get("node")))
+                          node=host_name(info.get("node")))
     return process if process.known else None
 
 
-def _name(value: Any) -> str | None:
+def host_name(value: Any) -> str | None:
     """A host or node name, if it is one (a printable string of DNS length)."""
-    return value if type(value) is str and 0 < len(value) <= _MAX_HOST and value.isprintable() else None
+    return value if type(value) is str and 0 < len(value) <= MAX_HOST and value.isprintable() else None
 
 
 def _non_negative(value: Any) -> int | None:

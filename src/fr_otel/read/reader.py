@@ -24,10 +24,11 @@ except ImportError:  # pragma: no cover - not POSIX
 from ..common.cpus import usable_cpus
 from ..common.ranks import compress_ranks
 from ..common.text import printable
-from .discovery import attach_sidecars, choose_per_rank, discover
+from .discovery import choose_per_rank, discover
 from .dump import RankDump
 from .dump_file import load_entries, read_dump_file
 from .safe_pickle import DEFAULT_MAX_FILE_BYTES
+from .sidecars import SideFacts, read_sidecars
 
 if TYPE_CHECKING:
     from ..common.progress import ProgressCallback
@@ -47,10 +48,11 @@ _RESULT_PIPE_BYTES = 1 << 20
 
 @dataclass(slots=True)
 class ReadResult:
-    """The dumps that could be read (by rank) and one line per problem met."""
+    """The dumps that could be read (by rank), what the files beside them add, and one line per problem met."""
 
     dumps: dict[int, RankDump] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    side: SideFacts = field(default_factory=SideFacts)
 
 
 def read_dumps(
@@ -78,7 +80,7 @@ def read_dumps(
         if dump is not None:
             result.dumps[dump.rank] = dump
     _check_versions(result)
-    attach_sidecars(result.dumps, result.problems, list(paths))
+    result.side = read_sidecars(list(paths), result.dumps, result.problems)
     # File names are anyone's bytes: a newline, ESC or lone surrogate in one must not reach a
     # terminal, a log or strict JSON through the problem lines (text, --json, spans alike).
     result.problems[:] = [printable(p) for p in result.problems]

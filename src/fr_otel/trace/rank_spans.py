@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from ..common.ranks import compress_ranks
 from ..diagnosis.verdict import Verdict
 from ..read.dump import Entry
-from ..read.live_stack import is_library_frame
+from ..read.frame import is_user_frame
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
 from .frame import SCOPE, TraceFrame, clip, span_name
@@ -143,7 +143,7 @@ class RankSpans:
         if culprit is not None and culprit.group_name == e.pg_name:
             attrs[A.IS_CULPRIT] = True
         if e.frames:
-            user = next((f for f in e.frames if not is_library_frame(f.filename)), e.frames[0])
+            user = next((f for f in e.frames if is_user_frame(f.filename)), e.frames[0])
             attrs.update({A.CODE_FUNCTION: user.name, A.CODE_FILE: user.filename, A.CODE_LINE: user.line})
         if e.frames and (not e.completed or culprit is not None):
             # Full stacks where someone will read them: in-flight ops and the culprit's.

@@ -1,10 +1,11 @@
-"""The export step of one incident: analyse its dumps, deliver its trace, leave its files beside them.
+"""The watcher's part in one incident: its inputs to the incident pipeline, and its bookkeeping.
 
-Beside the dumps go ``ranks.json`` (each rank's host where this watcher can vouch for it),
-``incident.json`` and ``incident.html``: a later ``fr-otel export`` or ``analyze`` of the
-folder then knows the hosts and gives the same trace id. Nothing here raises: an analysis
-that fails is recorded as ``error`` (a restarted watcher retries it), an export that
-fails as ``failed``.
+The pipeline (:mod:`fr_otel.incident.pipeline`) analyses the dumps, delivers the trace and
+leaves the files beside them. The watcher adds what only it knows (each rank's host where it
+can vouch for it, into ``ranks.json`` first) and records the incident in its state: once
+the trace id is known (a watcher killed mid-export re-exports under the same number) and once
+delivered. Nothing here raises: an analysis that fails is recorded as ``error`` (a restarted
+watcher retries it).
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..common.progress import TerminalProgress
-from ..diagnosis.analysis import analyze
-from ..diagnosis.job import build_job
 from ..diagnosis.verdict import AnalysisOptions
-from ..incident.delivery import ExportOutcome, deliver_trace
-from ..incident.files import INCIDENT_FILE, REPORT_FILE, write_incident_files
+from ..incident.delivery import ExportStatus
+from ..incident.pipeline import (
+    IncidentPlan,
+    IncidentResult,
+    evidence_from_dumps,
+    run_incident,
+)
+from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
-from ..read.discovery import attach_sidecars, host_from_name
+from ..read.discovery import host_from_name
 from ..read.dump import RankDump
-from ..read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
-from ..read.reader import ReadResult
+from ..read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_host_map
 from ..trace.options import TraceOptions
 from .mounts import is_shared_filesystem
 from .state import Incident
@@ -54,6 +58,7 @@ class IncidentExport:
         self.trace = trace
         self.analysis = analysis
         self.out_dir = out_dir
+        self.sink = sink_for(export, out_dir)
         self._progress = progress
         self._say_once = say_once
 
@@ -64,44 +69,38 @@ class IncidentExport:
         and once when done."""
         number = incident.number
         label = f"{self.trace.incident}/watch-{number}" if self.trace.incident else f"watch-{number}"
-        try:
-            from ..trace.spans import (
-                build_trace,  # the OpenTelemetry SDK loads only when there is something to export
-            )
 
-            self._note_hosts(dumps)
-            attach_sidecars(dumps, problems, [self.folder])  # ranks.json, steps.json, when someone wrote them
-            job = build_job(ReadResult(dumps=dumps, problems=problems))
-            verdict = analyze(job, self.analysis)
-            with self._progress.task("building spans", "ranks") as update:
-                trace = build_trace(job, verdict, replace(self.trace, incident=label), progress=update)
-        except Exception as exc:  # noqa: BLE001 - one bad incident must not stop the watcher
-            incident.status, incident.destination = "error", f"analysis failed: {type(exc).__name__}: {exc}"
-            record(True)
-            _log.info("incident %d: %s; not exported", number, incident.destination)
-            return
-        incident.trace_id, incident.verdict = trace.trace_id_hex, verdict.verdict
-        incident.culprits = [c.rank for c in verdict.culprits]
-        incident.missing = sorted(set(incident.missing) | set(verdict.missing_ranks))
-        record(False)
+        def traced(result: IncidentResult) -> None:
+            assert result.trace is not None
+            incident.trace_id, incident.verdict = result.trace.trace_id_hex, result.verdict.verdict
+            incident.culprits = [c.rank for c in result.verdict.culprits]
+            incident.missing = sorted(set(incident.missing) | set(result.verdict.missing_ranks))
+            record(False)
+
+        plan = IncidentPlan(analysis=self.analysis, trace=replace(self.trace, incident=label), sink=self.sink,
+                            files_to=self.folder, progress=self._progress, on_traced=traced)
         try:
-            with self._progress.task("encoding spans", "spans") as encoded, \
-                    self._progress.task("sending spans", "spans") as sent:
-                outcome = deliver_trace(trace, self.export, directory=self.out_dir, progress=sent, encoding=encoded)
-        except Exception as exc:  # noqa: BLE001 - recorded as failed, so it is not retried every poll
-            outcome = ExportOutcome("failed", f"{type(exc).__name__}: {exc}", None, None)
-        incident.status, incident.destination = outcome.status, outcome.destination
-        incident.spool_path = outcome.where if outcome.status == "spooled" else None
+            self._note_hosts(dumps)
+            result = run_incident(evidence_from_dumps(dumps, problems, self.folder), plan)
+        except Exception as exc:  # noqa: BLE001 - one bad incident must not stop the watcher
+            if incident.trace_id is None:
+                incident.status, incident.destination = "error", f"analysis failed: {type(exc).__name__}: {exc}"
+                _log.info("incident %d: %s; not exported", number, incident.destination)
+            else:
+                incident.status, incident.destination = "failed", f"{type(exc).__name__}: {exc}"
+            record(True)
+            return
+        assert result.trace is not None and result.outcome is not None
+        outcome = result.outcome
+        incident.status, incident.destination = str(outcome.status), outcome.destination
+        incident.spool_path = outcome.where if outcome.status == ExportStatus.SPOOLED else None
         record(True)
-        try:  # the identity beside the dumps: a later `fr-otel export DIR` gives this same trace id
-            write_incident_files(self.folder, job, verdict, trace, outcome, self.export)
-        except OSError as exc:
-            self._say_once(f"{self.folder}: cannot write {INCIDENT_FILE} and {REPORT_FILE} there "
-                           f"({exc.strerror or exc}); `fr-otel export` of this folder will not know the trace id")
+        if result.files_error:
+            self._say_once(f"{result.files_error}; `fr-otel export` of this folder will not know the trace id")
         culprits = ",".join(map(str, incident.culprits)) or "none"
-        head = f"incident {number}: {verdict.verdict}, culprit ranks {culprits}; trace {trace.trace_id_hex} " \
-               f"({len(trace.spans)} spans)"
-        _log.info("%s %s", head, outcome.describe(len(trace.spans), self.export))
+        head = (f"incident {number}: {result.verdict.verdict}, culprit ranks {culprits}; trace "
+                f"{result.trace.trace_id_hex} ({len(result.trace.spans)} spans)")
+        _log.info("%s %s", head, outcome.describe(len(result.trace.spans), self.export))
 
     def _note_hosts(self, dumps: dict[int, RankDump]) -> None:
         """Add to ``ranks.json`` beside the dumps each rank's host where this watcher can vouch
@@ -122,7 +121,7 @@ class IncidentExport:
             if dumps[rank].process is None:
                 dumps[rank].process = process  # this analysis knows it even if the file cannot be written
         try:
-            write_rank_map(folder, {**known, **added})
+            write_host_map(folder, {**known, **added})
         except OSError as exc:
             self._say_once(f"{path}: cannot write ({exc.strerror or exc}); a later `fr-otel analyze` of the folder "
                            "will not know the ranks' hosts")

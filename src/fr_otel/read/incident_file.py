@@ -1,0 +1,145 @@
+"""``incident.json``: one live incident's identity, kept next to its dumps, read back.
+
+The live agent sends a trace whose id is ``trace_id_for(job id, incident number)`` and
+leaves the ranks' dumps in a folder. Dump files do not know that job id, nor where each
+rank ran or what it was doing at incident time (those travelled in the agent's payloads),
+so the incident's writer (:mod:`fr_otel.incident.files`) leaves this file beside the dumps;
+reading a folder picks it up (:mod:`fr_otel.read.sidecars`), so an offline analysis names
+the same hosts and stacks and an export gives the same trace id.
+
+The file is untrusted input like the dumps: unknown keys are ignored, ill-typed values
+dropped, and a file that cannot be used costs one problem line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..common.text import one_line
+from .dump import RankDump
+from .live_stack import LiveStacks, stacks_from_raw
+from .rank_process import RankProcess, process_from_raw
+
+__all__ = ["FORMAT", "INCIDENT_FILE", "IncidentIdentity", "dump_file_sizes", "find_identity", "read_identity"]
+
+INCIDENT_FILE = "incident.json"
+FORMAT = "fr-otel/incident/1"
+_MAX_BYTES = 64 << 20
+_ROOT_VALUE_TYPES = (str, int, float, bool)
+
+
+@dataclass(slots=True)
+class IncidentIdentity:
+    """Who the incident is (job id, number, trace id) and what the agent knew per rank."""
+
+    job_id: str
+    incident: str
+    trace_id: str
+    root_attributes: tuple[tuple[str, Any], ...] = ()
+    processes: dict[int, RankProcess] = field(default_factory=dict)
+    stacks: dict[int, LiveStacks] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
+    files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
+    path: str = ""
+
+    def stale_for(self, dumps: Mapping[int, RankDump]) -> str | None:
+        """Why this identity does not describe these dump files (a newer incident overwrote
+        them beside an old incident.json), or None when it does or cannot tell."""
+        if not self.files:
+            return None
+        now = dump_file_sizes(dumps)
+        changed = sorted(n for n in set(now) | set(self.files) if now.get(n) != self.files.get(n))
+        return f"the dump files changed since it was written ({', '.join(changed[:3])})" if changed else None
+
+    def to_json(self) -> dict[str, Any]:
+        ranks: dict[str, dict[str, Any]] = {}
+        for rank in sorted(set(self.processes) | set(self.stacks)):
+            doc: dict[str, Any] = {}
+            if rank in self.processes:
+                doc.update(self.processes[rank].as_json())
+            if rank in self.stacks:
+                doc["now"] = self.stacks[rank].as_json()
+            ranks[str(rank)] = doc
+        return {
+            "format": FORMAT,
+            "job_id": self.job_id,
+            "incident": self.incident,
+            "trace_id": self.trace_id,
+            "root_attributes": [[k, v] for k, v in self.root_attributes],
+            "summary": self.summary,
+            "ranks": ranks,
+            "files": self.files,
+        }
+
+
+def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
+    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any."""
+    folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
+    found = [f / INCIDENT_FILE for f in sorted(folders) if (f / INCIDENT_FILE).is_file()]
+    if len(found) > 1:
+        problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
+                        "using none")
+        return None
+    return read_identity(found[0], problems) if found else None
+
+
+def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:
+    """Parse one ``incident.json``; None (and one problem line) when unusable."""
+    try:
+        if os.path.getsize(path) > _MAX_BYTES:
+            problems.append(f"{path}: larger than {_MAX_BYTES >> 20} MiB, not an incident file; ignored")
+            return None
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: unreadable incident file: {one_line(exc)}; ignored")
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        problems.append(f"{path}: not an fr-otel incident file (format {FORMAT!r} expected); ignored")
+        return None
+    job_id, incident, trace_id = raw.get("job_id"), raw.get("incident"), raw.get("trace_id")
+    if not (isinstance(job_id, str) and job_id and isinstance(incident, str) and isinstance(trace_id, str)):
+        problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
+        return None
+    processes: dict[int, RankProcess] = {}
+    stacks: dict[int, LiveStacks] = {}
+    ranks = raw.get("ranks")
+    for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
+        if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
+            continue
+        rank = int(key)
+        process = process_from_raw(doc, "incident file")
+        if process is not None:
+            processes[rank] = process
+        now = stacks_from_raw(doc.get("now"))
+        if now is not None:
+            stacks[rank] = now
+    root = raw.get("root_attributes")
+    root_attributes = tuple(
+        (item[0], item[1]) for item in (root if isinstance(root, list) else ())
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        and type(item[1]) in _ROOT_VALUE_TYPES
+    )
+    summary = raw.get("summary")
+    files = raw.get("files")
+    files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
+    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
+                            summary if isinstance(summary, dict) else {}, files, str(path))
+
+
+def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:
+    """Name -> size of the dumps that are files (in ``folder``, when given): what an identity was written for."""
+    out: dict[str, int] = {}
+    for d in dumps.values():
+        path = Path(d.path)
+        if folder is not None and path.parent.resolve() != folder.resolve():
+            continue
+        try:
+            out[path.name] = path.stat().st_size
+        except OSError:
+            continue
+    return out

@@ -1,0 +1,90 @@
+"""The files beside the dumps, and what they add to them: where every rank ran, its steps, the incident.
+
+Dump files say neither where a rank ran nor its training step, and a rank whose node was
+lost left no dump at all. The live agent and ``fr-otel watch`` therefore leave, beside the
+dumps:
+
+- ``ranks.json`` (:mod:`.rank_map`): each rank's host, node, pid and local rank, written by
+  every node's agent at start-up (before anything can go wrong) and at incident time, so a
+  rank with no dump still has a host;
+- ``steps.json`` (:mod:`.steps`): each rank's training steps;
+- ``incident.json`` (:mod:`.incident_file`): the live incident's identity, with each rank's
+  host and threads' stacks at incident time.
+
+Reading a folder reads them all, here and only here, so ``read_dumps`` gives every caller
+(``fr-otel analyze``, the library API, ``watch``, the incident pipeline) the same job.
+What a dump itself says always wins over a side file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .dump import RankDump
+from .incident_file import INCIDENT_FILE, IncidentIdentity, find_identity
+from .rank_map import RANKS_FILE, HostMap, read_host_map
+from .rank_process import RankProcess
+from .steps import STEPS_FILE, read_steps_file
+
+__all__ = ["SIDECARS", "SideFacts", "read_sidecars", "sidecar_folders"]
+
+#: Names of the side files: never dumps, even when named on the command line.
+SIDECARS = (RANKS_FILE, STEPS_FILE, INCIDENT_FILE)
+
+
+@dataclass(slots=True)
+class SideFacts:
+    """What the side files say beyond the dumps themselves."""
+
+    #: rank -> where it ran, for every rank a side file names (ranks with no dump included).
+    processes: dict[int, RankProcess] = field(default_factory=dict)
+    #: The world size the host map was written for, when it says.
+    world_size: int | None = None
+    #: The live incident these dumps belong to (its incident.json), when there is one that fits them.
+    identity: IncidentIdentity | None = None
+
+
+def sidecar_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The folders whose side files belong to ``paths`` (a folder, or the folder of a file)."""
+    return sorted({Path(p) if Path(p).is_dir() else Path(p).parent for p in paths})
+
+
+def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, RankDump],
+                  problems: list[str]) -> SideFacts:
+    """Read the side files beside ``paths``; fill in what ``dumps`` lack (steps, stacks at
+    incident time) and return what concerns the job as a whole. Never raises."""
+    facts = SideFacts()
+    folders = sidecar_folders(paths)
+    for folder in folders:
+        host_map = _read_if_there(folder / RANKS_FILE, problems)
+        if host_map is not None:
+            for rank, process in host_map.processes.items():
+                facts.processes.setdefault(rank, process)
+            facts.world_size = facts.world_size or host_map.world_size
+        steps_path = folder / STEPS_FILE
+        if steps_path.is_file():
+            for rank, log in read_steps_file(str(steps_path), problems).items():
+                dump = dumps.get(rank)
+                if dump is not None and dump.steps is None:
+                    dump.steps = log
+    identity = find_identity(folders, problems)
+    stale = identity.stale_for(dumps) if identity is not None else None
+    if identity is not None and stale:
+        problems.append(f"{identity.path}: {stale}; not using its trace id, hosts or stacks")
+        identity = None
+    if identity is not None:
+        facts.identity = identity
+        for rank, process in identity.processes.items():
+            facts.processes.setdefault(rank, process)
+        for rank, now in identity.stacks.items():
+            dump = dumps.get(rank)
+            if dump is not None and dump.now is None:
+                dump.now = now
+    return facts
+
+
+def _read_if_there(path: Path, problems: list[str]) -> HostMap | None:
+    return read_host_map(str(path), problems) if path.is_file() else None
