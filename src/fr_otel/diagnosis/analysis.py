@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..common.ranks import compress_ranks
 from ..read.dump import op_name
-from ..read.frame import Frame
+from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
@@ -292,8 +292,5 @@ def _last_user_frame(job: Job, rank: int) -> Frame | None:
         return None
     for e in reversed(dump.tail):  # the tail holds the newest entries
         if e.frames:
-            for f in e.frames:
-                if "/torch/" not in f.filename and "\\torch\\" not in f.filename:
-                    return f
-            return e.frames[0]
+            return next((f for f in e.frames if is_user_frame(f.filename)), e.frames[0])
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..diagnosis.verdict import Culprit
 from ..read.dump import Entry
-from ..read.frame import Frame
+from ..read.frame import Frame, frame_origin
 from .facts import Facts, tail_entry
 from .markup import badge, esc, fmt_rel
 
@@ -21,13 +21,8 @@ MAX_FRAMES = 40
 
 def _frame_class(fr: Frame) -> str:
     """``torch`` (inside torch), ``lib`` (stdlib, other installed packages, generated code), ``user``."""
-    path = fr.filename.replace("\\", "/")
-    if "/torch/" in path:
-        return "torch"
-    if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path or (
-            "/lib/python3" in path):
-        return "lib"
-    return "user"
+    origin = frame_origin(fr.filename)
+    return "lib" if origin == "stdlib" else origin
 
 
 def _short_path(path: str) -> str:
