@@ -46,13 +46,13 @@ def pinned_sdk(pyproject: Path = PYPROJECT) -> str:
     raise LookupError(f"{pyproject.name} pins no {SDK}")
 
 
-def sdk_problem(installed: str | None = None) -> str | None:
+def sdk_problem(installed: str | None = None, pyproject: Path = PYPROJECT) -> str | None:
     """Why the installed SDK would not build what is committed (another build of it writes other
     defaults), or None. Each Grafana branch is its own epoch: an unpinned install takes the 10.1 types."""
     try:
-        want = pinned_sdk()
+        want = pinned_sdk(pyproject)
     except (OSError, LookupError, tomllib.TOMLDecodeError) as exc:  # KeyError is a LookupError
-        return f"dashboards/build.py: cannot read the {SDK} pin from {PYPROJECT}: {exc}"
+        return f"dashboards/build.py: cannot read the {SDK} pin from {pyproject}: {exc}"
     have = installed if installed is not None else metadata.version(SDK)
     if have == want:
         return None
