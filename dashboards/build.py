@@ -4,6 +4,9 @@
     python dashboards/build.py          # (re)write dashboards/*.json
     python dashboards/build.py --check  # exit 1 if a dashboard file is missing, stale or left over
 
+Exit 2, with one line saying what to install, when it cannot build: grafana-foundation-sdk missing
+or not the build pyproject.toml pins.
+
 The JSON files are committed (Grafana's file provisioning and deploy/kubernetes/generate.py read
 them); never edit them by hand: change dashboards/fr_dashboards/ and run this script, then
 `python deploy/kubernetes/generate.py`. The test suite fails when they differ from a fresh build.
@@ -32,7 +35,8 @@ except ModuleNotFoundError as exc:  # the SDK, or fr_otel (for the span attribut
         (exc.name or "").split(".")[0])
     if missing is None:
         raise
-    raise SystemExit(f"dashboards/build.py: {missing} is not installed: pip install -e '.[test]'") from None
+    print(f"dashboards/build.py: {missing} is not installed: pip install -e '.[test]'", file=sys.stderr)
+    raise SystemExit(2) from None  # 2: cannot build; 1 (--check): built, and the files differ
 
 BOARDS = (overview, rank, infra)
 
