@@ -154,9 +154,12 @@ class Board:
         model.schema_version = SCHEMA_VERSION
         for number, panel in enumerate(model.panels or [], start=1):
             panel.id_val = number
-        payload = json.loads(json.dumps(model, cls=JSONEncoder))
         # Provisioning assigns the numeric id; the (empty) time picker keeps Grafana's defaults.
-        return {"id": None, **payload, "timepicker": {}}
+        payload = {"id": None, **json.loads(json.dumps(model, cls=JSONEncoder)), "timepicker": {}}
+        # Identity first and panels last, as Grafana writes it: a reader of the file sees what it is.
+        first, last = ("id", "uid", "title", "description", "tags"), ("templating", "annotations", "links", "panels")
+        middle = [key for key in payload if key not in first + last]
+        return {key: payload[key] for key in (*first, *middle, *last) if key in payload}
 
 
 def render(board: Board) -> str:
