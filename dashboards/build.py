@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 PYPROJECT = HERE.parent / "pyproject.toml"

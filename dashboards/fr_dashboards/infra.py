@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import links
 from .board import Board, annotation, job_annotations, job_variables, query_variable
-from .kit import RED_FROM_ONE, Columns, field, table, timeseries
+from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns
 from .promql import HOST, JOB, TRAINING_JOB, selector
 
 UID = "fr-otel-infra"
@@ -28,7 +28,7 @@ def on_rank_hosts(aggregation: str, series: str) -> str:
             f'"host", "$1", "nodename", "(.*)")) and on(host) {ranks_on("fr_info")}')
 
 
-def ranks_table() -> object:
+def ranks_table() -> Panel:
     """Every rank with its GPU and that GPU's state, worst lag first."""
     with_gpu = f"on(job, training_job, instance) group_left(host, gpu) {ranks_on('rank:fr_host_gpu:info')}"
     gpu_state = ["host_gpu:dcgm_xid_error:last", "host_gpu:dcgm_gpu_utilization:ratio",
@@ -38,7 +38,7 @@ def ranks_table() -> object:
     exprs += [f"max by (rank, host, gpu) ({ranks_on('rank:fr_host_gpu:info')} * on(host, gpu) group_left() {metric})"
               for metric in gpu_state]
     headers = ["enqueued lag", "oldest in flight", "last XID", "GPU util", "GPU temp", "GPU power"]
-    values = [f"Value #{chr(ord('A') + i)}" for i in range(len(headers))]
+    values = value_columns(len(headers))
     return table(
         "Ranks, their GPU and what it says", exprs, unit="none", h=10,
         columns=Columns(order=["rank", "host", "gpu", *values], rename=dict(zip(values, headers)), hide=()),
@@ -51,9 +51,9 @@ def ranks_table() -> object:
                     "is behind.")
 
 
-def gpu_panels() -> list:
+def gpu_panels() -> list[Panel]:
     """DCGM, read through the recording rules that accept both metric generations."""
-    def gpu(title: str, metric: str, unit: str, description: str = "", w: int = 8) -> object:
+    def gpu(title: str, metric: str, unit: str, description: str = "", w: int = 8) -> Panel:
         return timeseries(title, [(metric, GPU_LEGEND)], unit=unit, description=description, w=w)
 
     pcie = ('sum by (host, gpu) (label_replace(label_replace(label_replace('
@@ -78,7 +78,7 @@ def gpu_panels() -> list:
     ]
 
 
-def network_panels() -> list:
+def network_panels() -> list[Panel]:
     """NIC (virtual interfaces left out) and InfiniBand, per host and device."""
     def nic(direction: str, counter: str) -> str:
         return on_rank_hosts("sum by (host, device)",

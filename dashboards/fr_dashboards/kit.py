@@ -22,6 +22,7 @@ from grafana_foundation_sdk.builders import prometheus, tempo
 from grafana_foundation_sdk.builders import stat as stat_builder
 from grafana_foundation_sdk.builders import table as table_builder
 from grafana_foundation_sdk.builders import timeseries as timeseries_builder
+from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import heatmap as hm
@@ -42,6 +43,8 @@ ORANGE_FROM_ONE: Steps = (("green", None), ("orange", 1))
 #: The age of an in-flight collective: worth a look after a minute, bad after two.
 AGE_STEPS: Steps = (("green", None), ("yellow", 60), ("red", 120))
 
+#: What a row holds: any panel builder.
+Panel = cogbuilder.Builder[dm.Panel]
 #: A field or series override: which fields, and what it sets on them.
 Override = tuple[dm.MatcherConfig, list[dm.DynamicConfigValue]]
 #: A query of a time series panel: (PromQL, legend).
@@ -62,6 +65,22 @@ def check_ranges(expr: str, *, whole_range: bool = False) -> str:
     return expr
 
 
+def ref_id(index: int) -> str:
+    """The refId of a panel's query number ``index``: A, B, C..."""
+    return chr(ord("A") + index)
+
+
+def value_columns(count: int) -> list[str]:
+    """The table columns of the first ``count`` queries' values (``Value #A``...), for :class:`Columns`."""
+    return [f"Value #{ref_id(i)}" for i in range(count)]
+
+
+def _legend(legend: str, expr: str) -> str:
+    if not legend.strip() or legend == "__auto":
+        raise ValueError(f"a time series query needs a legend naming its series: {expr!r}")
+    return legend
+
+
 def _thresholds(steps: Steps) -> db.ThresholdsConfig:
     return db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
         [dm.Threshold(color=color, value=value) for color, value in steps])
@@ -69,7 +88,7 @@ def _thresholds(steps: Steps) -> db.ThresholdsConfig:
 
 def _query(ref: int, expr: str, *, legend: str = "__auto", instant: bool, table: bool = False,
            exemplar: bool = False) -> prometheus.Dataquery:
-    query = (prometheus.Dataquery().datasource(PROMETHEUS).ref_id(chr(ord("A") + ref)).expr(expr)
+    query = (prometheus.Dataquery().datasource(PROMETHEUS).ref_id(ref_id(ref)).expr(expr)
              .legend_format(legend).editor_mode(pm.QueryEditorMode.CODE)
              .format(pm.PromQueryFormat.TABLE if table else pm.PromQueryFormat.TIME_SERIES))
     query = query.instant() if instant else query.range()
@@ -112,7 +131,8 @@ def timeseries(title: str, queries: Sequence[Series], *, unit: str, description:
              .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
              .span(w).height(h))
     for ref, (expr, legend) in enumerate(queries):
-        panel = panel.with_target(_query(ref, check_ranges(expr), legend=legend, instant=False, exemplar=exemplars))
+        panel = panel.with_target(_query(ref, check_ranges(expr), legend=_legend(legend, expr), instant=False,
+                                         exemplar=exemplars))
     for matcher, properties in overrides:
         panel = panel.with_override(matcher, properties)
     return panel if soft_min is None else panel.axis_soft_min(soft_min)
@@ -123,7 +143,7 @@ def heatmap(title: str, query: Series, *, unit: str, y_label: str, description: 
     """Series x time, colour for the value (dark orange is hot): one row per series, no bucketing."""
     expr, legend = query
     return (heatmap_builder.Panel().title(title).description(description).datasource(PROMETHEUS)
-            .with_target(_query(0, check_ranges(expr), legend=legend, instant=False)).unit(unit)
+            .with_target(_query(0, check_ranges(expr), legend=_legend(legend, expr), instant=False)).unit(unit)
             .hide_from(cb.HideSeriesConfig().legend(False).tooltip(False).viz(False))
             .scale_distribution(cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LINEAR))
             .calculate(False).cell_gap(1).cell_values(heatmap_builder.CellValues().unit(unit))
@@ -137,6 +157,11 @@ def heatmap(title: str, query: Series, *, unit: str, y_label: str, description: 
             .y_axis(heatmap_builder.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT).reverse(False)
                     .axis_label(y_label))
             .span(w).height(h))
+
+
+def _no_footer() -> cb.TableFooterOptions:
+    # Grafana writes fields "" (every numeric field) where the SDK types a list.
+    return cb.TableFooterOptions().show(False).reducer(["sum"]).fields("")  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -165,7 +190,7 @@ def table(title: str, exprs: Sequence[str], *, unit: str, columns: Columns, desc
     panel = (table_builder.Panel().title(title).description(description).datasource(PROMETHEUS).unit(unit)
              .align(cm.FieldTextAlignment.AUTO).filterable(True).thresholds(_thresholds(GREEN))
              .show_header(True).cell_height(cm.TableCellHeight.SM)
-             .footer(cb.TableFooterOptions().show(False).reducer(["sum"]).fields(""))
+             .footer(_no_footer())
              .sort_by([cb.TableSortByFieldState().display_name(sort).desc(True)] if sort else [])
              .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
              .with_transformation(columns.transformation())
@@ -189,7 +214,7 @@ def trace_search(title: str, traceql: str, *, description: str = "", w: int = 24
     """The traces a TraceQL search finds, one row per trace (click one to open it)."""
     return (table_builder.Panel().title(title).description(description).datasource(TEMPO).unit("none")
             .align(cm.FieldTextAlignment.AUTO).show_header(True).cell_height(cm.TableCellHeight.SM)
-            .footer(cb.TableFooterOptions().show(False).reducer(["sum"]).fields(""))
+            .footer(_no_footer())
             .with_target(_traceql(traceql, table_type=True)).span(w).height(h))
 
 

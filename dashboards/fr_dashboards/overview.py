@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import stat as stat_builder
+
 from . import links
 from .board import Board, job_annotations, job_variables, query_variable
 from .kit import (
@@ -9,6 +11,7 @@ from .kit import (
     ORANGE_FROM_ONE,
     RED_FROM_ONE,
     Columns,
+    Panel,
     field,
     heatmap,
     series,
@@ -27,7 +30,7 @@ ROW = "job, training_job, instance, rank, pg_name, pg_desc"
 GROUP_LEGEND = "{{pg_name}} {{pg_desc}} {{training_job}}"
 
 
-def now() -> list:
+def now() -> list[stat_builder.Panel]:
     """The stat row: the six numbers to read first."""
     return [
         stat("Oldest in-flight collective",
@@ -63,7 +66,7 @@ def now() -> list:
     ]
 
 
-def who_is_behind() -> object:
+def who_is_behind() -> Panel:
     """The culprit table: per rank and group, its lags, how long the group has waited, and
     whether it is the rank the group waits for; links to its traces and drill-down."""
     who = blamed(pg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import stat as stat_builder
 from grafana_foundation_sdk.models import dashboard as dm
 
 from fr_otel.trace import attributes as A
@@ -19,6 +20,7 @@ from .kit import (
     ORANGE_FROM_ONE,
     RED_FROM_ONE,
     Columns,
+    Panel,
     field,
     on_off,
     series,
@@ -27,6 +29,7 @@ from .kit import (
     timeseries,
     trace_search,
     trace_view,
+    value_columns,
 )
 from .links import RANK_TITLE as TITLE
 from .links import RANK_UID as UID
@@ -39,7 +42,7 @@ rank = selector(JOB, TRAINING_JOB, RANK)
 ROW = "job, training_job, instance, rank, pg_name, pg_desc"
 
 
-def now() -> list:
+def now() -> list[stat_builder.Panel]:
     """The stat row: is this rank stuck, near its timeout, holding others up, still watched."""
     return [
         stat("Oldest in-flight collective", f"max({rank('fr_inflight_collective_age_seconds')}) or vector(0)",
@@ -60,7 +63,7 @@ def now() -> list:
     ]
 
 
-def groups_table() -> object:
+def groups_table() -> Panel:
     """Per group of the rank: sequence numbers, lags, oldest in-flight against its timeout."""
     sums = [f"sum by ({ROW}) ({rank(metric)})" for metric in
             ("fr_last_enqueued_seq", "fr_last_completed_seq", "rank_pg:fr_last_enqueued_seq:lag",
@@ -68,7 +71,7 @@ def groups_table() -> object:
     maxima = [f"max by ({ROW}) ({rank(metric)})" for metric in
               ("fr_inflight_collective_age_seconds", "fr_inflight_collective_timeout_seconds")]
     headers = ["enqueued", "completed", "enqueued lag", "completed lag", "oldest in flight", "timeout"]
-    values = [f"Value #{chr(ord('A') + i)}" for i in range(len(headers))]
+    values = value_columns(len(headers))
     return table(
         "Process groups of rank $rank", sums + maxima, unit="none",
         columns=Columns(order=["pg_name", "pg_desc", *values], rename=dict(zip(values, headers)),

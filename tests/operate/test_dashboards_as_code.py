@@ -120,6 +120,15 @@ def test_a_range_other_than_the_rate_interval_is_refused(kit: ModuleType) -> Non
                                 "{{host}}")], unit="cps")
 
 
+def test_a_time_series_without_a_legend_is_refused(kit: ModuleType) -> None:
+    """Each line of a time series or heatmap is named by its legend: none, or Grafana's __auto, fails the build."""
+    for legend in ("", "__auto"):
+        with pytest.raises(ValueError, match="needs a legend"):
+            kit.timeseries("Up", [("up", "{{instance}}"), ("up == 0", legend)], unit="none")
+        with pytest.raises(ValueError, match="needs a legend"):
+            kit.heatmap("Age", ("fr_inflight_collective_age_seconds", legend), unit="s", y_label="rank")
+
+
 def test_stat_panels_only_go_in_the_row_on_top(kit: ModuleType, board: ModuleType) -> None:
     """A stat in a later row, or a stat row below another row, fails the build."""
     number = kit.stat("Ranks", "count(fr_info)", unit="none")
