@@ -174,6 +174,10 @@ class Columns:
     rename: dict[str, str] = dataclass_field(default_factory=dict)
     hide: Sequence[str] = ("job",)
 
+    def headers(self) -> list[str]:
+        """The columns as the table shows them, in order."""
+        return [self.rename.get(name, name) for name in self.order]
+
     def transformation(self) -> dm.DataTransformerConfig:
         return dm.DataTransformerConfig(id_val="organize", options={
             "excludeByName": {name: True for name in ("Time", "__name__", *self.hide)},
@@ -186,7 +190,12 @@ def table(title: str, exprs: Sequence[str], *, unit: str, columns: Columns, desc
           sort: str | None = None, fields: Sequence[Override] = (), links: Sequence[DataLink] = (),
           w: int = 24, h: int = 8) -> table_builder.Panel:
     """Instant queries merged into one row per label set, columns as ``columns`` says, sorted
-    by the column ``sort`` (descending). ``fields`` overrides single columns (units, links)."""
+    by the column ``sort`` (descending). ``fields`` overrides single columns (units, links).
+    Sorting by, or overriding, a column the table does not show fails the build."""
+    named = [sort] if sort else []
+    named += [matcher.options for matcher, _ in fields if matcher.id_val == "byName"]
+    if unknown := [name for name in named if name not in columns.headers()]:
+        raise ValueError(f"table {title!r}: no column {unknown} among {columns.headers()}")
     panel = (table_builder.Panel().title(title).description(description).datasource(PROMETHEUS).unit(unit)
              .align(cm.FieldTextAlignment.AUTO).filterable(True).thresholds(_thresholds(GREEN))
              .show_header(True).cell_height(cm.TableCellHeight.SM)

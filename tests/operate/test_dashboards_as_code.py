@@ -129,6 +129,18 @@ def test_a_time_series_without_a_legend_is_refused(kit: ModuleType) -> None:
             kit.heatmap("Age", ("fr_inflight_collective_age_seconds", legend), unit="s", y_label="rank")
 
 
+def test_a_table_sorted_or_overridden_by_a_column_it_does_not_show_is_refused(kit: ModuleType) -> None:
+    """The sort column and each field override name a shown header (the hand-kept overview sorted by one it lacked)."""
+    columns = kit.Columns(order=["rank", "Value #A"], rename={"Value #A": "in its step for"})
+    with pytest.raises(ValueError, match=r"no column \['enqueued lag'\]"):
+        kit.table("Steps", ["fr_training_step_age_seconds"], unit="s", columns=columns, sort="enqueued lag")
+    with pytest.raises(ValueError, match=r"no column \['Value #A'\]"):
+        kit.table("Steps", ["fr_training_step_age_seconds"], unit="s", columns=columns,
+                  fields=[kit.field("Value #A", unit="s")])
+    kit.table("Steps", ["fr_training_step_age_seconds"], unit="none", columns=columns, sort="in its step for",
+              fields=[kit.field("in its step for", unit="s")])
+
+
 def test_stat_panels_only_go_in_the_row_on_top(kit: ModuleType, board: ModuleType) -> None:
     """A stat in a later row, or a stat row below another row, fails the build."""
     number = kit.stat("Ranks", "count(fr_info)", unit="none")
