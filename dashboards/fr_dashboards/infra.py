@@ -1,0 +1,144 @@
+"""fr-otel / Infra correlation: ranks beside their GPU (DCGM), host (node exporter) and NIC/InfiniBand.
+
+Joins go through ``host``: ``fr_info{host}`` for ranks, the recording rules' ``host_gpu:*`` for
+DCGM (either side of its 4.9 renames), ``node_uname_info{nodename}`` for node-exporter series.
+"""
+
+from __future__ import annotations
+
+from . import links
+from .board import Board, annotation, job_annotations, job_variables, query_variable
+from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns
+from .promql import HOST, JOB, TRAINING_JOB, selector
+
+UID = "fr-otel-infra"
+job = selector(JOB, TRAINING_JOB)
+#: The ranks of the selected jobs on the selected hosts.
+ranks_on = selector(JOB, TRAINING_JOB, HOST)
+hosts = selector(HOST)
+GPU_LEGEND = "{{host}} GPU {{gpu}}"
+#: Interfaces that never carry collective traffic.
+VIRTUAL_NICS = 'device!~"lo|veth.*|docker.*|br-.*|cali.*|flannel.*|cni.*|virbr.*"'
+
+
+def on_rank_hosts(aggregation: str, series: str) -> str:
+    """A node-exporter ``series`` under ``aggregation``, labelled with its host (node_uname_info's
+    nodename), kept only for hosts that run ranks of the selected jobs."""
+    return (f'{aggregation} (label_replace({series} * on(instance) group_left(nodename) node_uname_info, '
+            f'"host", "$1", "nodename", "(.*)")) and on(host) {ranks_on("fr_info")}')
+
+
+def ranks_table() -> Panel:
+    """Every rank with its GPU and that GPU's state, worst lag first."""
+    with_gpu = f"on(job, training_job, instance) group_left(host, gpu) {ranks_on('rank:fr_host_gpu:info')}"
+    gpu_state = ["host_gpu:dcgm_xid_error:last", "host_gpu:dcgm_gpu_utilization:ratio",
+                 "host_gpu:dcgm_gpu_temperature:celsius", "host_gpu:dcgm_power_usage:watts"]
+    exprs = [f"max by (rank, host, gpu) ({job(metric)} * {with_gpu})"
+             for metric in ("rank_pg:fr_last_enqueued_seq:lag", "fr_inflight_collective_age_seconds")]
+    exprs += [f"max by (rank, host, gpu) ({ranks_on('rank:fr_host_gpu:info')} * on(host, gpu) group_left() {metric})"
+              for metric in gpu_state]
+    headers = ["enqueued lag", "oldest in flight", "last XID", "GPU util", "GPU temp", "GPU power"]
+    values = value_columns(len(headers))
+    return table(
+        "Ranks, their GPU and what it says", exprs, unit="none", h=10,
+        columns=Columns(order=["rank", "host", "gpu", *values], rename=dict(zip(values, headers)), hide=()),
+        sort="enqueued lag",
+        fields=[field("rank", links=[links.rank_drilldown()]), field("oldest in flight", unit="s"),
+                field("GPU util", unit="percentunit"), field("GPU temp", unit="celsius"),
+                field("GPU power", unit="watt"), field("last XID", thresholds=RED_FROM_ONE, background=True)],
+        description="Every rank on the selected hosts with its GPU (local rank i -> GPU i) and that GPU's DCGM "
+                    "state: 'rank 12 stalled' beside 'GPU 3 on node-07 raised XID 79'. Sorted by how far the rank "
+                    "is behind.")
+
+
+def gpu_panels() -> list[Panel]:
+    """DCGM, read through the recording rules that accept both metric generations."""
+    def gpu(title: str, metric: str, unit: str, description: str = "", w: int = 8) -> Panel:
+        return timeseries(title, [(metric, GPU_LEGEND)], unit=unit, description=description, w=w)
+
+    pcie = ('sum by (host, gpu) (label_replace(label_replace(label_replace('
+            'rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[$__rate_interval]) or '
+            'rate(DCGM_FI_DEV_PCIE_REPLAY_TOTAL[$__rate_interval]), "host", "$1", "instance", "([^:]+).*"), '
+            '"host", "$1", "Hostname", "(.+)"), "host", "$1", "hostname", "(.+)")) '
+            f'and on(host) {ranks_on("fr_info")}')
+    return [
+        gpu("Last XID per GPU", f"{hosts('host_gpu:dcgm_xid_error:last')} > 0", "none",
+            "The last XID code the driver reported for each GPU (0 = none). 79: fell off the bus; 48/63/64/94/95: "
+            "memory errors; 74: NVLink; 13/31/43: application faults. See docs/runbook.md."),
+        gpu("GPU utilization", hosts("host_gpu:dcgm_gpu_utilization:ratio"), "percentunit"),
+        gpu("GPU power", hosts("host_gpu:dcgm_power_usage:watts"), "watt"),
+        gpu("GPU temperature", hosts("host_gpu:dcgm_gpu_temperature:celsius"), "celsius"),
+        gpu("NVLink throughput", hosts("host_gpu:dcgm_nvlink_throughput:bytes_per_second"), "Bps"),
+        gpu("PCIe replays", pcie, "cps",
+            "PCIe link retries per second (DCGM_FI_DEV_PCIE_REPLAY_COUNTER before 4.9, "
+            "DCGM_FI_DEV_PCIE_REPLAY_TOTAL after)."),
+        gpu("GPU memory used", hosts("host_gpu:dcgm_fb_used:bytes"), "bytes", w=12),
+        gpu("SM clock", hosts("host_gpu:dcgm_sm_clock:hertz"), "hertz",
+            "A clock that drops under load is throttling (power, thermal).", w=12),
+    ]
+
+
+def network_panels() -> list[Panel]:
+    """NIC (virtual interfaces left out) and InfiniBand, per host and device."""
+    def nic(direction: str, counter: str) -> str:
+        return on_rank_hosts("sum by (host, device)",
+                             f"rate(node_network_{direction}_{counter}_total{{{VIRTUAL_NICS}}}[$__rate_interval])")
+
+    def ib(counter: str) -> str:
+        return on_rank_hosts("sum by (host, device, port)", f"rate(node_infiniband_{counter}[$__rate_interval])")
+
+    port = "{{host}} {{device}}:{{port}}"
+    return [
+        timeseries("NIC throughput", [(nic("receive", "bytes"), "{{host}} {{device}} rx"),
+                                      (nic("transmit", "bytes"), "{{host}} {{device}} tx")], unit="Bps"),
+        timeseries("NIC errors and drops", [(nic("receive", "errs"), "{{host}} {{device}} rx errors"),
+                                            (nic("transmit", "errs"), "{{host}} {{device}} tx errors"),
+                                            (nic("receive", "drop"), "{{host}} {{device}} rx drops"),
+                                            (nic("transmit", "drop"), "{{host}} {{device}} tx drops")], unit="pps"),
+        timeseries("InfiniBand throughput", [(ib("port_data_received_bytes_total"), f"{port} rx"),
+                                             (ib("port_data_transmitted_bytes_total"), f"{port} tx")], unit="Bps"),
+        timeseries("InfiniBand errors, link downs and transmit waits",
+                   [(ib("port_errors_received_total"), f"{port} rx errors"),
+                    (ib("link_downed_total"), f"{port} link downs"),
+                    (ib("port_transmit_wait_total"), f"{port} xmit wait ticks")], unit="cps",
+                   description="Errors and link downs point at cabling or the switch; transmit waits at congestion."),
+    ]
+
+
+def build() -> Board:
+    """The infra correlation dashboard."""
+    xid = annotation("XID", f"changes({hosts('host_gpu:dcgm_xid_error:last')}[$__rate_interval]) > 0",
+                     color="purple", title="XID on {{host}} GPU {{gpu}}", tags="host,gpu",
+                     text="the GPU's last XID changed")
+    board = Board(UID, "fr-otel / Infra correlation",
+                  "Collective progress beside GPU (DCGM exporter, before and after its 4.9 renames), host (node "
+                  "exporter) and NIC/InfiniBand telemetry, joined by host via fr_info{host}.",
+                  variables=[*job_variables(),
+                             query_variable("host", "Host", f"label_values({job('fr_info')}, host)")],
+                  annotations=[*job_annotations(), xid])
+    board.row("Ranks beside their hardware", ranks_table())
+    per_host = "on(job, training_job, instance) group_left(host)"
+    board.row(
+        "Communication",
+        timeseries("Oldest in-flight collective per host",
+                   [((f"max by (host) ({job('fr_inflight_collective_age_seconds')} * {per_host} "
+                      f"{ranks_on('fr_info')})"), "{{host}}")], unit="s", threshold=120),
+        timeseries("Ranks the others wait for, per host",
+                   [((f"count by (host) (count by (job, training_job, rank, host) ({job('rank_pg:fr_behind:lag')} "
+                      f"* {per_host} {ranks_on('fr_info')}))"), "{{host}}")], unit="none"),
+    )
+    board.row("GPU (DCGM exporter, names before and after 4.9)", *gpu_panels())
+    board.row(
+        "Host (node exporter)",
+        timeseries("CPU busy",
+                   [(on_rank_hosts("1 - avg by (host)",
+                                   'rate(node_cpu_seconds_total{mode="idle"}[$__rate_interval])'), "{{host}}")],
+                   unit="percentunit", w=8,
+                   description="A rank that never enqueues is often CPU-bound elsewhere (data loader, GIL): look for "
+                               "a host at 100 %."),
+        timeseries("Memory available", [(on_rank_hosts("sum by (host)", "node_memory_MemAvailable_bytes"), "{{host}}")],
+                   unit="bytes", w=8),
+        timeseries("Load (1 m)", [(on_rank_hosts("sum by (host)", "node_load1"), "{{host}}")], unit="none", w=8),
+    )
+    board.row("Network (NIC and InfiniBand)", *network_panels())
+    return board
