@@ -487,7 +487,7 @@ def test_wrong_typed_state_fields_start_afresh_and_keep_a_copy(job_folder: Path,
 
 def test_store_backoff_doubles_up_to_the_cap_and_speaks_once(caplog: pytest.LogCaptureFixture) -> None:
     """After 3 failures: waits 2, 4, 8 ... 60 s between tries; one line when it starts, one when it ends."""
-    from fr_otel.agent.channel import StoreBackoff
+    from fr_otel.agent.store_link import StoreBackoff
 
     now = [0.0]
     backoff = StoreBackoff(threshold=3, base_s=2, cap_s=60, clock=lambda: now[0])
@@ -514,7 +514,8 @@ def test_a_dead_store_does_not_flood_stderr(tmp_path: Path) -> None:
         "import sys, time, logging\n"
         "from datetime import timedelta\n"
         "import torch.distributed as dist\n"
-        "from fr_otel.agent.channel import IncidentChannel, StoreUnavailable\n"
+        "from fr_otel.agent.channel import IncidentChannel\n"
+        "from fr_otel.agent.store_link import StoreUnavailable\n"
         "from fr_otel.testing.ports import unused_tcp_port\n"
         "logging.basicConfig(level=logging.WARNING, format='%(name)s: %(message)s')\n"
         "port = unused_tcp_port()\n"

@@ -26,68 +26,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..common.text import one_line
+from .store_link import STORE_TIMEOUT_S, StoreLink
 
-__all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreUnavailable", "IncidentChannel", "connect_channel"]
+__all__ = ["IncidentChannel", "connect_channel"]
 
-STORE_TIMEOUT_S = 5.0
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
 log = logging.getLogger("fr_otel.agent")
 
 
-class StoreUnavailable(RuntimeError):
-    """The store failed repeatedly; calls are skipped until the back-off expires."""
+class _LinkedStore:
+    """A store whose every method call goes through a :class:`StoreLink` (bounded; same results)."""
 
-
-class StoreBackoff:
-    """After ``threshold`` failures in a row, wait ``base_s``, then twice as long each time, up to ``cap_s``.
-
-    A TCPStore client whose server is gone prints a ~15-line C++ warning on every call;
-    polling it every second from every rank floods the job's stderr. With back-off the
-    store is tried a handful of times a minute at most, and the agent says so once.
-    """
-
-    def __init__(self, threshold: int = 3, base_s: float = 2.0, cap_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.threshold, self.base_s, self.cap_s, self._clock = threshold, base_s, cap_s, clock
-        self.failures = 0
-        self.retry_at = 0.0
-        self._said = False
-
-    def allow(self) -> bool:
-        """True when a store call may be tried now."""
-        return self.failures < self.threshold or self._clock() >= self.retry_at
-
-    def success(self) -> None:
-        if self._said:
-            log.warning("the job's store answers again after %d failed calls; incidents are back on", self.failures)
-        self.failures, self.retry_at, self._said = 0, 0.0, False
-
-    def failure(self, exc: BaseException) -> None:
-        self.failures += 1
-        if self.failures < self.threshold:
-            return
-        wait = min(self.cap_s, self.base_s * 2 ** (self.failures - self.threshold))
-        self.retry_at = self._clock() + wait
-        if not self._said:
-            self._said = True
-            log.warning("the job's store failed %d times in a row (%s: %s); backing off (up to %gs between tries), "
-                        "incidents paused; training is not affected", self.failures, type(exc).__name__,
-                        one_line(exc, 160), self.cap_s)
-
-
-class _GuardedStore:
-    """A store whose calls go through a :class:`StoreBackoff` (same methods, same results)."""
-
-    def __init__(self, store: Any, backoff: StoreBackoff) -> None:
-        self._store, self._backoff = store, backoff
+    def __init__(self, store: Any, link: StoreLink) -> None:
+        self._store, self._link = store, link
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
@@ -95,15 +51,7 @@ class _GuardedStore:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if not self._backoff.allow():
-                raise StoreUnavailable("the job's store is unreachable; backing off")
-            try:
-                result = attr(*args, **kwargs)
-            except Exception as exc:
-                self._backoff.failure(exc)
-                raise
-            self._backoff.success()
-            return result
+            return self._link.call(lambda: attr(*args, **kwargs), name)
 
         return call
 
@@ -111,14 +59,14 @@ class _GuardedStore:
 class IncidentChannel:
     """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
 
-    def __init__(self, store: Any, how: str, backoff: StoreBackoff | None = None) -> None:
-        self.backoff = backoff if backoff is not None else StoreBackoff()
-        self.store = _GuardedStore(store, self.backoff)
+    def __init__(self, store: Any, how: str, link: StoreLink | None = None) -> None:
+        self.link = link if link is not None else StoreLink()
+        self.store = _LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
 
     def reachable(self) -> bool:
-        """False while backing off after repeated store failures (skip the poll's store calls)."""
-        return self.backoff.allow()
+        """False while the store does not answer or the link backs off (skip the poll's store calls)."""
+        return self.link.reachable()
 
     # -- incidents ----------------------------------------------------------------------
     def claim(self, k: int, meta: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -216,14 +164,16 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
 
     Call from the agent's thread once the default process group exists.
     """
+    link = StoreLink(timeout_s)
     default = dist.distributed_c10d._get_default_store()
     tcp = _tcp_store(default)
     base: Any = default
     how = "the default store"
     if tcp is not None:
         try:
-            base = dist.TCPStore(str(tcp.host), int(tcp.port), is_master=False,
-                                 timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+            base = link.call(lambda: dist.TCPStore(str(tcp.host), int(tcp.port), is_master=False,
+                                                   timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
+                             "connecting", timeout_s=2 * timeout_s)
             how = f"own connection to {tcp.host}:{tcp.port}"
         except Exception:  # noqa: BLE001 - e.g. a server that refuses more clients
             base = default
@@ -232,6 +182,6 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
         # Nothing names this run (no torchelastic, Slurm or FR_OTEL_JOB_ID): the first agent
         # to get here proposes one, everyone adopts it. Unique per store, i.e. per run.
         proposal = f"store:{uuid.uuid4().hex}"
-        job_id = _text(root.compare_set("job_id", "", proposal))
+        job_id = _text(link.call(lambda: root.compare_set("job_id", "", proposal), "agreeing on the job id"))
     digest = hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how), job_id
+    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how, link), job_id

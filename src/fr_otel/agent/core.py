@@ -86,6 +86,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._hooks: ExitHooks | None = None
         self._exiting = False
+        self._exit_deadline: float | None = None  # monotonic; set by the first exit hook
         self._step_hook: Any = None  # torch's handle of the optimizer post-step hook (False: none in this torch)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -296,14 +297,22 @@ class Agent:
         verdict if this rank raised it. True when all of it finished; False without incidents."""
         return self.incidents.flush(reason, timeout) if self.incidents is not None else False
 
-    # -- hooks (run in the training thread, or the signal watcher): bounded -------------
+    # -- hooks (run in the training thread, or the signal watcher): one budget ---------
+    def exit_deadline(self) -> float:
+        """When the way out ends, whatever happens: ``flush_timeout`` after the first exit hook
+        fired. Every step after it (incident, exit copy, stopping threads) shares this budget."""
+        if self._exit_deadline is None:
+            self._exit_deadline = time.monotonic() + self.config.flush_timeout
+        return self._exit_deadline
+
     def _on_exit(self) -> None:
         if self._exiting:
             return
         self._exiting = True
+        deadline = self.exit_deadline()
         if self.incidents is not None:
-            self.incidents.at_exit()
-        self.stop(timeout=_EXIT_STORE_TIMEOUT_S, close_server=False)
+            self.incidents.at_exit(deadline)
+        self.stop(timeout=min(_EXIT_STORE_TIMEOUT_S, max(deadline - time.monotonic(), 0.0)), close_server=False)
         h = self.health.snapshot()
         if h.errors or h.export_failures:
             log.warning("agent stopped: %d polls, %d agent errors, %d incident exports failed (training was not "
@@ -311,11 +320,11 @@ class Agent:
 
     def _on_exception(self, exc: BaseException) -> None:
         if self.incidents is not None:
-            self.incidents.at_exception(exc)
+            self.incidents.at_exception(exc, self.exit_deadline())
 
     def _on_sigterm(self) -> None:
         if self.incidents is not None:
-            self.incidents.at_sigterm()
+            self.incidents.at_sigterm(self.exit_deadline())
 
 
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever

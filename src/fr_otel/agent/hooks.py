@@ -1,8 +1,11 @@
 """Flush on the way out: at exit, on an uncaught exception, on SIGTERM; always chaining.
 
 - ``atexit``: registered last, so it runs before torch's own exit handlers.
-- ``sys.excepthook``: the previous hook runs first (the traceback is not delayed), then
-  the flush.
+- ``sys.excepthook``: the previous hook runs first, and the flush waits for the ``atexit``
+  hook: torch's own excepthook wraps ours and holds back the output of the hooks it wraps
+  until they return, so a flush inside ours would print the user's traceback only after it
+  (seconds later, or never on a hung node). Without our ``atexit`` hook (or off the main
+  thread) the flush runs in the excepthook itself.
 - ``SIGTERM`` (main thread only, as Python requires): a Python handler runs only when the
   main thread returns to the interpreter, and a rank stuck in a collective never does. So
   the agent also sets the signal wakeup fd (when nobody else, e.g. asyncio, holds it): the
@@ -52,6 +55,7 @@ class ExitHooks:
         self._wakeup: tuple[int, int] | None = None
         self._sigterm_once = threading.Lock()
         self._sigterm_done = threading.Event()
+        self._pending: BaseException | None = None  # an uncaught exception the atexit hook flushes
         self.installed: list[str] = []
 
     # -- install / uninstall ------------------------------------------------------------
@@ -123,6 +127,9 @@ class ExitHooks:
 
     def _atexit(self) -> None:
         if self._ours():
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                self._on_exception(pending)
             self._on_exit()
 
     def _excepthook(self, etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
@@ -131,7 +138,10 @@ class ExitHooks:
             prev(etype, value, tb)
         finally:
             if self._ours():
-                self._on_exception(value)
+                if "atexit" in self.installed and threading.current_thread() is threading.main_thread():
+                    self._pending = value  # the traceback goes out first; the atexit hook flushes
+                else:
+                    self._on_exception(value)
 
     def _flush_sigterm_once(self) -> None:
         if self._sigterm_once.acquire(blocking=False):

@@ -25,8 +25,9 @@ __all__ = ["SEQUEL_WINDOW_S", "IncidentRunner"]
 
 log = logging.getLogger("fr_otel.agent")
 
-#: A crash this soon after taking part in an incident is most likely its sequel.
-SEQUEL_WINDOW_S = 60.0
+#: A crash this soon after taking part in an incident is most likely its sequel, even when the
+#: collectives it covered moved on.
+SEQUEL_WINDOW_S = 10.0
 
 _Job = tuple[int, dict[str, Any], bool, float, threading.Event]
 
@@ -115,7 +116,7 @@ class IncidentRunner:
                 return
             k, meta, owner, deadline, done = job
             try:
-                with self.me.health.guard(f"incident {k}"):
+                with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
                     flush_incident(self.me, k, meta, owner, deadline)
             finally:
                 done.set()
@@ -127,45 +128,63 @@ class IncidentRunner:
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no incident work is pending; False on timeout."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+            return self._idle.wait_for(lambda: self._pending == 0, max(timeout, 0.0))
 
-    def flush(self, reason: str, timeout: float | None = None, *, raise_new: bool = True) -> bool:
-        """Join any open incident, else raise one (``raise_new``); wait (bounded) for this
-        rank's part, and the verdict if this rank raised it. True when all of it finished."""
-        timeout = self.me.config.flush_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        with self.me.health.guard(f"flush ({reason})"):
-            with self._lock:
-                before = self._known
-                self.join_open()
-                if raise_new and self._known == before:
-                    self.raise_incident(reason, deadline=deadline)
-            return self.wait_idle(max(deadline - time.monotonic(), 0))
+    def flush(self, reason: str, timeout: float | None = None, *, raise_new: bool = True,
+              deadline: float | None = None) -> bool:
+        """Join any open incident, else raise one (``raise_new``); wait, until ``deadline`` (else
+        ``timeout``, else ``flush_timeout`` from now), for this rank's part and the verdict if this
+        rank raised it. Never waits past the deadline: not for the store, not for the poll thread's
+        lock, not for the work. True when all of it finished."""
+        if deadline is None:
+            deadline = time.monotonic() + (self.me.config.flush_timeout if timeout is None else timeout)
+        with self.me.health.guard(f"flush ({reason})"), self.me.channel.link.deadline(deadline):
+            if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+                try:
+                    before = self._known
+                    self.join_open()
+                    if raise_new and self._known == before:
+                        self.raise_incident(reason, deadline=deadline)
+                finally:
+                    self._lock.release()
+            return self.wait_idle(deadline - time.monotonic())
         return False
 
-    def recent(self) -> bool:
-        """Took part in an incident within the last minute: a crash now is most likely its sequel
-        (a peer that went away makes gloo raise here), so it joins rather than raises."""
-        return time.monotonic() - self._last_taken_part < SEQUEL_WINDOW_S
+    def unresolved(self) -> bool:
+        """An incident this rank took part in still stands: a collective it covers has not been
+        followed by a later one on this rank (a backend that gave up on it retires it as if it had
+        completed: gloo after its timeout, NCCL on abort; only progress past it resolves it)."""
+        if not self._covered:
+            return False
+        done = {g.name: g.completed for g in self._tracker.statuses}
+        return any(name in done and done[name] <= seq for name, seq in self._covered)
 
-    def at_exception(self, exc: BaseException) -> None:
+    def sequel(self) -> bool:
+        """A failure now belongs to the incident already open (its watchdog's abort, a peer that
+        went away): it joins that incident rather than raising a new one."""
+        return self.unresolved() or time.monotonic() - self._last_taken_part < SEQUEL_WINDOW_S
+
+    def at_exception(self, exc: BaseException, deadline: float) -> None:
         """An uncaught exception in training: raise an incident for it, unless it is a sequel."""
         reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-        self.flush(reason, raise_new=not self.recent())
+        self.flush(reason, raise_new=not self.sequel(), deadline=deadline)
 
-    def at_sigterm(self) -> None:
+    def at_sigterm(self, deadline: float) -> None:
         """SIGTERM: an incident if a collective no incident covers is in flight; then the exit copy."""
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck and not self.recent())
-        with self.me.health.guard("flush at SIGTERM", level=logging.DEBUG):
-            publish_final(self.me)
+                   raise_new=stuck and not self.sequel(), deadline=deadline)
+        self.leave_exit_copy(deadline)
 
-    def at_exit(self) -> None:
+    def at_exit(self, deadline: float) -> None:
         """Normal exit: let pending work finish (bounded), then leave this rank's exit copy."""
-        with self.me.health.guard("flush at exit", level=logging.DEBUG):
-            self.wait_idle(self.me.config.flush_timeout)
+        self.wait_idle(deadline - time.monotonic())
+        self.leave_exit_copy(deadline)
+
+    def leave_exit_copy(self, deadline: float) -> None:
+        with self.me.health.guard("leaving the exit copy", level=logging.DEBUG), \
+                self.me.channel.link.deadline(deadline):
             publish_final(self.me)
 
     def stop(self, timeout: float) -> None:

@@ -39,6 +39,7 @@ from .payload import decode_payload, encode_payload, entries_per_group
 from .recorder import GroupInfo
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
+from .store_link import StoreUnavailable
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
@@ -151,14 +152,20 @@ def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
     left one at exit), decoded into the evidence the pipeline reads; the absent ones said."""
     world = me.world_size
-    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
-    while me.channel.arrived(k) < world and time.monotonic() < gather_until:
-        time.sleep(_GATHER_POLL_S)
-    ranks = list(range(world))
-    payloads = me.channel.fetch(k, ranks)
-    late = [r for r in ranks if r not in payloads]
-    finals = me.channel.fetch_final(late) if late else {}
     problems: list[str] = []
+    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    payloads: dict[int, bytes] = {}
+    finals: dict[int, bytes] = {}
+    ranks = list(range(world))
+    try:
+        while me.channel.arrived(k) < world and time.monotonic() < gather_until:
+            time.sleep(_GATHER_POLL_S)
+        payloads = me.channel.fetch(k, ranks)
+        late = [r for r in ranks if r not in payloads]
+        finals = me.channel.fetch_final(late) if late else {}
+    except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
+        problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
+    late = [r for r in ranks if r not in payloads]
     read = ReadResult(problems=problems)
     for rank, payload in sorted({**finals, **payloads}.items()):
         source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"

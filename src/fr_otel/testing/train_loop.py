@@ -44,6 +44,13 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"TRAIN_LOOP_{name}", default)
 
 
+def _mark(path: Path, text: str) -> None:
+    """Write a marker all at once (a test polling for it must never read half of it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def main() -> int:
     agent_mode = _env("AGENT", "")
     if agent_mode == "early":
@@ -71,7 +78,7 @@ def main() -> int:
     markers = Path(_env("MARKERS", "")) if _env("MARKERS", "") else None
     if markers is not None:
         markers.mkdir(parents=True, exist_ok=True)
-        (markers / f"pid_rank_{rank}").write_text(str(os.getpid()))
+        _mark(markers / f"pid_rank_{rank}", str(os.getpid()))
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -90,7 +97,7 @@ def main() -> int:
         if rank == stall_rank and step == stall_step and stall_s > 0:
             if markers is not None:
                 markers.mkdir(parents=True, exist_ok=True)
-                (markers / "stall_start.json").write_text(json.dumps({"rank": rank, "step": step, "time": time.time()}))
+                _mark(markers / "stall_start.json", json.dumps({"rank": rank, "step": step, "time": time.time()}))
             time.sleep(stall_s)
         if rank == raise_rank and step == raise_step:
             raise RuntimeError(f"injected failure at step {step}")
@@ -105,7 +112,7 @@ def main() -> int:
     dist.barrier()
     if markers is not None:
         markers.mkdir(parents=True, exist_ok=True)
-        (markers / f"done_rank_{rank}").write_text(str(time.time()))
+        _mark(markers / f"done_rank_{rank}", str(time.time()))
     dist.destroy_process_group()
     return 0
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.sdk.version import __version__ as _SDK_VERSION
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from ..diagnosis.job import Job
@@ -20,7 +21,7 @@ from . import attributes as A
 from .ids import span_id_for
 from .options import DEFAULT_SERVICE_NAME, TraceOptions
 
-__all__ = ["MAX_ATTRIBUTE_CHARS", "SCOPE", "TraceFrame", "clip", "span_name"]
+__all__ = ["MAX_ATTRIBUTE_CHARS", "SCOPE", "TraceFrame", "base_resource", "clip", "span_name"]
 
 MAX_ATTRIBUTE_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
 SCOPE = InstrumentationScope("fr_otel", __version__)
@@ -43,9 +44,7 @@ class TraceFrame:
 
     @classmethod
     def of(cls, job: Job, verdict: Verdict, options: TraceOptions, trace_id: int, job_id: str) -> TraceFrame:
-        base = Resource.create({"service.name": options.service_name} if options.service_name else {})
-        if base.attributes.get("service.name", "").startswith("unknown_service"):
-            base = base.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+        base = base_resource(options.service_name)
         return cls(
             job=job,
             verdict=verdict,
@@ -61,6 +60,24 @@ class TraceFrame:
     def context(self, span_id: int) -> SpanContext:
         """The context of this trace's span ``span_id`` (sampled: every span is exported)."""
         return SpanContext(self.trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+
+
+def base_resource(service_name: str | None) -> Resource:
+    """What every span's resource starts from: the SDK's identity, then ``OTEL_RESOURCE_ATTRIBUTES``
+    and ``OTEL_SERVICE_NAME``, then an explicit service name (else fr-otel's default).
+
+    Resolved here, in the calling thread, not by ``Resource.create``: that runs its detectors on a
+    thread pool, which Python refuses once interpreter shutdown has begun — exactly when an exit
+    hook exports an incident. It also skips the experimental detectors (the process detector
+    would put the full command line, secrets and all, on every span)."""
+    sdk = Resource({"telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
+                    "telemetry.sdk.version": _SDK_VERSION})
+    resource = sdk.merge(OTELResourceDetector().detect())
+    if service_name:
+        resource = resource.merge(Resource({"service.name": service_name}))
+    if not resource.attributes.get("service.name"):
+        resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    return resource
 
 
 def clip(text: str, limit: int = MAX_ATTRIBUTE_CHARS) -> str:

@@ -1,0 +1,91 @@
+"""The agent's store calls are bounded: a frozen store host (no TCP reset, as in a partition) never holds a rank."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from fr_otel.agent.store_link import StoreLink, StoreUnavailable
+from fr_otel.testing.ports import unused_tcp_port
+
+dist = pytest.importorskip("torch.distributed")
+
+
+@pytest.fixture
+def store_server() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A TCPStore master in its own process, so the test can freeze it like a lost host."""
+    port = unused_tcp_port()
+    code = textwrap.dedent(f"""
+        import time
+        from datetime import timedelta
+        import torch.distributed as dist
+        s = dist.TCPStore("127.0.0.1", {port}, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+        print("ready", flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc, port
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def test_a_call_to_a_frozen_store_ends_within_its_timeout_and_the_next_fails_at_once(store_server) -> None:
+    """check() on a store whose host is frozen returns StoreUnavailable in ~timeout; later calls fail fast."""
+    proc, port = store_server
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
+    link = StoreLink(timeout_s=1.0)
+    assert link.call(lambda: client.check(["k"]), "check") is False
+    os.kill(proc.pid, signal.SIGSTOP)
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="no answer"):
+        link.call(lambda: client.check(["k"]), "check")
+    assert 0.9 < time.monotonic() - began < 3.0
+    assert link.unreachable_since_ns is not None and not link.reachable()
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        link.call(lambda: client.set("k", "v"), "set")
+    assert time.monotonic() - began < 0.5  # no second wait behind the stuck call
+    os.kill(proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while not link.reachable() and time.monotonic() < deadline:  # the stuck call returns once the host thaws
+        time.sleep(0.05)
+    assert link.call(lambda: client.check(["k"]), "check") is False
+    assert link.unreachable_since_ns is None
+
+
+def test_a_callers_deadline_bounds_a_call_below_the_links_timeout(store_server) -> None:
+    """The exit path's budget wins over the per-call timeout: a 10 s link gives up at the 0.5 s deadline."""
+    proc, port = store_server
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
+    link = StoreLink(timeout_s=10.0)
+    os.kill(proc.pid, signal.SIGSTOP)
+    began = time.monotonic()
+    with link.deadline(time.monotonic() + 0.5), pytest.raises(StoreUnavailable):
+        link.call(lambda: client.get("k"), "get")
+    assert time.monotonic() - began < 1.5
+    with link.deadline(time.monotonic() - 1), pytest.raises(StoreUnavailable, match="no time left"):
+        link.call(lambda: client.get("k"), "get")
+
+
+def test_an_error_the_store_raises_reaches_the_caller_as_is() -> None:
+    """A store that refuses (not a timeout) raises its own error; the link stays usable."""
+    link = StoreLink(timeout_s=1.0)
+
+    def refuse() -> None:
+        raise RuntimeError("connection reset")
+
+    with pytest.raises(RuntimeError, match="reset"):
+        link.call(refuse, "set")
+    assert link.call(lambda: 42, "get") == 42 and link.unreachable_since_ns is None
