@@ -234,7 +234,7 @@ class Agent:
         if self._pg_warned or waited < self.config.pg_warn_seconds:
             return
         self._pg_warned = True
-        log.warning("no process group yet, %.0f s after the agent started in this process (pid %d, %s): it serves "
+        log.warning("no process group yet, %.3g s after the agent started in this process (pid %d, %s): it serves "
                     "no /metrics and raises no incidents until the process calls torch.distributed."
                     "init_process_group. If this process is not a training rank (a launcher or helper that "
                     "inherited a rank's variables), start the agent with fr_otel.start() in the training script "
