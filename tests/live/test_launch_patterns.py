@@ -16,15 +16,14 @@ import re
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fr_otel.testing.otlp import wait_for
 from fr_otel.testing.ports import free_port_block, unused_tcp_port
 from support.jobs import TRAIN_LOOP, Job, installed_bin, job_env
+from support.kubernetes import container, kubelet_env, pod_spec, replace_once, volumes
 from support.slurm import allocation
 
 pytestmark = [
@@ -34,18 +33,9 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "deploy" / "slurm" / "fr-otel.sbatch"
-K8S_EXAMPLE = REPO / "deploy" / "kubernetes" / "training-job.example.yaml"
 NPROC = 2
 STARTED = re.compile(r"agent started in pid (\d+) ")
 NO_GROUP = re.compile(r"no process group yet, .*?\(pid (\d+),")
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.kill()
 
 
 def _launch_env(tmp: Path, base: int, **extra: str) -> dict[str, str]:
@@ -184,66 +174,21 @@ def test_a_launcher_hidden_in_a_wrapper_stops_its_agent_and_its_workers_start_th
 
 
 # ----------------------------------------------------------------------------------------------
-# Kubernetes: the example manifest's containers, run here as the kubelet would start them
+# Kubernetes: the example manifest's trainer, run here as the kubelet would start it
 # ----------------------------------------------------------------------------------------------
-def _pod_spec() -> dict:
-    (job,) = [doc for doc in yaml.safe_load_all(K8S_EXAMPLE.read_text()) if doc]
-    return job["spec"]["template"]["spec"]
-
-
-def _container(spec: dict, name: str) -> dict:
-    return next(c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name)
-
-
-def _kubelet_env(container: dict, fields: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
-    """The container's env as the kubelet makes it: fieldRefs resolved, ``$(VAR)`` expanded from the
-    variables before it; then paths under a volume mount moved to where the test keeps that volume."""
-    env: dict[str, str] = {}
-    for item in container.get("env", []):
-        if "valueFrom" in item:
-            value = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
-        else:
-            value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), str(item["value"]))
-        env[item["name"]] = value
-    return {k: _remount(v, mounts) for k, v in env.items()}
-
-
-def _remount(value: str, mounts: dict[str, Path]) -> str:
-    for mount_path, local in mounts.items():
-        if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
-            return str(local) + value[len(mount_path.rstrip("/")):]
-    return value
-
-
-def _volumes(spec: dict, container: dict, tmp: Path) -> dict[str, Path]:
-    """mountPath -> the folder standing in for that volume (one per volume, shared by containers)."""
-    names = {v["name"] for v in spec["volumes"]}
-    out = {}
-    for mount in container.get("volumeMounts", []):
-        assert mount["name"] in names
-        (folder := tmp / "volumes" / mount["name"]).mkdir(parents=True, exist_ok=True)
-        out[mount["mountPath"]] = folder
-    return out
-
-
-def _replace_once(words: list[str], old: str, new: str) -> list[str]:
-    assert words.count(old) == 1, (old, words)
-    return [new if w == old else w for w in words]
-
-
 def test_the_kubernetes_example_trainer_runs_an_agent_in_every_rank_even_with_an_operators_rank(
         tmp_path: Path, jobs: list[Job]) -> None:
     """The example's trainer command and env, with RANK=0 as PyTorchJob sets it for the pod's torchrun:
     one agent per worker, none in torchrun. (8 GPUs become 2 ranks; the port base a free block.)"""
-    spec = _pod_spec()
-    trainer = _container(spec, "trainer")
-    env_k8s = _kubelet_env(trainer, {"status.hostIP": "127.0.0.1"}, _volumes(spec, trainer, tmp_path))
+    spec = pod_spec()
+    trainer = container(spec, "trainer")
+    env_k8s = kubelet_env(trainer, {"status.hostIP": "127.0.0.1"}, volumes(spec, trainer, tmp_path))
     assert env_k8s["FR_OTEL_METRICS_PORT"] == str(trainer["ports"][0]["containerPort"])
     base = free_port_block(NPROC)
     env = _launch_env(tmp_path, base, **env_k8s,
                       PATH=f"{installed_bin(tmp_path / 'bin')}:{job_env(tmp_path)['PATH']}",
                       RANK="0", WORLD_SIZE="1", PET_MASTER_PORT=str(unused_tcp_port()))
-    cmd = _replace_once(trainer["command"], "--nproc-per-node=8", f"--nproc-per-node={NPROC}")
-    cmd = _replace_once(cmd, "train.py", str(TRAIN_LOOP))
+    cmd = replace_once(trainer["command"], "--nproc-per-node=8", f"--nproc-per-node={NPROC}")
+    cmd = replace_once(cmd, "train.py", str(TRAIN_LOOP))
     jobs.append(job := Job(cmd, env, tmp_path))
     _check_one_agent_per_rank(job, tmp_path, _local_urls(base))
