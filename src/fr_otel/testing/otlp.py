@@ -237,7 +237,7 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         address: str = "127.0.0.1:0",
     ) -> None:
         super().__init__(fail_with, always_fail, reject_fraction)
-        options = []
+        options = [("grpc.so_reuseport", 0)]  # a taken address fails, never a port silently shared
         if max_receive_message_length is not None:
             options.append(("grpc.max_receive_message_length", int(max_receive_message_length)))
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
@@ -246,8 +246,6 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         )
         self.host = address.rpartition(":")[0]
         self.port = self._server.add_insecure_port(address)
-        if not self.port:
-            raise OSError(f"cannot bind an OTLP receiver to {address}")
         self._started = False
 
     @property
