@@ -15,6 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support.jobs import TRAIN_LOOP, Job
+from support.jobs import job_env as _job_env
+from support.jobs import torchrun as _torchrun
 
 from fr_otel.diagnosis.job import build_job
 from fr_otel.otlp.jsonl import read_jsonl
@@ -23,9 +26,6 @@ from fr_otel.read.reader import ReadResult
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, wait_for
 from fr_otel.testing.ports import free_port_block, unused_tcp_port
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
-from support.jobs import TRAIN_LOOP, Job
-from support.jobs import job_env as _job_env
-from support.jobs import torchrun as _torchrun
 
 pytestmark = [
     pytest.mark.gloo,

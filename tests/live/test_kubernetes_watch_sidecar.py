@@ -8,12 +8,11 @@ import shutil
 import signal
 from pathlib import Path
 
-import pytest
+from support.jobs import Job, installed_bin, job_env
+from support.kubernetes import container, kubelet_env, pod_spec, volumes
 
 from fr_otel.testing.otlp import OtlpGrpcReceiver, wait_for
 from fr_otel.trace.ids import trace_id_for
-from support.jobs import Job, installed_bin, job_env
-from support.kubernetes import container, kubelet_env, pod_spec, volumes
 
 #: 16 ranks' real NCCL watchdog dumps (vendored, see its README).
 WATCHDOG_DUMPS = Path(__file__).resolve().parents[1] / "data" / "nvrx-fr-traces" / "gpu_error_1st"

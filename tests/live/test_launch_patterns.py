@@ -19,12 +19,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.ports import free_port_block, unused_tcp_port
 from support.jobs import TRAIN_LOOP, Job, installed_bin, job_env
 from support.kubernetes import container, kubelet_env, pod_spec, replace_once, volumes
 from support.slurm import allocation
+
+from fr_otel.testing.otlp import wait_for
+from fr_otel.testing.ports import free_port_block, unused_tcp_port
 
 pytestmark = [
     pytest.mark.gloo,
