@@ -6,9 +6,12 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Callable
 
 import pytest
+
+from support.jobs import Job
 
 REPO = Path(__file__).resolve().parents[1]
 NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
@@ -30,6 +33,15 @@ def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
 def run_cli():
     """Run ``fr-otel`` as a user would (a fresh interpreter), capturing its output."""
     return _run_cli
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    """Jobs a test starts (``support.jobs.Job``): each is ended whole (launcher, session, ranks) at the end."""
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.kill()
 
 
 _scenario_cache: dict[str, Path] = {}

@@ -944,6 +944,38 @@ def test_generated_kubernetes_carries_the_sources_verbatim() -> None:
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://$(NODE_IP):4317"
 
 
+def test_kubernetes_example_keeps_the_dumps_on_a_volume_a_watch_sidecar_exports() -> None:
+    """The trainer's watchdog dumps land on a pod volume that a native fr-otel watch sidecar mounts at the
+    same place, exporting with the trainer's collector, service and job id; it waits for every local rank,
+    and its preStop wait (only when dumps exist) outlasts its deadline and fits the pod's grace period."""
+    from support.kubernetes import container, pod_spec
+
+    spec = pod_spec(K8S_DIR / "training-job.example.yaml")
+    trainer = container(spec, "trainer")
+    (watcher,) = [c for c in spec.get("initContainers", []) if c["command"][:2] == ["fr-otel", "watch"]]
+    assert watcher["restartPolicy"] == "Always", "a native sidecar: beside the trainer, stopped after it"
+    assert trainer["command"][:4] == ["fr-otel", "run", "--", "torchrun"]
+    env = {c["name"]: {e["name"]: e for e in c["env"]} for c in (trainer, watcher)}
+    for name in ("NODE_IP", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME",
+                 "FR_OTEL_JOB_ID", "TORCH_FR_DUMP_TEMP_FILE"):
+        assert env[trainer["name"]][name] == env[watcher["name"]][name], name
+    dumps = env[trainer["name"]]["TORCH_FR_DUMP_TEMP_FILE"]["value"]
+    mounts = {c["name"]: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for c in (trainer, watcher)}
+    where = [(path, volume) for path, volume in mounts[trainer["name"]].items() if dumps.startswith(path + "/")]
+    assert len(where) == 1, "the dump prefix lies on one of the trainer's volumes"
+    path, volume = where[0]
+    assert mounts[watcher["name"]].get(path) == volume, "the sidecar mounts that volume at the same path"
+    assert {v["name"]: v for v in spec["volumes"]}[volume].get("emptyDir") is not None
+    words = watcher["command"]
+    nproc = next(w.split("=", 1)[1] for w in trainer["command"] if w.startswith("--nproc-per-node="))
+    assert words[words.index("--world-size") + 1] == nproc
+    deadline = float(words[words.index("--deadline") + 1])
+    (shell,) = [w for w in watcher["lifecycle"]["preStop"]["exec"]["command"] if "sleep" in w]
+    assert f"ls {dumps}*" in shell, "waits only when the trainer left dumps"
+    wait = float(re.search(r"sleep (\d+)", shell).group(1))
+    assert deadline < wait < spec["terminationGracePeriodSeconds"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Slurm
 # ----------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ __all__ = [
     "FR_OTEL_MAX_INCIDENTS",
     "FR_OTEL_METRICS_ADDR",
     "FR_OTEL_METRICS_PORT",
+    "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
     "FR_OTEL_RECORDER_CAPACITY",
     "FR_OTEL_STALL_SECONDS",
@@ -91,13 +92,17 @@ FR_OTEL_MAX_INCIDENTS = "FR_OTEL_MAX_INCIDENTS"
 #: Recorder entries per group a rank sends the coordinator (plus all in flight); the local
 #: dump file always holds everything.
 FR_OTEL_INCIDENT_ENTRIES = "FR_OTEL_INCIDENT_ENTRIES"
+#: An agent whose process has no process group this long after it started says so, once: a
+#: rank that never calls ``init_process_group`` (or a process that is no rank) gets no agent.
+FR_OTEL_PG_WARN_SECONDS = "FR_OTEL_PG_WARN_SECONDS"
 #: Comma list of ``atexit``, ``excepthook``, ``sigterm``, or ``none``.
 FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
 #: ``debug``, ``info`` (one start-up line on local rank 0, incidents), ``warning`` (problems
 #: only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
-#: Set by the agent to its process id, so child processes (data loader workers, subprocesses)
-#: that inherit the environment do not start agents of their own.
+#: Set by the agent to its process id once its process has a process group (a rank), so child
+#: processes (data loader workers, subprocesses) that inherit the environment do not start
+#: agents of their own. Not before: a launcher's workers inherit its environment too.
 FR_OTEL_AGENT_PID = "FR_OTEL_AGENT_PID"
 
 #: Not OpenTelemetry's 9464 (its Prometheus exporter) nor DCGM's 9400.
@@ -224,6 +229,8 @@ OPTIONS: tuple[Option, ...] = (
            "incidents one job may raise", "N"),
     Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", 64, _count,
            "entries per group each rank sends the coordinator, besides those in flight", "N"),
+    Option("pg_warn_seconds", FR_OTEL_PG_WARN_SECONDS, "--pg-warn-seconds", 300.0, _positive,
+           "no process group this long after the agent started: one warning (never in a launcher)", "SECONDS"),
     Option("hooks", FR_OTEL_HOOKS, "--hooks", HOOK_NAMES, _hooks,
            "comma list of atexit,excepthook,sigterm, or none", "HOOKS"),
     Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", "info", _log_level,

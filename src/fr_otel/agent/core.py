@@ -2,8 +2,10 @@
 
 Life of an agent::
 
-    start()  ->  [waits for torch.distributed's default process group]  ->  ready:
-                 groups from Python, recorder entry point, /metrics, store channel
+    start()  ->  [waits for torch.distributed's default process group]  ->  ready: claims the
+                 process (FR_OTEL_AGENT_PID), groups from Python, recorder entry point,
+                 /metrics, store channel
+    while waiting: a launcher (torchrun) stops its agent quietly; pg_warn_seconds: one warning
     every poll_interval:  progress (~0 ms) -> group states -> full read only if suspect
                           -> stalls past threshold raise an incident -> others' incidents joined
     incident k:  flush worker: dump file + copy to the raiser; the raiser: verdict + trace
@@ -28,7 +30,7 @@ from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
 from .channel import connect_channel
-from .config import AgentConfig
+from .config import FR_OTEL_AGENT_PID, FR_OTEL_PG_WARN_SECONDS, AgentConfig
 from .health import HealthTracker
 from .hooks import ExitHooks
 from .incident_runner import IncidentRunner
@@ -45,11 +47,12 @@ from .recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
+from .role import launcher_name, rank_variables
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .state import ProcessInfo, Snapshot
 from .step_counter import COUNTER
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "in_launcher"]
 
 log = logging.getLogger("fr_otel.agent")
 
@@ -88,6 +91,8 @@ class Agent:
         self._exiting = False
         self._exit_deadline: float | None = None  # monotonic; set by the first exit hook
         self._step_hook: Any = None  # torch's handle of the optimizer post-step hook (False: none in this torch)
+        self._started = time.monotonic()
+        self._pg_warned = False
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -107,6 +112,8 @@ class Agent:
                 installed = self._hooks.install()
                 log.debug("hooks installed: %s", ", ".join(installed) or "none")
         _watch_forks(self)
+        log.debug("agent started in pid %d (%s); it serves /metrics once this process has a process group",
+                  self.pid, _rank_words())
 
     def stop(self, timeout: float = 5.0, *, close_server: bool = True) -> None:
         """Stop polling and serving, remove the hooks; no flush (see :meth:`flush`).
@@ -190,6 +197,7 @@ class Agent:
         if self.dist is None:
             dist = process_group_ready()
             if dist is None:
+                self._waiting()
                 return
             self._on_ready(dist)
         elif not self.dist.is_initialized():
@@ -217,9 +225,30 @@ class Agent:
         gap = max(2 * self.config.poll_interval, 50 * self.recorder.full_read_s)
         return time.monotonic() - self._last_full_read >= gap
 
+    def _waiting(self) -> None:
+        """No process group yet. A launcher recognised by now (a wrapper that imported torchrun's
+        module) stops its agent quietly; any other process says once that it has waited long."""
+        if in_launcher():
+            self.stop(close_server=False)
+            return
+        waited = time.monotonic() - self._started
+        if self._pg_warned or waited < self.config.pg_warn_seconds:
+            return
+        self._pg_warned = True
+        log.warning("no process group yet, %.3g s after the agent started in this process (pid %d, %s): it serves "
+                    "no /metrics and raises no incidents until the process calls torch.distributed."
+                    "init_process_group. If this process is not a training rank (a launcher or helper that "
+                    "inherited a rank's variables), start the agent with fr_otel.start() in the training script "
+                    "instead of fr-otel run; if it is a rank that is slow to start, raise %s.",
+                    waited, self.pid, _rank_words(), FR_OTEL_PG_WARN_SECONDS)
+
     def _on_ready(self, dist: Any) -> None:
         import torch
 
+        # Only now is this process a rank that owns an agent: its children (data loader workers,
+        # subprocesses) inherit the claim and start none. A launcher never gets here, so the
+        # workers it starts claim their own.
+        os.environ[FR_OTEL_AGENT_PID] = str(self.pid)
         rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
         recorder = Recorder(dist)
         self.dist, self.rank, self.world_size, self.recorder = dist, rank, world_size, recorder
@@ -327,6 +356,16 @@ class Agent:
             self.incidents.at_sigterm(self.exit_deadline())
 
 
+def in_launcher() -> bool:
+    """True in a launcher (torchrun...): it starts the ranks and is none of them, so it runs no
+    agent; said at debug level only (its ranks run their own)."""
+    name = launcher_name()
+    if name is not None:
+        log.debug("pid %d runs %s, a launcher, not a rank: no agent here; the ranks it starts run their own",
+                  os.getpid(), name)
+    return name is not None
+
+
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever
 
 
@@ -334,6 +373,11 @@ def _watch_forks(agent: Agent) -> None:
     if not _fork_watch and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _fork_watch[0]._after_fork_in_child())
     _fork_watch[:] = [agent]
+
+
+def _rank_words() -> str:
+    """The rank variables that made this process look like a rank, for a log line."""
+    return ", ".join(f"{k}={v}" for k, v in rank_variables(os.environ).items()) or "no rank variable set"
 
 
 def _served_at(server: MetricsServer, host: str | None) -> str:

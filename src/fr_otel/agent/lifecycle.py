@@ -12,7 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .config import FR_OTEL_AGENT_PID, FR_OTEL_AUTOSTART, AgentConfig, resolve_config
+from .config import FR_OTEL_AUTOSTART, AgentConfig, resolve_config
 from .logs import configure_logging
 from .recorder import prepare_recorder
 
@@ -33,26 +33,26 @@ def start(**options: Any) -> Any:
     Options are those of :data:`fr_otel.agent.config.OPTIONS` (e.g. ``poll_interval``,
     ``stall_seconds``, ``metrics_port``, ``metrics_addr``, ``recorder_capacity``,
     ``dump_dir``, ``out_dir``, ``job_id``, ``hooks``), plus OTLP overrides ``endpoint``,
-    ``protocol``, ``headers``, ``export_timeout``. Never raises.
+    ``protocol``, ``headers``, ``export_timeout``. Never raises. In a launcher (torchrun,
+    ``torch.distributed.run``) it starts nothing: the ranks it starts run their own.
     """
     global _agent
     try:
         with _lock:
             if _agent is not None and _agent.running and _agent.pid == os.getpid():
                 return _agent
-            from .core import Agent  # the agent's machinery loads only when it starts
+            from .core import Agent, in_launcher  # loaded only when an agent starts
 
             config, problems = resolve_config(options)
             configure_logging(config.log_level)
             for line in problems:
                 log.warning("setting %s", line)
-            if not config.enabled:
+            if not config.enabled or in_launcher():
                 return None
             prepare_recorder(config)
             agent = Agent(config, export_config_for(config))
-            agent.start()
+            agent.start()  # claims FR_OTEL_AGENT_PID once this process has a process group
             _agent = agent
-            os.environ[FR_OTEL_AGENT_PID] = str(os.getpid())
             return agent
     except Exception as exc:  # noqa: BLE001 - one line, and training goes on
         log.warning("the fr-otel agent could not start (training is not affected): %s: %s", type(exc).__name__, exc)

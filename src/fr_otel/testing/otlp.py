@@ -94,6 +94,7 @@ class _Receiver(Generic[_Code]):
         self._headers: list[dict[str, str]] = []
         self._failures: collections.deque[_Code | None] = collections.deque(fail_with)
         self._always: _Code | None = always_fail
+        self.host = "127.0.0.1"
         self.port = 0
         #: Export calls answered with an injected or size failure.
         self.failed_calls = 0
@@ -149,8 +150,8 @@ class _Receiver(Generic[_Code]):
     # -- queries -------------------------------------------------------------------
     @property
     def endpoint(self) -> str:
-        """``127.0.0.1:PORT``."""
-        return f"127.0.0.1:{self.port}"
+        """``HOST:PORT`` (``127.0.0.1:PORT`` unless bound elsewhere)."""
+        return f"{self.host}:{self.port}"
 
     @property
     def requests(self) -> list[ExportTraceServiceRequest]:
@@ -221,7 +222,8 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
     ``max_receive_message_length`` is the server's limit (gRPC answers
     RESOURCE_EXHAUSTED above it; collectors default to 4 MiB). ``fail_with`` is a queue
     of status codes for the next calls (``None`` accepts that call), after which calls
-    succeed; ``always_fail`` answers every call.
+    succeed; ``always_fail`` answers every call. ``address`` (``host:port``) binds another
+    loopback address or a fixed port, as a collector at a known address (``127.0.0.7:4317``).
     """
 
     def __init__(
@@ -232,16 +234,18 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         always_fail: grpc.StatusCode | None = None,
         max_workers: int = 4,
         reject_fraction: float = 0.0,
+        address: str = "127.0.0.1:0",
     ) -> None:
         super().__init__(fail_with, always_fail, reject_fraction)
-        options = []
+        options = [("grpc.so_reuseport", 0)]  # a taken address fails, never a port silently shared
         if max_receive_message_length is not None:
             options.append(("grpc.max_receive_message_length", int(max_receive_message_length)))
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _TraceService(self), self._server
         )
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self.host = address.rpartition(":")[0]
+        self.port = self._server.add_insecure_port(address)
         self._started = False
 
     @property

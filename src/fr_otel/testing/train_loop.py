@@ -5,6 +5,10 @@ Run it as a script (it never imports fr_otel unless told to), e.g.::
     TRAIN_LOOP_STALL_RANK=2 TRAIN_LOOP_STALL_SECONDS=20 \\
         python -m torch.distributed.run --standalone --nproc-per-node 4 path/to/train_loop.py
 
+or one process per rank as ``srun`` starts them (no torchrun): with ``RANK`` unset, the rank
+and world size are ``SLURM_PROCID`` and ``SLURM_NTASKS``, as Slurm training scripts do
+(``MASTER_ADDR``/``MASTER_PORT`` from the environment).
+
 Each step: forward and backward of a small MLP, one ``all_reduce`` of the flattened
 gradients (the collective the others wait in when a rank stalls), an SGD step. The stall
 is a sleep just before the stalled rank's ``all_reduce`` at step ``TRAIN_LOOP_STALL_STEP``:
@@ -26,6 +30,8 @@ TRAIN_LOOP_GLOO_TIMEOUT    process group timeout in seconds (default 120)
 TRAIN_LOOP_AGENT           ``early``: ``fr_otel.start()`` before ``init_process_group``;
                            ``late``: after it; unset: fr_otel is never imported
 TRAIN_LOOP_MARKERS         folder for ``pid_rank_<r>``, ``stall_start.json``, ``done_rank_<r>`` (optional)
+TRAIN_LOOP_HOLD            a file: after the last step every rank waits (at most 120 s) until it
+                           exists, so a test can look at a running job as long as it needs
 =========================  ================================================================
 """
 
@@ -61,7 +67,12 @@ def main() -> int:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=float(_env("GLOO_TIMEOUT", "120"))))
+    timeout = timedelta(seconds=float(_env("GLOO_TIMEOUT", "120")))
+    if not os.environ.get("RANK") and os.environ.get("SLURM_PROCID"):  # srun: one task per rank
+        dist.init_process_group("gloo", timeout=timeout, rank=int(os.environ["SLURM_PROCID"]),
+                                world_size=int(os.environ["SLURM_NTASKS"]))
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
     if agent_mode == "late":
         import fr_otel
 
@@ -109,6 +120,10 @@ def main() -> int:
             p.grad.copy_(flat[offset:offset + n].view_as(p))
             offset += n
         opt.step()
+    hold = _env("HOLD", "")
+    deadline = time.monotonic() + 120
+    while hold and not os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
     dist.barrier()
     if markers is not None:
         markers.mkdir(parents=True, exist_ok=True)

@@ -4,12 +4,14 @@
 Python imports ``sitecustomize`` at start-up in every process of the job. This one:
 
 1. runs the ``sitecustomize`` it shadows, if any (the next one on ``sys.path``);
-2. starts the agent only in a rank: ``RANK`` or ``LOCAL_RANK`` set (torchrun, Slurm via
-   ``SLURM_PROCID``), not the launcher itself, and not a process whose parent already runs
-   an agent (data loader workers, subprocesses: ``FR_OTEL_AGENT_PID`` is someone else's).
+2. starts the agent only in what may be a rank: ``RANK``, ``LOCAL_RANK`` or ``SLURM_PROCID``
+   set; not a launcher (``torchrun`` under ``srun`` has ``SLURM_PROCID`` too: see
+   :mod:`fr_otel.agent.role`), and not a child of a rank whose agent already owns it (data
+   loader workers, subprocesses: ``FR_OTEL_AGENT_PID`` is someone else's).
 
 ``fr_otel.agent.start()`` imports no torch: the agent waits for the script's own
-``init_process_group``. Nothing here may break the interpreter's start-up.
+``init_process_group``, and only then claims ``FR_OTEL_AGENT_PID``. Nothing here may
+break the interpreter's start-up.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import types
 
 
 def _chain_previous() -> None:
@@ -36,8 +39,21 @@ def _is_rank(env: os._Environ[str]) -> bool:
         return False
     owner = env.get("FR_OTEL_AGENT_PID", "").strip()
     if owner and owner != str(os.getpid()):
-        return False  # a child of a process that runs an agent
-    return any(env.get(name, "").strip() for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+        return False  # a child of a rank that runs an agent
+    role = _role()
+    return bool(role.rank_variables(env)) and role.launcher_name() is None
+
+
+def _role() -> types.ModuleType:
+    """:mod:`fr_otel.agent.role` (stdlib only) without importing the ``fr_otel`` package: a
+    process that is no rank (a launcher, a helper) must not pay for it."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "role.py")
+    spec = importlib.util.spec_from_file_location("_fr_otel_role", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _main() -> None:
@@ -45,9 +61,9 @@ def _main() -> None:
         _chain_previous()
     except Exception as exc:  # noqa: BLE001 - their sitecustomize failing is theirs to report
         print(f"fr-otel: the sitecustomize shadowed by fr-otel's failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-    if not _is_rank(os.environ):
-        return
     try:
+        if not _is_rank(os.environ):
+            return
         from fr_otel.agent import start
 
         start()
