@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import math
 import os
-import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
@@ -183,57 +182,99 @@ def _log_level(value: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """The resolved settings: one field per row of :data:`OPTIONS` (what each means is there; the
+    default is here, its one home), then explicit overrides of the standard OTLP variables."""
+
+    enabled: bool = True
+    poll_interval: float = 1.0
+    stall_seconds: float = 60.0
+    suspect_seconds: float = 5.0
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    metrics_addr: str | None = DEFAULT_METRICS_ADDR
+    recorder_capacity: int | None = None
+    enable_recorder: bool = True
+    incidents: bool = True
+    dump_dir: str | None = None
+    out_dir: str | None = None
+    job_id: str | None = None
+    gather_seconds: float = 15.0
+    flush_timeout: float = 20.0
+    max_incidents: int = 10
+    incident_entries: int = 64
+    pg_warn_seconds: float = 300.0
+    hooks: tuple[str, ...] = HOOK_NAMES
+    log_level: str = "info"
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: str | None = None
+    export_timeout: float | None = None
+
+    @property
+    def refine_after_s(self) -> float:
+        """When a collective in flight earns a full read: never later than half the threshold."""
+        return min(self.suspect_seconds, self.stall_seconds / 2)
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(AgentConfig)}
+
+
+@dataclass(frozen=True, slots=True)
 class Option:
-    """One setting: its ``start()`` keyword, variable, ``fr-otel run`` flag, default and parser."""
+    """One setting: its ``start()`` keyword, variable, ``fr-otel run`` flag and parser."""
 
     name: str
     env: str
     flag: str
-    default: Any
     parse: Callable[[Any], Any]
     help: str
     #: What the value is, for ``--help`` (e.g. ``SECONDS``).
     metavar: str = "VALUE"
 
+    @property
+    def default(self) -> Any:
+        """Its :class:`AgentConfig` field's default."""
+        return _DEFAULTS[self.name]
+
 
 #: The table behind ``start(**options)``, the variables and ``fr-otel run``'s flags.
 OPTIONS: tuple[Option, ...] = (
-    Option("enabled", FR_OTEL_ENABLED, "--enabled", True, _bool, "false: do nothing at all", "BOOL"),
-    Option("poll_interval", FR_OTEL_POLL_INTERVAL, "--poll-interval", 1.0, _positive,
+    Option("enabled", FR_OTEL_ENABLED, "--enabled", _bool, "false: do nothing at all", "BOOL"),
+    Option("poll_interval", FR_OTEL_POLL_INTERVAL, "--poll-interval", _positive,
            "seconds between cheap reads of the recorder's progress counters", "SECONDS"),
-    Option("stall_seconds", FR_OTEL_STALL_SECONDS, "--stall-seconds", 60.0, _positive,
+    Option("stall_seconds", FR_OTEL_STALL_SECONDS, "--stall-seconds", _positive,
            "in flight longer than min(this, half its timeout): incident", "SECONDS"),
-    Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", 5.0, _positive,
+    Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", _positive,
            "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS"),
-    Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", DEFAULT_METRICS_PORT, _port,
+    Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", _port,
            "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT"),
-    Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", DEFAULT_METRICS_ADDR, _text,
+    Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", _text,
            "address /metrics binds", "ADDR"),
-    Option("recorder_capacity", FR_OTEL_RECORDER_CAPACITY, "--recorder-capacity", None, _optional_count,
+    Option("recorder_capacity", FR_OTEL_RECORDER_CAPACITY, "--recorder-capacity", _optional_count,
            "recorder entries, set as TORCH_FR_BUFFER_SIZE when started before the process group (default: torch's)", "N"),
-    Option("enable_recorder", FR_OTEL_ENABLE_RECORDER, "--enable-recorder", True, _bool,
+    Option("enable_recorder", FR_OTEL_ENABLE_RECORDER, "--enable-recorder", _bool,
            "turn an off recorder on when started before the process group", "BOOL"),
-    Option("incidents", FR_OTEL_INCIDENTS, "--incidents", True, _bool,
+    Option("incidents", FR_OTEL_INCIDENTS, "--incidents", _bool,
            "raise and join cross-rank incidents through the job's store", "BOOL"),
-    Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", None, _text,
+    Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", _text,
            "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
-    Option("out_dir", OUT_DIR_ENV, "--out", None, _text,
+    Option("out_dir", OUT_DIR_ENV, "--out", _text,
            f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR"),
-    Option("job_id", JOB_ID_ENV, "--job-id", None, _text,
+    Option("job_id", JOB_ID_ENV, "--job-id", _text,
            "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
-    Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", 15.0, _positive,
+    Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", _positive,
            "how long the coordinator waits for the other ranks' recorders", "SECONDS"),
-    Option("flush_timeout", FR_OTEL_FLUSH_TIMEOUT, "--flush-timeout", 20.0, _positive,
+    Option("flush_timeout", FR_OTEL_FLUSH_TIMEOUT, "--flush-timeout", _positive,
            "bound on a flush at exit / exception / SIGTERM", "SECONDS"),
-    Option("max_incidents", FR_OTEL_MAX_INCIDENTS, "--max-incidents", 10, _count,
+    Option("max_incidents", FR_OTEL_MAX_INCIDENTS, "--max-incidents", _count,
            "incidents one job may raise", "N"),
-    Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", 64, _count,
+    Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", _count,
            "entries per group each rank sends the coordinator, besides those in flight", "N"),
-    Option("pg_warn_seconds", FR_OTEL_PG_WARN_SECONDS, "--pg-warn-seconds", 300.0, _positive,
+    Option("pg_warn_seconds", FR_OTEL_PG_WARN_SECONDS, "--pg-warn-seconds", _positive,
            "no process group this long after the agent started: one warning (never in a launcher)", "SECONDS"),
-    Option("hooks", FR_OTEL_HOOKS, "--hooks", HOOK_NAMES, _hooks,
+    Option("hooks", FR_OTEL_HOOKS, "--hooks", _hooks,
            "comma list of atexit,excepthook,sigterm, or none", "HOOKS"),
-    Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", "info", _log_level,
+    Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", _log_level,
            "the agent's stderr log level: debug, info, warning (problems only) or error", "LEVEL"),
 )
 
@@ -244,24 +285,6 @@ ENV_VARS: tuple[str, ...] = tuple(o.env for o in OPTIONS)
 #: OTLP overrides of ``start()`` (None: the standard OTEL_EXPORTER_OTLP_* variables decide).
 _EXPORT_OVERRIDES: tuple[tuple[str, Any], ...] = (
     ("endpoint", str), ("protocol", str), ("headers", str), ("export_timeout", float))
-
-
-def _refine_after_s(self: Any) -> float:
-    """When a collective in flight earns a full read: never later than half the threshold."""
-    return float(min(self.suspect_seconds, self.stall_seconds / 2))
-
-
-#: The resolved settings: one field per row of :data:`OPTIONS` (its default that row's, its
-#: type what the row's parser returns), then the OTLP overrides.
-AgentConfig = make_dataclass(
-    "AgentConfig",
-    [(o.name, typing.get_type_hints(o.parse)["return"], field(default=o.default)) for o in OPTIONS]
-    + [(name, kind | None, field(default=None)) for name, kind in _EXPORT_OVERRIDES],
-    namespace={"__doc__": "The resolved settings (see :data:`OPTIONS` for what each means).",
-               "__module__": __name__, "refine_after_s": property(_refine_after_s)},
-    frozen=True,
-    slots=True,
-)
 
 
 def _first_valid(option: Option, candidates: list[tuple[str, Any]], problems: list[str]) -> tuple[int, Any]:
