@@ -35,8 +35,8 @@ from fr_otel import analyze, build_job, read_dumps  # noqa: E402
 from fr_otel.incident.delivery import deliver_trace  # noqa: E402
 from fr_otel.otlp.config import resolve_export_config  # noqa: E402
 from fr_otel.otlp.encode import encode_request  # noqa: E402
-from fr_otel.trace.spans import TraceOptions, build_trace  # noqa: E402
 from fr_otel.testing.otlp import OtlpGrpcReceiver  # noqa: E402
+from fr_otel.trace.spans import TraceOptions, build_trace  # noqa: E402
 
 
 def focused(ranks: int, entries: int, reps: int) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import pickle
 import resource
 import statistics
@@ -287,9 +286,10 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     """Rank 0: raises incident 1 at ``raise_at`` and runs the real coordinator on a real IncidentRank."""
     from fr_otel.agent.config import AgentConfig
     from fr_otel.agent.health import HealthTracker
+    from fr_otel.agent.host_map import HostMapKeeper
     from fr_otel.agent.incident_work import IncidentRank, coordinate
+    from fr_otel.agent.process_identity import this_process
     from fr_otel.otlp.config import resolve_export_config
-    from fr_otel.read.rank_process import this_process
     from fr_otel.trace.ids import trace_id_for
 
     layout = layout_for(world)
@@ -299,9 +299,12 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     encode_full_s = time.perf_counter() - t
     # The pollers build payloads from the newest entries only: the same bytes as from all 2000.
     same = own == payload_for(layout, 0, culprit, _BULK_ENTRIES, t_end)
+    link = channel(port)
+    me = this_process(None)
     agent = IncidentRank(AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None),
                          resolve_export_config(endpoint=endpoint, environ={}, timeout_s=30), HealthTracker(),
-                         channel(port), JOB_ID, 0, world, this_process(None), lambda: raw_full, tuple)
+                         link, JOB_ID, 0, world, me, lambda: raw_full, tuple,
+                         HostMapKeeper(link, 0, world, me, leader=False, folders=list))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.put({"role": "ready"})
     _wait_start(clock)
@@ -330,8 +333,8 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
 def _time_phases(agent: Any) -> dict[str, float]:
     """Wrap what coordinate() calls so each phase's seconds are recorded (the code itself is unchanged)."""
     import fr_otel.diagnosis.analysis
-    import fr_otel.incident.delivery
     import fr_otel.diagnosis.job
+    import fr_otel.incident.delivery
     import fr_otel.trace.spans
     from fr_otel.agent import incident_work
 

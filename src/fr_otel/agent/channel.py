@@ -14,7 +14,10 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     i/<k>/dump/<rank>   that rank's recorder for incident k (see :mod:`.payload`)
     i/<k>/arrived       add() counter of ranks that sent theirs
     i/<k>/result        JSON verdict summary, set by the coordinator (the raiser)
+    i/<k>/files         the files the coordinator left beside its dumps (zlib'd JSON), for every node
     final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
+    host/<rank>         JSON {host, node, pid, local_rank}: where the rank runs, set once at start-up
+    hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
 
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
@@ -103,6 +106,34 @@ class IncidentChannel:
     def cleanup(self, k: int, ranks: list[int]) -> None:
         for r in ranks:
             self.store.delete_key(f"i/{k}/dump/{r}")
+
+    # -- who runs where, and who is still heard from ---------------------------------------
+    def announce(self, rank: int, process: dict[str, Any]) -> None:
+        """Say where this rank runs, once, before anything can go wrong."""
+        self.store.set(f"host/{rank}", json.dumps(process, sort_keys=True))
+
+    def hosts(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
+        """Where each of ``ranks`` said it runs (ranks that have not said yet are left out)."""
+        return {r: _json(_text(v)) for r, v in self._fetch([(r, f"host/{r}") for r in ranks]).items()}
+
+    def heartbeat(self, rank: int, now_ns: int) -> None:
+        self.store.set(f"hb/{rank}", str(now_ns))
+
+    def last_heard(self, ranks: list[int]) -> dict[int, int]:
+        """When each of ``ranks`` last polled the store (wall clock ns); never-heard ranks left out."""
+        out: dict[int, int] = {}
+        for rank, value in self._fetch([(r, f"hb/{r}") for r in ranks]).items():
+            text = _text(value)
+            if text.isdigit():
+                out[rank] = int(text)
+        return out
+
+    def publish_files(self, k: int, files: bytes) -> None:
+        self.store.set(f"i/{k}/files", files)
+
+    def files(self, k: int) -> bytes | None:
+        key = f"i/{k}/files"
+        return bytes(self.store.get(key)) if self.store.check([key]) else None
 
     # -- a rank's last words ------------------------------------------------------------
     def publish_final(self, rank: int, payload: bytes) -> None:

@@ -26,15 +26,15 @@ import time
 from functools import partial
 from typing import Any
 
-from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
 from .channel import connect_channel
 from .config import FR_OTEL_AGENT_PID, FR_OTEL_PG_WARN_SECONDS, AgentConfig
 from .health import HealthTracker
 from .hooks import ExitHooks
+from .host_map import HostMapKeeper
 from .incident_runner import IncidentRunner
-from .incident_work import IncidentRank, dump_root
+from .incident_work import IncidentRank, node_dump_folders
 from .logs import set_log_rank
 from .poller import ProgressTracker
 from .process_identity import this_process
@@ -49,6 +49,7 @@ from .recorder import (
 )
 from .role import launcher_name, rank_variables
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
+from .start_line import start_line
 from .state import ProcessInfo, Snapshot
 from .step_counter import COUNTER
 
@@ -214,6 +215,8 @@ class Agent:
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
         if self.incidents is not None and self.incidents.reachable():
+            with self.health.guard("keeping in touch through the store"):
+                self.incidents.me.hosts.poll(time.time_ns())
             self.incidents.join_open()
             stalls = self.tracker.stalls(time.time_ns(), self.config.stall_seconds)
             if stalls:
@@ -281,8 +284,10 @@ class Agent:
         if self.config.incidents and self.recorder_enabled:
             with self.health.guard("connecting to the job's store (incidents are off)"):
                 channel, job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
+                hosts = HostMapKeeper(channel, rank, world_size, self.process, leader=local_rank() in (0, None),
+                                      folders=partial(node_dump_folders, self.config))
                 me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
-                                  self.process, partial(recorder.full_bytes, stacks=True), self.all_groups)
+                                  self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts)
                 self.incidents = IncidentRunner(me, self.tracker)
                 log.debug("incidents through %s, job id %s", channel.how, job_id)
         if local_rank() in (0, None):  # one line per host, not one per rank
@@ -291,26 +296,8 @@ class Agent:
 
     def start_line(self) -> str:
         """One line: what this agent serves where, and where an incident's dumps and trace go."""
-        local = local_rank()
-        if self.config.metrics_port is None:
-            metrics = "/metrics off"
-        elif self.server is None:
-            metrics = "/metrics NOT served (see above)"
-        else:
-            metrics = _served_at(self.server, self.process.host)
-            if self.config.metrics_port and local is not None:
-                metrics += f"; this host's ranks on port {self.config.metrics_port} + LOCAL_RANK"
-        if self.incidents is None:
-            return f"agent on (rank {self.rank} of {self.world_size}): {metrics}; incidents off"
-        if self.export_config.disabled:
-            trace = "no trace (OTEL_SDK_DISABLED)"
-        elif self.export_config.endpoint is None:
-            trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(self.config.out_dir))}/ (no OTLP endpoint set)"
-        else:
-            trace = f"trace to {self.export_config.endpoint} ({self.export_config.protocol})"
-        return (f"agent on (rank {self.rank} of {self.world_size}): {metrics}; a collective in flight over "
-                f"{self.config.stall_seconds:g} s (or half its timeout) raises an incident: dumps in "
-                f"{os.path.abspath(dump_root(self.config))}/, {trace}")
+        return start_line(self.config, self.export_config, f"rank {self.rank} of {self.world_size}", self.server,
+                          self.process.host, incidents=self.incidents is not None)
 
     def _refresh_groups(self) -> None:
         version = groups_version(self.dist)
@@ -378,12 +365,3 @@ def _watch_forks(agent: Agent) -> None:
 def _rank_words() -> str:
     """The rank variables that made this process look like a rank, for a log line."""
     return ", ".join(f"{k}={v}" for k, v in rank_variables(os.environ).items()) or "no rank variable set"
-
-
-def _served_at(server: MetricsServer, host: str | None) -> str:
-    """Where ``/metrics`` really listens: every interface (with this host's name, the address a
-    Prometheus elsewhere scrapes) or the one address it was bound to."""
-    if server.addr in ("", "0.0.0.0", "::"):
-        where = f"http://{host}:{server.port}/metrics" if host else f"port {server.port}"
-        return f"/metrics on all interfaces ({server.addr or '0.0.0.0'}:{server.port}): {where}"
-    return f"/metrics at {server.url}"

@@ -28,6 +28,7 @@ from ..common.ranks import compress_ranks
 from ..incident.delivery import out_dir
 from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
+from ..read.dump_location import configured_dump_folder
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from ..trace.ids import trace_id_for
@@ -35,6 +36,7 @@ from ..trace.options import TraceOptions
 from .channel import IncidentChannel
 from .config import AgentConfig
 from .health import HealthTracker
+from .host_map import HostMapKeeper
 from .payload import decode_payload, encode_payload, entries_per_group
 from .recorder import GroupInfo
 from .stack_capture import capture_stacks
@@ -44,10 +46,12 @@ from .store_link import StoreUnavailable
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "IncidentRank", "coordinate", "dump_path", "dump_root",
-           "flush_incident", "gather", "publish_final"]
+__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "SILENT_POLLS", "IncidentRank", "coordinate", "dump_path",
+           "dump_root", "flush_incident", "gather", "node_dump_folders", "publish_final"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
+#: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
+SILENT_POLLS = 3
 _GATHER_POLL_S = 0.05
 
 log = logging.getLogger("fr_otel.agent")
@@ -70,11 +74,23 @@ class IncidentRank:
     read_recorder: Callable[[], bytes]
     #: The process groups Python knows now (true membership; gloo's ``pg_config`` is empty).
     groups: Callable[[], tuple[GroupInfo, ...]]
+    #: Where every rank runs, and the heartbeats that say who is still heard from.
+    hosts: HostMapKeeper
 
 
 def dump_root(config: AgentConfig) -> Path:
     """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
     return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
+
+
+def node_dump_folders(config: AgentConfig) -> list[Path]:
+    """Where this node's dumps go: the incident folders' root, and the folder the job's own dump
+    setting names (NCCL's watchdog dumps), when one is set."""
+    folders = [dump_root(config)]
+    torch_folder = configured_dump_folder()
+    if torch_folder is not None and torch_folder not in folders:
+        folders.append(torch_folder)
+    return folders
 
 
 def dump_path(me: IncidentRank, trace_hex: str) -> Path:
@@ -150,32 +166,43 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
 
 def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
-    left one at exit), decoded into the evidence the pipeline reads; the absent ones said."""
+    left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
+    and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
+    waited for: the verdict comes as soon as everyone still alive has sent theirs."""
     world = me.world_size
+    ranks = list(range(world))
     problems: list[str] = []
-    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    read = ReadResult(problems=problems)
     payloads: dict[int, bytes] = {}
     finals: dict[int, bytes] = {}
-    ranks = list(range(world))
+    heard: dict[int, int] = {}
+    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
-        while me.channel.arrived(k) < world and time.monotonic() < gather_until:
+        heard = me.channel.last_heard(ranks)
+        silent_after = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
+        alive = sum(1 for r in ranks if heard.get(r, 0) >= silent_after or r == me.rank)
+        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
             time.sleep(_GATHER_POLL_S)
         payloads = me.channel.fetch(k, ranks)
         late = [r for r in ranks if r not in payloads]
         finals = me.channel.fetch_final(late) if late else {}
+        unknown = [r for r in ranks if r not in payloads and r not in finals and r not in me.hosts.processes]
+        if unknown:
+            me.hosts.gather()
     except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
         problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
-    late = [r for r in ranks if r not in payloads]
-    read = ReadResult(problems=problems)
     for rank, payload in sorted({**finals, **payloads}.items()):
         source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"
         dump = decode_payload(payload, rank, source, problems)
         if dump is not None:
             read.dumps[rank] = dump
-    gone = [r for r in late if r not in finals]
+    gone = [r for r in ranks if r not in read.dumps]
     if gone:
         problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
-                        "(stuck with the GIL held, or dead)")
+                        "(stuck with the GIL held, cut off, or dead)")
+    read.side.processes = dict(me.hosts.processes)
+    read.side.world_size = world
+    read.side.last_heard = heard
     return read
 
 

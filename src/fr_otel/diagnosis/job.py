@@ -58,6 +58,7 @@ class Job:
     problems: list[str]
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
+    last_heard: dict[int, int] = field(default_factory=dict)  # rank -> when it last reached the store (wall ns)
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
     _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
@@ -271,6 +272,7 @@ def build_job(read: ReadResult) -> Job:
         problems=problems,
         unnamed_local_ids=unnamed,
         processes=_processes(dumps, read.side.processes),
+        last_heard=dict(read.side.last_heard),
     )
 
 

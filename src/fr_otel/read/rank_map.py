@@ -7,7 +7,11 @@ hosts it can vouch for (never replacing one the agent wrote); reading the folder
 (:mod:`.sidecars`). Shape::
 
     {"version": 1, "world_size": 6,
-     "ranks": {"2": {"host": "node1", "node": "gpu-017", "pid": 4242, "local_rank": 0}, ...}}
+     "ranks": {"2": {"host": "node1", "node": "gpu-017", "pid": 4242, "local_rank": 0,
+                     "last_heard_ns": 1764590462500000000}, ...}}
+
+``last_heard_ns`` (written at incident time) is when the rank last reached the job's store: for
+a rank that left no dump, when it went silent.
 
 The file is untrusted input like the dumps: only well-typed values are kept, and a bad file
 costs one problem line.
@@ -39,15 +43,30 @@ class HostMap:
 
     processes: dict[int, RankProcess] = field(default_factory=dict)
     world_size: int | None = None
+    last_heard: dict[int, int] = field(default_factory=dict)  # rank -> wall clock ns it was last heard from
 
 
-def host_map_json(processes: dict[int, RankProcess], world_size: int | None = None) -> dict[str, Any]:
+def host_map_json(processes: dict[int, RankProcess], world_size: int | None = None,
+                  last_heard: dict[int, int] | None = None) -> dict[str, Any]:
     """The file's content (only the known fields of each rank)."""
     doc: dict[str, Any] = {"version": 1}
     if world_size:
         doc["world_size"] = world_size
-    doc["ranks"] = {str(r): p.as_json() for r, p in sorted(processes.items()) if p.known}
+    heard = last_heard or {}
+    ranks: dict[str, dict[str, Any]] = {}
+    for rank in sorted(set(processes) | set(heard)):
+        entry = processes[rank].as_json() if rank in processes else {}
+        if rank in heard:
+            entry["last_heard_ns"] = heard[rank]
+        if entry:
+            ranks[str(rank)] = entry
+    doc["ranks"] = ranks
     return doc
+
+
+def _heard(value: Any) -> int | None:
+    ns = value.get("last_heard_ns") if isinstance(value, dict) else None
+    return ns if type(ns) is int and 0 < ns < 1 << 63 else None
 
 
 def _parse(value: Any) -> RankProcess | None:
@@ -66,7 +85,9 @@ def read_host_map(path: str, problems: list[str]) -> HostMap | None:
         return None
     world = doc.get("world_size")
     world_size = world if type(world) is int and 0 < world <= _MAX_WORLD else None
-    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size)
+    seen: list[str] = []  # the ranks mapping was judged once, above
+    heard = {r: ns for r, ns in per_rank(doc, path, seen, _CONSEQUENCE, _heard).items()}
+    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size, heard)
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:
@@ -83,7 +104,7 @@ def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str)
 
 
 def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess],
-                   world_size: int | None = None) -> Path | None:
+                   world_size: int | None = None, last_heard: dict[int, int] | None = None) -> Path | None:
     """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
     ``processes`` does not name (several nodes write the same folder). An existing map that
     cannot be read is left alone (None: it may be newer than this reader); raises OSError."""
@@ -97,5 +118,6 @@ def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProc
         for rank, process in old.processes.items():
             merged.setdefault(rank, process)
         world_size = world_size or old.world_size
-    atomic_write(path, json.dumps(host_map_json(merged, world_size)).encode("utf-8"), mkdir=True)
+        last_heard = {**old.last_heard, **(last_heard or {})}
+    atomic_write(path, json.dumps(host_map_json(merged, world_size, last_heard)).encode("utf-8"), mkdir=True)
     return path

@@ -43,6 +43,8 @@ class SideFacts:
     processes: dict[int, RankProcess] = field(default_factory=dict)
     #: The world size the host map was written for, when it says.
     world_size: int | None = None
+    #: rank -> when it was last heard from (wall clock ns): for a rank with no dump, when it went silent.
+    last_heard: dict[int, int] = field(default_factory=dict)
     #: The live incident these dumps belong to (its incident.json), when there is one that fits them.
     identity: IncidentIdentity | None = None
 
@@ -63,6 +65,8 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
         if host_map is not None:
             for rank, process in host_map.processes.items():
                 facts.processes.setdefault(rank, process)
+            for rank, ns in host_map.last_heard.items():
+                facts.last_heard.setdefault(rank, ns)
             facts.world_size = facts.world_size or host_map.world_size
         steps_path = folder / STEPS_FILE
         if steps_path.is_file():

@@ -7,11 +7,10 @@ where the job writes them.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..read.dump_location import DEFAULT_DUMP_PREFIX, DUMP_PREFIX_ENVS, dump_location
 from .state import STATE_NAME
 
 __all__ = [
@@ -25,44 +24,9 @@ __all__ = [
     "parse_rank_set",
 ]
 
-#: Where NCCL writes its automatic dumps: the current name first, then the old one; then
-#: torchcomms' FlightRecorderHook (JSON, ``<prefix><rank>``, default ``torchcomm_fr_trace_``).
-DUMP_PREFIX_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCHCOMM_FR_DUMP_TEMP_FILE")
-DEFAULT_DUMP_PREFIX = "~/.cache/torch/comm_lib_trace_rank_"
 DEFAULT_SETTLE_S = 2.0
 DEFAULT_DEADLINE_S = 60.0
 DEFAULT_POLL_S = 0.5
-
-
-def dump_location(
-    directory: str | os.PathLike[str] | None, prefix: str | None, env: Mapping[str, str] | None = None
-) -> tuple[Path, str | None]:
-    """The folder to watch and the dump file name prefix (None: any name ending in a rank).
-
-    Without ``directory`` both come from NCCL's own setting (``TORCH_FR_DUMP_TEMP_FILE``, else
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), else torchcomms' (``TORCHCOMM_FR_DUMP_TEMP_FILE``),
-    else torch's default: a path prefix whose dirname is
-    the folder and basename the file prefix. With ``directory``, that basename is still used
-    when the setting points into the same folder.
-    """
-    env = os.environ if env is None else env
-    setting = next((env[k] for k in DUMP_PREFIX_ENVS if env.get(k)), DEFAULT_DUMP_PREFIX)
-    setting_path = Path(os.path.expanduser(setting))
-    setting_dir, setting_prefix = (setting_path, "") if setting.endswith(os.sep) else (
-        setting_path.parent, setting_path.name)
-    if directory is None:
-        return setting_dir, prefix if prefix is not None else (setting_prefix or None)
-    folder = Path(os.path.expanduser(os.fspath(directory)))
-    if prefix is None and setting_prefix and _same_dir(folder, setting_dir):
-        prefix = setting_prefix
-    return folder, prefix
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
 
 
 def parse_rank_set(text: str) -> frozenset[int]:

@@ -1,0 +1,90 @@
+"""The job's host map, known before anything goes wrong, and who is still heard from.
+
+A node that is cut off, frozen or crashed writes no dump and answers no store call, so
+where its ranks ran must be known beforehand. At start-up every rank says where it runs
+(``host/<rank>`` in the store); each node's first local rank gathers the whole map once
+every rank has said (bounded tries), keeps it, and writes it as ``ranks.json`` beside the
+dumps on its node: in the agent's dump folder and in the folder the job's own dump setting
+names (where NCCL's watchdog dumps land). An offline analysis of any node's dumps then
+names the host of every rank, the lost ones included.
+
+Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll), so an
+incident can say when each missing rank was last heard from, and which node went silent
+first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..read.rank_map import write_host_map
+from ..read.rank_process import RankProcess, process_from_raw
+from .channel import IncidentChannel
+
+__all__ = ["GATHER_TRIES", "HostMapKeeper"]
+
+log = logging.getLogger("fr_otel.agent")
+
+#: How many times a node leader looks for ranks that have not said where they run yet.
+GATHER_TRIES = 12
+_GATHER_EVERY_S = 5.0
+
+
+class HostMapKeeper:
+    """One rank's part in the host map: announce itself, beat, and (node leaders) gather and write it."""
+
+    def __init__(self, channel: IncidentChannel, rank: int, world_size: int, process: RankProcess, *,
+                 leader: bool, folders: Callable[[], list[Path]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.channel = channel
+        self.rank = rank
+        self.world_size = world_size
+        self.leader = leader
+        self._folders = folders
+        self._clock = clock
+        #: Where each rank runs, as far as this rank knows (itself at least).
+        self.processes: dict[int, RankProcess] = {rank: process}
+        self._announced = False
+        self._tries = 0
+        self._next_try = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.processes) >= self.world_size
+
+    def poll(self, now_ns: int) -> None:
+        """One poll's store work: announce (once), heartbeat, and on a node leader gather the map
+        until it is complete or the tries run out. Store errors propagate (the caller guards)."""
+        if not self._announced:
+            self.channel.announce(self.rank, self.processes[self.rank].as_json())
+            self._announced = True
+        self.channel.heartbeat(self.rank, now_ns)
+        if self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try:
+            self._tries += 1
+            self._next_try = self._clock() + _GATHER_EVERY_S
+            self.gather()
+            if self.complete or self._tries == GATHER_TRIES:
+                self.write()
+
+    def gather(self) -> None:
+        """Fetch where every rank not known yet runs (one bounded round trip per 256 ranks)."""
+        missing = [r for r in range(self.world_size) if r not in self.processes]
+        for rank, raw in self.channel.hosts(missing).items():
+            process = process_from_raw(raw, "agent")
+            if process is not None:
+                self.processes[rank] = process
+
+    def write(self) -> None:
+        """``ranks.json`` in every folder this node's dumps go to; a folder that cannot be written is a log line."""
+        for folder in self._folders():
+            try:
+                write_host_map(folder, dict(self.processes), self.world_size)
+            except OSError as exc:
+                log.warning("cannot write the host map into %s (%s): an offline analysis of dumps there will not "
+                            "know where lost ranks ran", folder, exc.strerror or exc)
+        if not self.complete:
+            absent = self.world_size - len(self.processes)
+            log.info("host map written without %d rank(s) that never said where they run", absent)
