@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,30 @@ def _state(pid: int) -> str:
     except OSError:
         return ""
     return stat[stat.rindex(")") + 2]
+
+
+def test_a_slow_host_is_held_to_its_cpu_fraction_by_a_cgroup_quota(tmp_path: Path) -> None:
+    """slow(node, 0.1) puts the host's processes in a cgroup whose CPU quota really throttles a busy loop."""
+    with Lab(1, log_dir=tmp_path) as lab:
+        busy = lab.spawn(0, [sys.executable, "-c", "while True: pass"], name="busy")
+        assert wait_for(lambda: busy.pid in lab.pids(0), timeout=10)
+        written = lab.slow(0, 0.1)
+        limit = Path(written).parent
+        assert str(busy.pid) in (limit / "cgroup.procs").read_text().split()
+        usage_before = _cpu_seconds(busy.pid)
+        started = time.monotonic()
+        assert wait_for(lambda: _throttled(limit) >= 5, timeout=10), (limit / "cpu.stat").read_text()
+        used = (_cpu_seconds(busy.pid) - usage_before) / (time.monotonic() - started)
+    assert used <= 0.2, f"{used:.2f} CPU under a 0.1 quota"
+    assert lab.leftovers() == []
+
+
+def _throttled(cgroup: Path) -> int:
+    """How many periods the cgroup's quota stopped it (v1 and v2 both name it nr_throttled)."""
+    stats = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+    return int(stats["nr_throttled"])
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
