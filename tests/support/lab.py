@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -34,89 +33,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from support.lab_cgroup import CpuLimit, stale_cpu_limits
+from support.lab_cgroup import CpuLimit
+from support.lab_ns import (
+    NETNS_ETC,
+    NETNS_RUN,
+    LabError,
+    kill_namespace,
+    kill_pids,
+    lab_unavailable,
+    link_names,
+    netns_pids,
+    process_gone,
+    run_ip,
+    start_time,
+    sweep_stale,
+)
 
 if TYPE_CHECKING:
     from support.lab_job import LabJob
 
-__all__ = ["IFACE", "Lab", "LabError", "LabProcess", "lab_unavailable", "process_gone", "start_time",
-           "sweep_stale"]
+__all__ = ["IFACE", "Lab", "LabError", "LabProcess", "lab_unavailable", "sweep_stale"]
 
 #: Every host's interface inside its namespace (what ``GLOO_SOCKET_IFNAME`` names).
 IFACE = "lab0"
-NETNS_RUN = Path("/run/netns")
-NETNS_ETC = Path("/etc/netns")
-_OWNED = re.compile(r"^frl(\d+)x[0-9a-z]")
 _SEQ = itertools.count()
 _SEQ_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-class LabError(RuntimeError):
-    """A lab step failed (the command and what it said)."""
-
-
-def _run(*argv: str, check: bool = True) -> str:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
-    if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
-    return proc.stdout
-
-
-def lab_unavailable() -> str | None:
-    """Why a lab cannot run here (one line, for ``pytest.skip``), or None when it can."""
-    if os.geteuid() != 0:
-        return "the multi-host lab needs root (network namespaces, veths, a bridge)"
-    missing = [tool for tool in ("ip", "unshare", "sh", "hostname") if shutil.which(tool) is None]
-    if missing:
-        return f"the multi-host lab needs {', '.join(missing)} on PATH"
-    probe = subprocess.run(["unshare", "--net", "--uts", "true"], capture_output=True, text=True, timeout=30,
-                           check=False)
-    if probe.returncode != 0:
-        return f"the multi-host lab cannot make namespaces here: {probe.stderr.strip() or probe.returncode}"
-    return None
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks (pid reuse check), None when it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] in "ZX" else int(fields[19])
-
-
-def process_gone(pid: int, start: int | None) -> bool:
-    """True once the process that had ``start`` as start time has exited (a zombie counts as exited)."""
-    now = start_time(pid)
-    return now is None or (start is not None and now != start)
-
-
-def _kill(pids: Sequence[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _netns_pids(ns: str) -> list[int]:
-    try:
-        return [int(p) for p in _run("ip", "netns", "pids", ns).split()]
-    except LabError:
-        return []  # the namespace is already gone
-
-
-def _kill_namespace(ns: str, extra: Sequence[int] = (), timeout: float = 10.0) -> list[int]:
-    """SIGCONT then SIGKILL every process of ``ns`` (and ``extra``) until none is left; returns the survivors."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = sorted({*_netns_pids(ns), *(p for p in extra if start_time(p) is not None)})
-        if not pids or time.monotonic() > deadline:
-            return pids
-        _kill(pids, signal.SIGCONT)  # a frozen process dies on SIGKILL too, but never leave one stopped
-        _kill(pids, signal.SIGKILL)
-        time.sleep(0.05)
 
 
 class LabProcess:
@@ -208,9 +149,9 @@ class Lab:
         sweep_stale()
         atexit.register(self.close)
         try:
-            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            run_ip("link", "add", self.bridge, "type", "bridge")
             self._no_ipv6(self.bridge)
-            _run("ip", "link", "set", self.bridge, "up")
+            run_ip("link", "set", self.bridge, "up")
             hosts = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for ip, name in zip(self.ips, self.hostnames))
             for k, ns in enumerate(self.namespaces):
                 self._make_host(k, ns, hosts)
@@ -228,13 +169,13 @@ class Lab:
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(hosts)
         (etc / "resolv.conf").write_text("nameserver 127.0.0.1\n")
-        _run("ip", "netns", "add", ns)
-        _run("ip", "link", "add", self.veths[k], "type", "veth", "peer", "name", IFACE, "netns", ns)
+        run_ip("netns", "add", ns)
+        run_ip("link", "add", self.veths[k], "type", "veth", "peer", "name", IFACE, "netns", ns)
         self._no_ipv6(self.veths[k])
-        _run("ip", "link", "set", self.veths[k], "master", self.bridge, "up")
+        run_ip("link", "set", self.veths[k], "master", self.bridge, "up")
         inside = ("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
                   f" && ip addr add {self.ips[k]}/24 dev {IFACE} && ip link set {IFACE} up && ip link set lo up")
-        _run("ip", "netns", "exec", ns, "sh", "-c", inside)
+        run_ip("netns", "exec", ns, "sh", "-c", inside)
 
     def close(self) -> None:
         """Kill every process of the lab by PID, then delete namespaces, links, cgroups, hosts files."""
@@ -244,26 +185,30 @@ class Lab:
         atexit.unregister(self.close)
         for job in self.jobs:
             job.close()
-        launchers = [p.pid for p in self.processes]
         try:
             for ns in self.namespaces:
-                self.track(_netns_pids(ns))
-                _kill_namespace(ns, launchers)
+                self.track(netns_pids(ns))
+                kill_namespace(ns)
+            for proc in self.processes:  # one still being set up is not in its namespace yet
+                if proc.returncode is None:
+                    proc.popen.send_signal(signal.SIGKILL)  # Popen's own check: never a reused pid
+            for ns in self.namespaces:
+                kill_namespace(ns)
             for proc in self.processes:
                 proc.wait(10)
         finally:
             for limit in self._limits.values():
                 limit.remove()
             for ns in self.namespaces:
-                _run("ip", "netns", "del", ns, check=False)
+                run_ip("netns", "del", ns, check=False)
                 shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
             for link in [*self.veths, self.bridge]:
-                _run("ip", "link", "del", link, check=False)
+                run_ip("link", "del", link, check=False)
 
     def leftovers(self) -> list[str]:
         """What of this lab still exists: namespaces, links, cgroups, hosts files, live processes."""
-        names = _run("ip", "netns", "list").split()
-        links = _link_names()
+        names = run_ip("netns", "list").split()
+        links = link_names()
         left = [f"namespace {ns}" for ns in self.namespaces if ns in names]
         left += [f"link {link}" for link in [*self.veths, self.bridge] if link in links]
         left += [f"hosts files {NETNS_ETC / ns}" for ns in self.namespaces if (NETNS_ETC / ns).exists()]
@@ -313,7 +258,7 @@ class Lab:
 
     def pids(self, node: int) -> list[int]:
         """Every live process of host ``node``, by its network namespace."""
-        pids = _netns_pids(self.namespaces[node])
+        pids = netns_pids(self.namespaces[node])
         self.track(pids)
         return pids
 
@@ -343,12 +288,12 @@ class Lab:
 
         Partitioning node0 is "the store's host lost". Returns the fault's time.
         """
-        _run("ip", "link", "set", self.veths[node], "down")
+        run_ip("link", "set", self.veths[node], "down")
         return self._fault(f"partition {self.hostnames[node]}")
 
     def heal(self, node: int) -> float:
         """Bring host ``node``'s link back up."""
-        _run("ip", "link", "set", self.veths[node], "up")
+        run_ip("link", "set", self.veths[node], "up")
         return self._fault(f"heal {self.hostnames[node]}")
 
     def freeze(self, node: int) -> float:
@@ -356,20 +301,20 @@ class Lab:
         t = self._fault(f"freeze {self.hostnames[node]}")
         stopped: set[int] = set()
         while new := set(self.pids(node)) - stopped:  # again, for any process forked meanwhile
-            _kill(sorted(new), signal.SIGSTOP)
+            kill_pids(sorted(new), signal.SIGSTOP)
             stopped |= new
         return t
 
     def thaw(self, node: int) -> float:
         """SIGCONT every process of host ``node``."""
-        _kill(self.pids(node), signal.SIGCONT)
+        kill_pids(self.pids(node), signal.SIGCONT)
         return self._fault(f"thaw {self.hostnames[node]}")
 
     def crash_workers(self, node: int) -> list[int]:
         """SIGKILL the training workers (by their ``pid_rank_<r>`` markers) of every job on host ``node``."""
         pids = [pid for job in self.jobs for pid in job.worker_pids().values() if self.node_of(pid) == node]
         self._fault(f"crash workers {pids} of {self.hostnames[node]}")
-        _kill(pids, signal.SIGKILL)
+        kill_pids(pids, signal.SIGKILL)
         return pids
 
     def slow(self, node: int, cpu_fraction: float) -> str:
@@ -383,37 +328,3 @@ class Lab:
         written = self._limits[node].set(cpu_fraction, self.pids(node))
         self._fault(f"slow {self.hostnames[node]} to {cpu_fraction:g} CPU ({written})")
         return written
-
-
-def _link_names() -> set[str]:
-    return {line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()}
-
-
-def _owner_gone(name: str) -> bool:
-    match = _OWNED.match(name)
-    if match is None:
-        return False
-    return start_time(int(match.group(1))) is None  # gone, or a zombie nobody reaped yet
-
-
-def sweep_stale() -> list[str]:
-    """Remove what labs of dead processes left (their processes, namespaces, links, cgroups); returns it."""
-    removed: list[str] = []
-    for ns in _run("ip", "netns", "list", check=False).split():
-        if _owner_gone(ns):
-            _kill_namespace(ns)
-            _run("ip", "netns", "del", ns, check=False)
-            removed.append(f"namespace {ns}")
-    if NETNS_ETC.is_dir():
-        for folder in NETNS_ETC.iterdir():
-            if _owner_gone(folder.name):
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(f"hosts files {folder}")
-    for link in sorted(_link_names()):
-        if _owner_gone(link):
-            _run("ip", "link", "del", link, check=False)
-            removed.append(f"link {link}")
-    for limit in stale_cpu_limits(_owner_gone):
-        limit.remove()
-        removed.append(f"cgroup {limit.path}")
-    return removed

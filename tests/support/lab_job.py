@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fr_otel.testing.otlp import wait_for
-from support.lab import IFACE, LabProcess, process_gone, start_time
+from support.lab import IFACE, LabProcess
+from support.lab_ns import process_gone, start_time
 
 if TYPE_CHECKING:
     from support.lab import Lab
