@@ -26,19 +26,27 @@ TRAIN_LOOP_STALL_STEP      step at which it stalls (default 10)
 TRAIN_LOOP_STALL_SECONDS   how long (default 0)
 TRAIN_LOOP_RAISE_RANK      rank that raises an uncaught RuntimeError instead (default: none)
 TRAIN_LOOP_RAISE_STEP      step at which it raises (default 5)
+TRAIN_LOOP_EXIT_RANK       rank that leaves at once with ``os._exit(3)``: no hook runs (default: none)
+TRAIN_LOOP_EXIT_STEP       step at which it leaves (default 5)
 TRAIN_LOOP_GLOO_TIMEOUT    process group timeout in seconds (default 120)
 TRAIN_LOOP_AGENT           ``early``: ``fr_otel.start()`` before ``init_process_group``;
                            ``late``: after it; unset: fr_otel is never imported
-TRAIN_LOOP_MARKERS         folder for ``pid_rank_<r>``, ``stall_start.json``, ``done_rank_<r>`` (optional)
+TRAIN_LOOP_MARKERS         folder for ``pid_rank_<r>``, ``step_rank_<r>`` (``{"step", "time", "host"}``:
+                           the step it last entered), ``stall_start.json``, ``done_rank_<r>`` (optional)
 TRAIN_LOOP_HOLD            a file: after the last step every rank waits (at most 120 s) until it
                            exists, so a test can look at a running job as long as it needs
 =========================  ================================================================
+
+SIGUSR1 prints every thread's Python stack to stderr (``faulthandler``): where a hung rank sits.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -58,6 +66,7 @@ def _mark(path: Path, text: str) -> None:
 
 
 def main() -> int:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     agent_mode = _env("AGENT", "")
     if agent_mode == "early":
         import fr_otel
@@ -86,6 +95,8 @@ def main() -> int:
     stall_s = float(_env("STALL_SECONDS", "0"))
     raise_rank = int(_env("RAISE_RANK", "-1"))
     raise_step = int(_env("RAISE_STEP", "5"))
+    exit_rank = int(_env("EXIT_RANK", "-1"))
+    exit_step = int(_env("EXIT_STEP", "5"))
     markers = Path(_env("MARKERS", "")) if _env("MARKERS", "") else None
     if markers is not None:
         markers.mkdir(parents=True, exist_ok=True)
@@ -98,7 +109,10 @@ def main() -> int:
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     params = list(model.parameters())
+    host = socket.gethostname()
     for step in range(steps):
+        if markers is not None:  # a reader may catch it half-written: it retries
+            _mark(markers / f"step_rank_{rank}", json.dumps({"step": step, "time": time.time(), "host": host}))
         time.sleep(pause)
         x = torch.randn(32, hidden)
         loss = model(x).pow(2).mean()
@@ -112,6 +126,8 @@ def main() -> int:
             time.sleep(stall_s)
         if rank == raise_rank and step == raise_step:
             raise RuntimeError(f"injected failure at step {step}")
+        if rank == exit_rank and step == exit_step:
+            os._exit(3)
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
         offset = 0
