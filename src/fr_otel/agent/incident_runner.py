@@ -13,13 +13,17 @@ already covers from a new one.
 from __future__ import annotations
 
 import logging
+import pickle
 import queue
 import threading
 import time
 from typing import Any
 
+from ..read.failed import FailedCollective
+from .failure import collective_failure, failed_collectives
 from .incident_work import IncidentRank, flush_incident, publish_final
 from .poller import ProgressTracker, Stall
+from .recorder import gc_paused
 
 __all__ = ["SEQUEL_WINDOW_S", "IncidentRunner"]
 
@@ -47,6 +51,8 @@ class IncidentRunner:
         self._worker: threading.Thread | None = None
         self._pending = 0
         self._idle = threading.Condition()
+        #: Collectives a failure ended, that the backend recorded as completed (see :mod:`.failure`).
+        self.failed: tuple[FailedCollective, ...] = ()
 
     # -- on every poll ------------------------------------------------------------------
     def reachable(self) -> bool:
@@ -117,7 +123,7 @@ class IncidentRunner:
             k, meta, owner, deadline, done = job
             try:
                 with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
-                    flush_incident(self.me, k, meta, owner, deadline)
+                    flush_incident(self.me, k, meta, owner, deadline, self.failed)
             finally:
                 done.set()
                 with self._idle:
@@ -165,9 +171,20 @@ class IncidentRunner:
         return self.unresolved() or time.monotonic() - self._last_taken_part < SEQUEL_WINDOW_S
 
     def at_exception(self, exc: BaseException, deadline: float) -> None:
-        """An uncaught exception in training: raise an incident for it, unless it is a sequel."""
+        """An uncaught exception in training: raise an incident for it, unless it is a sequel. A
+        collective that failed is marked so (its backend records it as completed)."""
         reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        why = collective_failure(exc)
+        if why is not None:
+            with self.me.health.guard("reading which collectives the failure ended"):
+                self.failed = self._failed_now(why)
         self.flush(reason, raise_new=not self.sequel(), deadline=deadline)
+
+    def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:
+        in_flight = {g.name: g.inflight_seq for g in self._tracker.statuses if g.inflight_seq is not None}
+        with gc_paused():
+            entries = pickle.loads(self.me.read_recorder()).get("entries") or []  # this process's own bytes
+        return failed_collectives(entries, in_flight, why)
 
     def at_sigterm(self, deadline: float) -> None:
         """SIGTERM: an incident if a collective no incident covers is in flight; then the exit copy."""
@@ -185,7 +202,7 @@ class IncidentRunner:
     def leave_exit_copy(self, deadline: float) -> None:
         with self.me.health.guard("leaving the exit copy", level=logging.DEBUG), \
                 self.me.channel.link.deadline(deadline):
-            publish_final(self.me)
+            publish_final(self.me, self.failed)
 
     def stop(self, timeout: float) -> None:
         """End the worker thread (after the work already queued)."""

@@ -29,6 +29,7 @@ from ..incident.delivery import out_dir
 from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
 from ..read.dump_location import configured_dump_folder
+from ..read.failed import FailedCollective
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from ..trace.ids import trace_id_for
@@ -97,7 +98,8 @@ def dump_path(me: IncidentRank, trace_hex: str) -> Path:
     return dump_root(me.config) / trace_hex / f"{DUMP_FILE_PREFIX}{me.rank}"
 
 
-def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float) -> None:
+def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
+                   failed: tuple[FailedCollective, ...] = ()) -> None:
     """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     now = None
@@ -114,7 +116,7 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     with me.health.guard("sending the recorder to the incident's coordinator"):
         keep = entries_per_group(me.config.incident_entries, me.world_size)
         me.channel.publish(k, me.rank, encode_payload(raw, me.groups(), keep, dumped_at, me.process,
-                                                      steps=COUNTER.log(), now=now))
+                                                      steps=COUNTER.log(), now=now, failed=failed))
     me.health.incident(trace_hex)
     if owner:
         coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
@@ -221,10 +223,10 @@ def _brief(c: Culprit) -> str:
 FINAL_ENTRIES = 8
 
 
-def publish_final(me: IncidentRank) -> None:
+def publish_final(me: IncidentRank, failed: tuple[FailedCollective, ...] = ()) -> None:
     """At exit: leave this rank's recorder in the store for a later incident's coordinator
     (a rank that finished early is exactly the one its peers will wait for)."""
     raw = me.read_recorder()
     keep = min(me.config.incident_entries, FINAL_ENTRIES)
     me.channel.publish_final(me.rank, encode_payload(raw, me.groups(), keep, time.time_ns(), me.process,
-                                                     COUNTER.log()))
+                                                     COUNTER.log(), failed=failed))

@@ -21,6 +21,8 @@ from typing import Any
 from ..common.ranks import compress_ranks
 from ..read.dump import Entry, RankDump
 from ..read.dump_file import parse_dump_bytes
+from ..read.failed import PAYLOAD_KEY as FAILED_KEY
+from ..read.failed import FailedCollective
 from ..read.live_stack import PAYLOAD_KEY as STACKS_KEY
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
@@ -70,9 +72,11 @@ def _group_of(entry: dict[str, Any]) -> Any:
 
 
 def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,
-                   process: RankProcess, steps: StepLog | None = None, now: LiveStacks | None = None) -> bytes:
+                   process: RankProcess, steps: StepLog | None = None, now: LiveStacks | None = None,
+                   failed: tuple[FailedCollective, ...] = ()) -> bytes:
     """Trim and re-label one of this process's own dumps for the store; say where it runs,
-    its training step and (at incident time) where its threads are now."""
+    its training step, (at incident time) where its threads are now, and which collectives the
+    backend retired as failed."""
     with gc_paused():
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
@@ -82,6 +86,8 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
             data[STEPS_KEY] = steps.as_json()
         if now is not None:
             data[STACKS_KEY] = now.as_json()
+        if failed:
+            data[FAILED_KEY] = [m.as_json() for m in failed]
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from .failed import FailedCollective
 from .frame import Frame
 from .rank_process import RankProcess
 from .steps import StepLog
@@ -219,6 +220,7 @@ class RankDump:
     process: RankProcess | None = None  # where it ran, when the dump says (the live agent's payloads do)
     steps: StepLog | None = None  # training steps, when the live agent counted them
     now: LiveStacks | None = None  # its threads' stacks at incident time (the live agent's payloads)
+    failed: tuple[FailedCollective, ...] = ()  # collectives the backend retired as failed (the live agent says)
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry] | None] | None = None
 
@@ -252,6 +254,29 @@ class RankDump:
         if self._loader is not None:
             loader = self._loader
             self._loader = lambda: None if (loaded := loader()) is None else rewrite(loaded)
+
+    def mark_failed(self, mark: FailedCollective) -> None:
+        """The backend retired ``mark``'s collective because it failed: from now on it counts as
+        never completed, in the columns, the counters, the tail and the entries (see :mod:`.failed`)."""
+        if any(m[:2] == mark[:2] for m in self.failed):
+            return
+        self.failed = (*self.failed, mark)
+        h = self.histories.get(mark.group)
+        if h is not None:
+            done = bytearray(h.completed)
+            for i, s in enumerate(h.seq):
+                if s == mark.seq:
+                    done[i] = 0
+            h.completed = bytes(done)
+            status = self.pg_status.get(h.local_id)
+            if status is not None and status.completed >= mark.seq:
+                self.pg_status[h.local_id] = status._replace(completed=mark.seq - 1)
+
+        def rewrite(entries: list[Entry]) -> list[Entry]:
+            return [e._replace(completed=False) if (e.pg_name == mark.group and e.collective_seq_id == mark.seq
+                                                    and not e.is_p2p) else e for e in entries]
+
+        self.rewrite_entries(rewrite)
 
     def __getstate__(self) -> dict:
         # Ship columns and tail between processes, never a loader closure or the full list.

@@ -21,6 +21,8 @@ from ..common.files import file_kind
 from ..common.text import one_line, printable
 from .columns import summarise
 from .dump import Entry, RankDump
+from .failed import PAYLOAD_KEY as FAILED_KEY
+from .failed import failed_from_raw
 from .frame import Frame
 from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
@@ -217,6 +219,8 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         now=stacks_from_raw(raw.get(STACKS_KEY)),
     )
     dump.set_entries(entries)
+    for mark in failed_from_raw(raw.get(FAILED_KEY)):
+        dump.mark_failed(mark)
     return dump
 
 

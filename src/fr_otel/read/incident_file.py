@@ -22,6 +22,7 @@ from typing import Any
 
 from ..common.text import one_line
 from .dump import RankDump
+from .failed import FailedCollective, failed_from_raw
 from .live_stack import LiveStacks, stacks_from_raw
 from .rank_process import RankProcess, process_from_raw
 
@@ -43,6 +44,7 @@ class IncidentIdentity:
     root_attributes: tuple[tuple[str, Any], ...] = ()
     processes: dict[int, RankProcess] = field(default_factory=dict)
     stacks: dict[int, LiveStacks] = field(default_factory=dict)
+    failed: dict[int, tuple[FailedCollective, ...]] = field(default_factory=dict)  # what the backend retired as failed
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
@@ -58,12 +60,14 @@ class IncidentIdentity:
 
     def to_json(self) -> dict[str, Any]:
         ranks: dict[str, dict[str, Any]] = {}
-        for rank in sorted(set(self.processes) | set(self.stacks)):
+        for rank in sorted(set(self.processes) | set(self.stacks) | set(self.failed)):
             doc: dict[str, Any] = {}
             if rank in self.processes:
                 doc.update(self.processes[rank].as_json())
             if rank in self.stacks:
                 doc["now"] = self.stacks[rank].as_json()
+            if self.failed.get(rank):
+                doc["failed"] = [m.as_json() for m in self.failed[rank]]
             ranks[str(rank)] = doc
         return {
             "format": FORMAT,
@@ -107,6 +111,7 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
         return None
     processes: dict[int, RankProcess] = {}
     stacks: dict[int, LiveStacks] = {}
+    failed: dict[int, tuple[FailedCollective, ...]] = {}
     ranks = raw.get("ranks")
     for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
         if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
@@ -118,6 +123,9 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
         now = stacks_from_raw(doc.get("now"))
         if now is not None:
             stacks[rank] = now
+        marks = failed_from_raw(doc.get("failed"))
+        if marks:
+            failed[rank] = marks
     root = raw.get("root_attributes")
     root_attributes = tuple(
         (item[0], item[1]) for item in (root if isinstance(root, list) else ())
@@ -127,7 +135,7 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
     summary = raw.get("summary")
     files = raw.get("files")
     files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
-    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
+    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks, failed,
                             summary if isinstance(summary, dict) else {}, files, str(path))
 
 

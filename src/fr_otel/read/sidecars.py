@@ -9,7 +9,7 @@ dumps:
   rank with no dump still has a host;
 - ``steps.json`` (:mod:`.steps`): each rank's training steps;
 - ``incident.json`` (:mod:`.incident_file`): the live incident's identity, with each rank's
-  host and threads' stacks at incident time.
+  host, threads' stacks at incident time, and the collectives its backend retired as failed.
 
 Reading a folder reads them all, here and only here, so ``read_dumps`` gives every caller
 (``fr-otel analyze``, the library API, ``watch``, the incident pipeline) the same job.
@@ -87,6 +87,10 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
             dump = dumps.get(rank)
             if dump is not None and dump.now is None:
                 dump.now = now
+        for rank, marks in identity.failed.items():
+            dump = dumps.get(rank)
+            for mark in marks if dump is not None else ():
+                dump.mark_failed(mark)
     return facts
 
 
