@@ -5,7 +5,7 @@ What is real: the store (``torch.distributed.TCPStore`` server in its own proces
 agent's incident protocol (:class:`fr_otel.agent.channel.IncidentChannel` over the same
 ``PrefixStore`` chain :func:`connect_channel` builds), the payloads
 (:func:`fr_otel.agent.payload.encode_payload` on realistic recorders), the coordinator
-(:func:`fr_otel.agent.incident_work.coordinate` in a process of its own, on a real
+(:func:`fr_otel.agent.store_gather.gather` and :func:`fr_otel.agent.incident_work.conclude` in a process of its own, on a real
 ``IncidentRank``), and the trace's destination (a loopback OTLP/gRPC receiver from :mod:`fr_otel.testing.otlp`).
 
 What is simulated: the ranks. ``--procs`` poller processes play N ranks over ``--conns``
@@ -287,7 +287,9 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     from fr_otel.agent.config import AgentConfig
     from fr_otel.agent.health import HealthTracker
     from fr_otel.agent.host_map import HostMapKeeper
-    from fr_otel.agent.incident_work import IncidentRank, coordinate
+    from fr_otel.agent.incident_rank import IncidentRank
+    from fr_otel.agent.incident_work import conclude
+    from fr_otel.agent.store_gather import gather
     from fr_otel.agent.process_identity import this_process
     from fr_otel.otlp.config import resolve_export_config
     from fr_otel.trace.ids import trace_id_for
@@ -318,7 +320,8 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     phases = _time_phases(agent)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     phases["_start"] = time.perf_counter()
-    coordinate(agent, 1, meta, trace_hex, time.monotonic() + 300)
+    deadline = time.monotonic() + 300
+    agent.channel.set_result(1, conclude(agent, 1, meta, gather(agent, 1, deadline), trace_hex, deadline))
     t_done = time.time()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     phases["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
@@ -331,12 +334,11 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
 
 
 def _time_phases(agent: Any) -> dict[str, float]:
-    """Wrap what coordinate() calls so each phase's seconds are recorded (the code itself is unchanged)."""
-    import fr_otel.diagnosis.analysis
-    import fr_otel.diagnosis.job
-    import fr_otel.incident.delivery
+    """Wrap what the coordinator calls so each phase's seconds are recorded (the code itself is unchanged)."""
+    import fr_otel.incident.pipeline
+    import fr_otel.incident.sinks
     import fr_otel.trace.spans
-    from fr_otel.agent import incident_work
+    from fr_otel.agent import store_gather
 
     phases: dict[str, float] = {}
 
@@ -356,11 +358,12 @@ def _time_phases(agent: Any) -> dict[str, float]:
         return fetch(*a, **k)
 
     agent.channel.fetch = first_fetch
-    incident_work.decode_payload = timed("decode payloads", incident_work.decode_payload)
-    fr_otel.diagnosis.job.build_job = timed("build job", fr_otel.diagnosis.job.build_job)
-    fr_otel.diagnosis.analysis.analyze = timed("analyze", fr_otel.diagnosis.analysis.analyze)
+    store_gather.decode_payload = timed("decode payloads", store_gather.decode_payload)
+    fr_otel.incident.pipeline.build_job = timed("build job", fr_otel.incident.pipeline.build_job)
+    fr_otel.incident.pipeline.analyze = timed("analyze", fr_otel.incident.pipeline.analyze)
     fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)
-    fr_otel.incident.delivery.deliver_trace = timed("export", fr_otel.incident.delivery.deliver_trace)
+    sink = fr_otel.incident.sinks.OtlpSink
+    sink.deliver = timed("export", sink.deliver)  # type: ignore[method-assign]
     return phases
 
 

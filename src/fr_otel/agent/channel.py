@@ -62,10 +62,11 @@ class _LinkedStore:
 class IncidentChannel:
     """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
 
-    def __init__(self, store: Any, how: str, link: StoreLink | None = None) -> None:
+    def __init__(self, store: Any, how: str, link: StoreLink | None = None, address: str = "") -> None:
         self.link = link if link is not None else StoreLink()
         self.store = _LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
+        self.address = address  # the job's store as host:port ("" when it is not a TCPStore)
 
     def reachable(self) -> bool:
         """False while the store does not answer or the link backs off (skip the poll's store calls)."""
@@ -200,6 +201,9 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
     tcp = _tcp_store(default)
     base: Any = default
     how = "the default store"
+    address = f"{tcp.host}:{tcp.port}" if tcp is not None else ""
+    if address:
+        link.name = f"the job's store at {address}"
     if tcp is not None:
         try:
             base = link.call(lambda: dist.TCPStore(str(tcp.host), int(tcp.port), is_master=False,
@@ -215,4 +219,4 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
         proposal = f"store:{uuid.uuid4().hex}"
         job_id = _text(link.call(lambda: root.compare_set("job_id", "", proposal), "agreeing on the job id"))
     digest = hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how, link), job_id
+    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how, link, address), job_id

@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import suppress
 from functools import partial
 from typing import Any
 
@@ -33,8 +34,8 @@ from .config import FR_OTEL_AGENT_PID, FR_OTEL_PG_WARN_SECONDS, AgentConfig
 from .health import HealthTracker
 from .hooks import ExitHooks
 from .host_map import HostMapKeeper
+from .incident_rank import IncidentRank, node_dump_folders
 from .incident_runner import IncidentRunner
-from .incident_work import IncidentRank, node_dump_folders
 from .logs import set_log_rank
 from .poller import ProgressTracker
 from .process_identity import this_process
@@ -52,6 +53,7 @@ from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .start_line import start_line
 from .state import ProcessInfo, Snapshot
 from .step_counter import COUNTER
+from .store_link import StoreUnavailable
 
 __all__ = ["Agent", "in_launcher"]
 
@@ -214,13 +216,11 @@ class Agent:
             self._last_full_read = time.monotonic()
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
-        if self.incidents is not None and self.incidents.reachable():
-            with self.health.guard("keeping in touch through the store"):
-                self.incidents.me.hosts.poll(time.time_ns())
-            self.incidents.join_open()
-            stalls = self.tracker.stalls(time.time_ns(), self.config.stall_seconds)
-            if stalls:
-                self.incidents.raise_for(stalls)
+        if self.incidents is not None:
+            if self.incidents.reachable():
+                with self.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
+                    self.incidents.me.hosts.poll(time.time_ns())
+            self.incidents.poll(self.tracker.stalls(time.time_ns(), self.config.stall_seconds))
 
     def _may_read_full(self) -> bool:
         """A full read holds the GIL (~30 ms per 2000 entries): keep it under ~2% of wall time."""

@@ -6,7 +6,8 @@ where its ranks ran must be known beforehand. At start-up every rank says where 
 every rank has said (bounded tries), keeps it, and writes it as ``ranks.json`` beside the
 dumps on its node: in the agent's dump folder and in the folder the job's own dump setting
 names (where NCCL's watchdog dumps land). An offline analysis of any node's dumps then
-names the host of every rank, the lost ones included.
+names the host of every rank, the lost ones included, and which host runs the job's store
+(the ranks there say so: the store's address is one of their own).
 
 Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll), so an
 incident can say when each missing rank was last heard from, and which node went silent
@@ -23,6 +24,7 @@ from pathlib import Path
 from ..read.rank_map import write_host_map
 from ..read.rank_process import RankProcess, process_from_raw
 from .channel import IncidentChannel
+from .reachability import holds_address
 
 __all__ = ["GATHER_TRIES", "HostMapKeeper"]
 
@@ -47,6 +49,8 @@ class HostMapKeeper:
         self._clock = clock
         #: Where each rank runs, as far as this rank knows (itself at least).
         self.processes: dict[int, RankProcess] = {rank: process}
+        #: The host that runs the job's store, once a rank there said so.
+        self.store_host: str | None = None
         self._announced = False
         self._tries = 0
         self._next_try = 0.0
@@ -59,7 +63,12 @@ class HostMapKeeper:
         """One poll's store work: announce (once), heartbeat, and on a node leader gather the map
         until it is complete or the tries run out. Store errors propagate (the caller guards)."""
         if not self._announced:
-            self.channel.announce(self.rank, self.processes[self.rank].as_json())
+            me = self.processes[self.rank]
+            store_host, _, _ = self.channel.address.rpartition(":")
+            holds = bool(store_host) and holds_address(store_host)
+            if holds:
+                self.store_host = me.host
+            self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
             self._announced = True
         self.channel.heartbeat(self.rank, now_ns)
         if self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try:
@@ -76,12 +85,14 @@ class HostMapKeeper:
             process = process_from_raw(raw, "agent")
             if process is not None:
                 self.processes[rank] = process
+                if raw.get("store") is True and process.host:
+                    self.store_host = process.host
 
     def write(self) -> None:
         """``ranks.json`` in every folder this node's dumps go to; a folder that cannot be written is a log line."""
         for folder in self._folders():
             try:
-                write_host_map(folder, dict(self.processes), self.world_size)
+                write_host_map(folder, dict(self.processes), self.world_size, store_host=self.store_host)
             except OSError as exc:
                 log.warning("cannot write the host map into %s (%s): an offline analysis of dumps there will not "
                             "know where lost ranks ran", folder, exc.strerror or exc)

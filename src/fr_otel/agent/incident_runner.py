@@ -21,9 +21,12 @@ from typing import Any
 
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
-from .incident_work import IncidentRank, flush_incident, publish_final
+from .incident_rank import IncidentRank
+from .incident_work import flush_incident, publish_final
+from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
+from .store_link import StoreUnavailable
 
 __all__ = ["SEQUEL_WINDOW_S", "IncidentRunner"]
 
@@ -33,7 +36,7 @@ log = logging.getLogger("fr_otel.agent")
 #: collectives it covered moved on.
 SEQUEL_WINDOW_S = 10.0
 
-_Job = tuple[int, dict[str, Any], bool, float, threading.Event]
+_Job = tuple[int, dict[str, Any], bool, bool, float, threading.Event]  # k, meta, owner, local, deadline, done
 
 
 class IncidentRunner:
@@ -70,27 +73,47 @@ class IncidentRunner:
                     return done
                 done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
 
+    def poll(self, stalls: list[Stall]) -> None:
+        """One poll's incident work: through the store while it answers; without it, this node's own
+        incident for a stall no incident covers yet (see :mod:`.local_incident`)."""
+        if self.reachable():
+            try:
+                self.join_open()
+                self.raise_for(stalls)
+                return
+            except StoreUnavailable:
+                pass  # the link says so once; the stall is handled below, on this node
+        fresh = self._fresh(stalls)
+        if fresh:
+            self.raise_locally("stall", _stall_detail(fresh))
+
+    def _fresh(self, stalls: list[Stall]) -> list[Stall]:
+        return [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
+
     def raise_for(self, stalls: list[Stall]) -> None:
         """Raise an incident for the oldest stall no incident covers yet."""
-        fresh = [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
-        if not fresh:
-            return
-        s = max(fresh, key=lambda s: s.age_s)
-        g = s.group
-        self.raise_incident("stall", {"pg_name": g.name, "pg_desc": g.desc, "seq": g.inflight_seq, "op": g.op,
-                                      "age_s": round(s.age_s, 3), "threshold_s": round(s.threshold_s, 3)})
+        fresh = self._fresh(stalls)
+        if fresh:
+            self.raise_incident("stall", _stall_detail(fresh))
+
+    def _next_number(self) -> int | None:
+        """The next incident number, or None once the job's cap is reached (said once)."""
+        k = self._known + 1
+        if k > self.me.config.max_incidents:
+            if not self._cap_warned:
+                self._cap_warned = True
+                log.warning("this job reached FR_OTEL_MAX_INCIDENTS=%d: no more incidents are raised",
+                            self.me.config.max_incidents)
+            return None
+        return k
 
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
                        deadline: float | None = None) -> threading.Event | None:
         """Raise the next incident (or join the one someone raised first); None when capped."""
         with self._lock:
             self.join_open()
-            k = self._known + 1
-            if k > self.me.config.max_incidents:
-                if not self._cap_warned:
-                    self._cap_warned = True
-                    log.warning("this job reached FR_OTEL_MAX_INCIDENTS=%d: no more incidents are raised",
-                                self.me.config.max_incidents)
+            k = self._next_number()
+            if k is None:
                 return None
             meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
             won, owner_meta = self.me.channel.claim(k, meta)
@@ -98,7 +121,20 @@ class IncidentRunner:
                 log.warning("rank %s raises incident %d: %s", self.me.rank, k, _describe(meta))
             return self._take_part(k, owner_meta, owner=won, deadline=deadline)
 
-    def _take_part(self, k: int, meta: dict[str, Any], owner: bool, deadline: float | None = None) -> threading.Event:
+    def raise_locally(self, reason: str, detail: dict[str, Any] | None = None,
+                      deadline: float | None = None) -> threading.Event | None:
+        """The job's store does not answer: this node's part of the next incident, without it."""
+        k = self._next_number()
+        if k is None:
+            return None
+        meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
+        log.warning("rank %s takes part in incident %d without the job's store (%s has not answered for %.0f s): "
+                    "%s; this node reports its own part", self.me.rank, k, self.me.channel.address or "the store",
+                    self.me.channel.link.unreachable_for_s(), _describe(meta))
+        return self._take_part(k, meta, owner=False, deadline=deadline, local=True)
+
+    def _take_part(self, k: int, meta: dict[str, Any], owner: bool, deadline: float | None = None, *,
+                   local: bool = False) -> threading.Event:
         self._known = max(self._known, k)
         self._last_taken_part = time.monotonic()
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
@@ -109,7 +145,7 @@ class IncidentRunner:
         done = threading.Event()
         with self._idle:
             self._pending += 1
-        self._jobs.put((k, meta, owner, deadline, done))
+        self._jobs.put((k, meta, owner, local, deadline, done))
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._work, name="fr-otel-flush", daemon=True)
             self._worker.start()
@@ -120,10 +156,13 @@ class IncidentRunner:
             job = self._jobs.get()
             if job is None:
                 return
-            k, meta, owner, deadline, done = job
+            k, meta, owner, local, deadline, done = job
             try:
                 with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
-                    flush_incident(self.me, k, meta, owner, deadline, self.failed)
+                    if local:
+                        take_part_locally(self.me, k, meta, deadline, self.failed)
+                    else:
+                        flush_incident(self.me, k, meta, owner, deadline, self.failed)
             finally:
                 done.set()
                 with self._idle:
@@ -146,11 +185,16 @@ class IncidentRunner:
             deadline = time.monotonic() + (self.me.config.flush_timeout if timeout is None else timeout)
         with self.me.health.guard(f"flush ({reason})"), self.me.channel.link.deadline(deadline):
             if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+                before = self._known
                 try:
-                    before = self._known
+                    if not self.reachable():
+                        raise StoreUnavailable("the job's store does not answer")
                     self.join_open()
                     if raise_new and self._known == before:
                         self.raise_incident(reason, deadline=deadline)
+                except StoreUnavailable:
+                    if raise_new and self._known == before:
+                        self.raise_locally(reason, deadline=deadline)
                 finally:
                     self._lock.release()
             return self.wait_idle(deadline - time.monotonic())
@@ -211,6 +255,14 @@ class IncidentRunner:
             if self._worker is not threading.current_thread():
                 self._worker.join(timeout)
             self._worker = None
+
+
+def _stall_detail(fresh: list[Stall]) -> dict[str, Any]:
+    """The incident's detection record for the oldest of ``fresh`` stalls."""
+    s = max(fresh, key=lambda s: s.age_s)
+    g = s.group
+    return {"pg_name": g.name, "pg_desc": g.desc, "seq": g.inflight_seq, "op": g.op, "age_s": round(s.age_s, 3),
+            "threshold_s": round(s.threshold_s, 3)}
 
 
 def _describe(meta: dict[str, Any]) -> str:

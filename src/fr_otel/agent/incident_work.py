@@ -18,90 +18,34 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
-from ..common.ranks import compress_ranks
-from ..incident.delivery import out_dir
 from ..incident.sinks import sink_for
-from ..otlp.config import ExportConfig
-from ..read.dump_location import configured_dump_folder
 from ..read.failed import FailedCollective
-from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from ..trace.ids import trace_id_for
 from ..trace.options import TraceOptions
-from .channel import IncidentChannel
-from .config import AgentConfig
-from .health import HealthTracker
-from .host_map import HostMapKeeper
-from .payload import decode_payload, encode_payload, entries_per_group
-from .recorder import GroupInfo
+from .incident_rank import IncidentRank, dump_path
+from .node_files import fetch_files_later, publish_files
+from .payload import encode_payload, entries_per_group
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
-from .store_link import StoreUnavailable
+from .store_gather import gather
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["DUMP_FILE_PREFIX", "FINAL_ENTRIES", "SILENT_POLLS", "IncidentRank", "coordinate", "dump_path",
-           "dump_root", "flush_incident", "gather", "node_dump_folders", "publish_final"]
+__all__ = ["FINAL_ENTRIES", "conclude", "flush_incident", "own_part", "publish_final"]
 
-DUMP_FILE_PREFIX = "fr_trace_rank_"
-#: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
-SILENT_POLLS = 3
-_GATHER_POLL_S = 0.05
 
 log = logging.getLogger("fr_otel.agent")
 
 
-@dataclass(frozen=True, slots=True)
-class IncidentRank:
-    """What an incident needs of this rank, and nothing more: known once the process group exists."""
-
-    config: AgentConfig
-    export_config: ExportConfig
-    health: HealthTracker
-    channel: IncidentChannel
-    job_id: str
-    rank: int
-    world_size: int
-    #: Where this rank runs (host, pid, local rank), for the coordinator's job model.
-    process: RankProcess
-    #: This rank's recorder as torch's full pickle, stacks included.
-    read_recorder: Callable[[], bytes]
-    #: The process groups Python knows now (true membership; gloo's ``pg_config`` is empty).
-    groups: Callable[[], tuple[GroupInfo, ...]]
-    #: Where every rank runs, and the heartbeats that say who is still heard from.
-    hosts: HostMapKeeper
-
-
-def dump_root(config: AgentConfig) -> Path:
-    """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
-    return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
-
-
-def node_dump_folders(config: AgentConfig) -> list[Path]:
-    """Where this node's dumps go: the incident folders' root, and the folder the job's own dump
-    setting names (NCCL's watchdog dumps), when one is set."""
-    folders = [dump_root(config)]
-    torch_folder = configured_dump_folder()
-    if torch_folder is not None and torch_folder not in folders:
-        folders.append(torch_folder)
-    return folders
-
-
-def dump_path(me: IncidentRank, trace_hex: str) -> Path:
-    return dump_root(me.config) / trace_hex / f"{DUMP_FILE_PREFIX}{me.rank}"
-
-
-def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   failed: tuple[FailedCollective, ...] = ()) -> None:
-    """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
-    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
+def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, ...]) -> tuple[bytes, bool]:
+    """Write this rank's recorder into the incident's folder (torch's bytes, untouched) and make the
+    trimmed copy its coordinator reads (with its stacks now, steps and failed collectives);
+    returns the copy and whether the file was written."""
     now = None
     with me.health.guard("capturing the threads' stacks"):
         now = capture_stacks()  # first: where the training thread is at the incident, not after the read
@@ -112,37 +56,56 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     with me.health.guard("writing the dump file"):
         atomic_write(path, raw, mkdir=True)
         written = True
-        log.debug("incident %d: recorder written to %s", k, path)
+        log.debug("incident %s: recorder written to %s", trace_hex, path)
+    keep = entries_per_group(me.config.incident_entries, me.world_size)
+    return encode_payload(raw, me.groups(), keep, dumped_at, me.process, steps=COUNTER.log(), now=now,
+                          failed=failed), written
+
+
+def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
+                   failed: tuple[FailedCollective, ...] = ()) -> None:
+    """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
+    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
+    payload, written = own_part(me, trace_hex, failed)
     with me.health.guard("sending the recorder to the incident's coordinator"):
-        keep = entries_per_group(me.config.incident_entries, me.world_size)
-        me.channel.publish(k, me.rank, encode_payload(raw, me.groups(), keep, dumped_at, me.process,
-                                                      steps=COUNTER.log(), now=now, failed=failed))
+        me.channel.publish(k, me.rank, payload)
     me.health.incident(trace_hex)
+    folder = dump_path(me, trace_hex).parent
     if owner:
-        coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
+        evidence = gather(me, k, deadline)
+        result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written)
+        with me.health.guard("publishing the verdict"):
+            me.channel.set_result(k, result)
+            publish_files(me, k, folder)
+            me.channel.cleanup(k, list(evidence.dumps))
+    elif me.hosts.leader:
+        fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
 
 
-def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
-               dump_written: bool = True) -> None:
-    """Gather every rank's recorder (bounded), then the incident pipeline: verdict, trace, files."""
+def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResult, trace_hex: str, deadline: float,
+             *, dump_written: bool = True, local: bool = False) -> dict[str, Any]:
+    """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
+    log line; returns the verdict's summary (what the store's result key holds)."""
     from ..incident.pipeline import (  # loads only when an incident happens
         IncidentPlan,
         run_incident,
     )
 
-    evidence = gather(me, k, deadline)
     root = [
         ("fr_otel.incident.number", k),
         ("fr_otel.incident.reason", str(meta.get("reason", ""))),
         ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
     ]
+    if local:
+        root.append(("fr_otel.incident.local_to", me.process.host or ""))
     for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
         if key in meta:
             root.append((f"fr_otel.incident.detected.{key}", meta[key]))
     folder = dump_path(me, trace_hex).parent
     remaining = max(deadline - time.monotonic(), 1.0)
-    plan = IncidentPlan(trace=TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root)),
-                        sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
+    options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
+                           root_key=f"local/{me.process.host}" if local else "")
+    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
                         deadline_s=min(remaining, me.export_config.timeout_s))
     result = run_incident(evidence, plan)
     trace, outcome, verdict = result.trace, result.outcome, result.verdict
@@ -156,56 +119,12 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
         culprits += f" ({verdict.stop_order.sentence()})"
     where = outcome.describe(len(trace.spans), me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
-    log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
-                k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
+    scope = f"local to {me.process.host}, " if local else ""
+    log.warning("incident %d (%s%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
+                k, scope, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
                 len(evidence.dumps), me.world_size, trace_hex, where, dumps)
-    with me.health.guard("publishing the verdict"):
-        me.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
-                                  "culprits": [c.rank for c in verdict.culprits], "export": str(outcome.status),
-                                  "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
-        me.channel.cleanup(k, list(evidence.dumps))
-
-
-def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
-    """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
-    left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
-    and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
-    waited for: the verdict comes as soon as everyone still alive has sent theirs."""
-    world = me.world_size
-    ranks = list(range(world))
-    problems: list[str] = []
-    read = ReadResult(problems=problems)
-    payloads: dict[int, bytes] = {}
-    finals: dict[int, bytes] = {}
-    heard: dict[int, int] = {}
-    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
-    try:
-        heard = me.channel.last_heard(ranks)
-        silent_after = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
-        alive = sum(1 for r in ranks if heard.get(r, 0) >= silent_after or r == me.rank)
-        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
-            time.sleep(_GATHER_POLL_S)
-        payloads = me.channel.fetch(k, ranks)
-        late = [r for r in ranks if r not in payloads]
-        finals = me.channel.fetch_final(late) if late else {}
-        unknown = [r for r in ranks if r not in payloads and r not in finals and r not in me.hosts.processes]
-        if unknown:
-            me.hosts.gather()
-    except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
-        problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
-    for rank, payload in sorted({**finals, **payloads}.items()):
-        source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"
-        dump = decode_payload(payload, rank, source, problems)
-        if dump is not None:
-            read.dumps[rank] = dump
-    gone = [r for r in ranks if r not in read.dumps]
-    if gone:
-        problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
-                        "(stuck with the GIL held, cut off, or dead)")
-    read.side.processes = dict(me.hosts.processes)
-    read.side.world_size = world
-    read.side.last_heard = heard
-    return read
+    return {"verdict": str(verdict.verdict), "trace_id": trace_hex, "culprits": [c.rank for c in verdict.culprits],
+            "export": str(outcome.status), "spans_rejected": outcome.result.spans_rejected if outcome.result else 0}
 
 
 def _brief(c: Culprit) -> str:

@@ -11,7 +11,7 @@ import os
 from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
 from .config import AgentConfig
-from .incident_work import dump_root
+from .incident_rank import dump_root
 from .server import MetricsServer, local_rank
 
 __all__ = ["start_line"]

@@ -98,6 +98,8 @@ class StoreLink:
         self._worker: threading.Thread | None = None
         #: Wall clock (ns) since which the store has not answered; None while it answers.
         self.unreachable_since_ns: int | None = None
+        #: How log lines name the store (``host:port``).
+        self.name = "the job's store"
 
     # -- bounds ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -146,6 +148,9 @@ class StoreLink:
         except FutureTimeout:
             future.cancel()  # still queued behind a stuck call: the worker skips it
             exc = StoreUnavailable(f"{what}: no answer from the store within {wait:.1f} s")
+            if self.unreachable_since_ns is None and wait >= self.timeout_s:
+                log.warning("%s did not answer within %.0f s (its host lost or cut off?): incidents go on without "
+                            "it, each node reporting its own part; training is not affected", self.name, wait)
             self._failed(exc)
             raise exc from None
         except Exception as exc:

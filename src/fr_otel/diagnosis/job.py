@@ -18,6 +18,7 @@ from operator import not_
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
+from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 
@@ -59,6 +60,8 @@ class Job:
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     last_heard: dict[int, int] = field(default_factory=dict)  # rank -> when it last reached the store (wall ns)
+    store_host: str | None = None  # the host that runs the job's store, when known
+    network: NetworkFacts | None = None  # the store and other hosts, as the analysing node saw them
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
     _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
@@ -273,6 +276,8 @@ def build_job(read: ReadResult) -> Job:
         unnamed_local_ids=unnamed,
         processes=_processes(dumps, read.side.processes),
         last_heard=dict(read.side.last_heard),
+        store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
+        network=read.side.network,
     )
 
 

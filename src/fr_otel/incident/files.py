@@ -47,7 +47,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
 
     folder = Path(folder)
     if any(p.known for p in job.processes.values()):  # an empty map says nothing: none is written
-        write_host_map(folder, dict(job.processes), job.world_size, job.last_heard)
+        write_host_map(folder, dict(job.processes), job.world_size, job.last_heard, job.store_host)
     if any(d.steps is not None for d in job.dumps.values()):
         atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode("utf-8"), mkdir=True)
     page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
@@ -62,7 +62,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     identity = IncidentIdentity(
         job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
         processes=dict(job.processes), stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
-        failed={r: d.failed for r, d in job.dumps.items() if d.failed}, summary=summary, files=dump_file_sizes(job.dumps, folder),
+        failed={r: d.failed for r, d in job.dumps.items() if d.failed}, network=job.network, summary=summary, files=dump_file_sizes(job.dumps, folder),
     )
     path = write_identity(folder, identity)
     write_report(folder / REPORT_FILE, render(job, verdict, trace=page))

@@ -24,6 +24,7 @@ from ..common.text import one_line
 from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
 from .live_stack import LiveStacks, stacks_from_raw
+from .network import NetworkFacts, network_from_raw
 from .rank_process import RankProcess, process_from_raw
 
 __all__ = ["FORMAT", "INCIDENT_FILE", "IncidentIdentity", "dump_file_sizes", "find_identity", "read_identity"]
@@ -45,6 +46,7 @@ class IncidentIdentity:
     processes: dict[int, RankProcess] = field(default_factory=dict)
     stacks: dict[int, LiveStacks] = field(default_factory=dict)
     failed: dict[int, tuple[FailedCollective, ...]] = field(default_factory=dict)  # what the backend retired as failed
+    network: NetworkFacts | None = None  # the store and other hosts, as the coordinating node saw them
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
@@ -75,6 +77,7 @@ class IncidentIdentity:
             "incident": self.incident,
             "trace_id": self.trace_id,
             "root_attributes": [[k, v] for k, v in self.root_attributes],
+            "network": self.network.as_json() if self.network is not None else None,
             "summary": self.summary,
             "ranks": ranks,
             "files": self.files,
@@ -136,7 +139,8 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
     files = raw.get("files")
     files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
     return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks, failed,
-                            summary if isinstance(summary, dict) else {}, files, str(path))
+                            network_from_raw(raw.get("network")), summary if isinstance(summary, dict) else {}, files,
+                            str(path))
 
 
 def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:

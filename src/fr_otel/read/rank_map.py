@@ -27,7 +27,7 @@ from typing import Any
 
 from ..common.files import atomic_write
 from .json_file import per_rank, read_json_file, read_per_rank_file
-from .rank_process import RankProcess, process_from_raw
+from .rank_process import RankProcess, host_name, process_from_raw
 
 __all__ = ["RANKS_FILE", "HostMap", "add_hosts", "host_map_json", "read_host_map", "read_rank_map", "write_host_map"]
 
@@ -44,14 +44,17 @@ class HostMap:
     processes: dict[int, RankProcess] = field(default_factory=dict)
     world_size: int | None = None
     last_heard: dict[int, int] = field(default_factory=dict)  # rank -> wall clock ns it was last heard from
+    store_host: str | None = None  # the host that runs the job's store (TCPStore), when known
 
 
 def host_map_json(processes: dict[int, RankProcess], world_size: int | None = None,
-                  last_heard: dict[int, int] | None = None) -> dict[str, Any]:
+                  last_heard: dict[int, int] | None = None, store_host: str | None = None) -> dict[str, Any]:
     """The file's content (only the known fields of each rank)."""
     doc: dict[str, Any] = {"version": 1}
     if world_size:
         doc["world_size"] = world_size
+    if store_host:
+        doc["store_host"] = store_host
     heard = last_heard or {}
     ranks: dict[str, dict[str, Any]] = {}
     for rank in sorted(set(processes) | set(heard)):
@@ -87,7 +90,8 @@ def read_host_map(path: str, problems: list[str]) -> HostMap | None:
     world_size = world if type(world) is int and 0 < world <= _MAX_WORLD else None
     seen: list[str] = []  # the ranks mapping was judged once, above
     heard = {r: ns for r, ns in per_rank(doc, path, seen, _CONSEQUENCE, _heard).items()}
-    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size, heard)
+    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size, heard,
+                   host_name(doc.get("store_host")))
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:
@@ -104,7 +108,8 @@ def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str)
 
 
 def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess],
-                   world_size: int | None = None, last_heard: dict[int, int] | None = None) -> Path | None:
+                   world_size: int | None = None, last_heard: dict[int, int] | None = None,
+                   store_host: str | None = None) -> Path | None:
     """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
     ``processes`` does not name (several nodes write the same folder). An existing map that
     cannot be read is left alone (None: it may be newer than this reader); raises OSError."""
@@ -119,5 +124,7 @@ def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProc
             merged.setdefault(rank, process)
         world_size = world_size or old.world_size
         last_heard = {**old.last_heard, **(last_heard or {})}
-    atomic_write(path, json.dumps(host_map_json(merged, world_size, last_heard)).encode("utf-8"), mkdir=True)
+        store_host = store_host or old.store_host
+    atomic_write(path, json.dumps(host_map_json(merged, world_size, last_heard, store_host)).encode("utf-8"),
+                 mkdir=True)
     return path

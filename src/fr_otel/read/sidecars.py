@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .dump import RankDump
 from .incident_file import INCIDENT_FILE, IncidentIdentity, find_identity
+from .network import NetworkFacts
 from .rank_map import RANKS_FILE, HostMap, read_host_map
 from .rank_process import RankProcess
 from .steps import STEPS_FILE, read_steps_file
@@ -47,6 +48,10 @@ class SideFacts:
     last_heard: dict[int, int] = field(default_factory=dict)
     #: The live incident these dumps belong to (its incident.json), when there is one that fits them.
     identity: IncidentIdentity | None = None
+    #: The job's store and the other hosts, as the node that analysed the incident saw them.
+    network: NetworkFacts | None = None
+    #: The host of the job's store (the host map says which rank's host holds it).
+    store_host: str | None = None
 
 
 def sidecar_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -68,6 +73,7 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
             for rank, ns in host_map.last_heard.items():
                 facts.last_heard.setdefault(rank, ns)
             facts.world_size = facts.world_size or host_map.world_size
+            facts.store_host = facts.store_host or host_map.store_host
         steps_path = folder / STEPS_FILE
         if steps_path.is_file():
             for rank, log in read_steps_file(str(steps_path), problems).items():
@@ -81,6 +87,7 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
         identity = None
     if identity is not None:
         facts.identity = identity
+        facts.network = identity.network
         for rank, process in identity.processes.items():
             facts.processes.setdefault(rank, process)
         for rank, now in identity.stacks.items():

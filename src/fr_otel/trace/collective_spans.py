@@ -17,7 +17,6 @@ from ..common.ranks import compress_ranks
 from ..read.dump import Entry
 from . import attributes as A
 from .frame import SCOPE, TraceFrame, span_name
-from .ids import span_id_for
 
 __all__ = ["EntriesByCollective", "collective_span_id", "collective_spans"]
 
@@ -27,7 +26,7 @@ EntriesByCollective = dict[tuple[str, int], list[tuple[int, Entry, int]]]
 
 def collective_span_id(frame: TraceFrame, name: str, desc: str, seq: int) -> int:
     """The collective span's id, the same from every rank's side."""
-    return span_id_for(frame.trace_id, "collective", name, desc, seq)
+    return frame.span_id("collective", name, desc, seq)
 
 
 def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Iterable[ReadableSpan]:

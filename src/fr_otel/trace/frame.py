@@ -52,14 +52,23 @@ class TraceFrame:
             trace_id=trace_id,
             job_id=job_id,
             now=reference_ns(verdict, job),
-            root_id=span_id_for(trace_id, "incident"),
+            root_id=span_id_for(trace_id, *_salt(options), "incident"),
             base_resource=base,
             job_resource=base.merge(Resource({"service.instance.id": f"{job_id}/analysis", A.JOB_ID: job_id})),
         )
 
+    def span_id(self, *key: object) -> int:
+        """The id of this trace's span named by ``key``: every rank derives the same, and each root
+        of a trace with several (nodes that lost the store) has its own."""
+        return span_id_for(self.trace_id, *_salt(self.options), *key)
+
     def context(self, span_id: int) -> SpanContext:
         """The context of this trace's span ``span_id`` (sampled: every span is exported)."""
         return SpanContext(self.trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+
+
+def _salt(options: TraceOptions) -> tuple[str, ...]:
+    return (options.root_key,) if options.root_key else ()
 
 
 def base_resource(service_name: str | None) -> Resource:

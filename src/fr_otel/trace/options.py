@@ -31,3 +31,6 @@ class TraceOptions:
     #: Extra attributes for the root span (e.g. how a live agent detected the incident);
     #: they never replace the verdict's own.
     root_attributes: tuple[tuple[str, Any], ...] = ()
+    #: Tells apart several roots of one trace: each node that lost the job's store analyses its own
+    #: part of the incident and exports it into the same trace, under a root of its own.
+    root_key: str = ""

@@ -22,7 +22,6 @@ from ..read.frame import is_user_frame
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
 from .frame import SCOPE, TraceFrame, clip, span_name
-from .ids import span_id_for
 from .incident_span import now_attributes
 
 __all__ = ["RankSpans"]
@@ -42,7 +41,7 @@ class RankSpans:
         frame = self.frame
         dump = frame.job.dumps[rank]
         resource = self._resource(rank)
-        rank_span_id = span_id_for(frame.trace_id, "rank", rank)
+        rank_span_id = frame.span_id("rank", rank)
         out: list[ReadableSpan] = []
         next_created = dump.next_created_ns
         if any(e.record_id not in next_created for e in chosen[:-1]):
@@ -52,7 +51,7 @@ class RankSpans:
             _, end, estimated, _ = e.interval(
                 frame.now, next_created_ns=next_created.get(e.record_id),
                 group_next_ns=partial(frame.job.first_enqueue, e.pg_name, e.collective_seq_id + 1))
-            span_id = span_id_for(frame.trace_id, "entry", rank, e.pg_name, e.record_id, e.collective_seq_id,
+            span_id = frame.span_id("entry", rank, e.pg_name, e.record_id, e.collective_seq_id,
                                   e.p2p_seq_id, e.op_id)
             links = []
             if not e.is_p2p:

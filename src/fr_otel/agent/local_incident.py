@@ -1,0 +1,102 @@
+"""An incident with no store: when the job's store is lost, each node handles its own part of it.
+
+If the host that runs the job's store is lost (or this node is cut off from it), no rank here can
+raise or join an incident through the store. The ranks of this node still see the stall (their
+collective does not finish) and still leave their recorders; they agree through the incident's
+dump folder instead, which is on their own node:
+
+- the incident's number is the next one after the last this rank saw through the store (every
+  rank saw the same ones), so its trace id is the one a store-wide incident would have had: the
+  nodes' parts land in one trace, each under its own root (``local/<host>``);
+- each local rank writes its dump (torch's bytes) and its payload (``.rank_<r>.payload``: where
+  it runs, its stacks now, its steps, its failed collectives) into
+  ``<dump dir>/<trace id>/``;
+- the first local rank to create ``.local_<host>.lock`` there coordinates: it waits (bounded) for its
+  node's ranks, adds what this node sees of the network (the store unanswered since when; which
+  other hosts' agents still answer) and runs the incident pipeline, so this node's verdict, trace
+  and files exist even though the job's store is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..common.files import atomic_write
+from ..common.ranks import compress_ranks
+from ..read.failed import FailedCollective
+from ..read.reader import ReadResult
+from ..trace.ids import trace_id_for
+from .incident_rank import IncidentRank, dump_path
+from .incident_work import conclude, own_part
+from .payload import decode_payload
+
+__all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
+
+#: ``.rank_<r>.payload``: no dump reader takes it for a dump (its name does not end in a rank number).
+LOCAL_PAYLOAD = ".rank_{}.payload"
+_POLL_S = 0.05
+
+log = logging.getLogger("fr_otel.agent")
+
+
+def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,
+                      failed: tuple[FailedCollective, ...] = ()) -> None:
+    """This rank's part in incident ``k`` of its node, without the store; the node's verdict too when
+    it is the first of its node here."""
+    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
+    folder = dump_path(me, trace_hex).parent
+    payload, written = own_part(me, trace_hex, failed)
+    with me.health.guard("leaving the recorder for this node's coordinator"):
+        atomic_write(folder / LOCAL_PAYLOAD.format(me.rank), payload, mkdir=True)
+    me.health.incident(trace_hex)
+    if not _claim(folder / f".local_{me.process.host or me.rank}.lock"):
+        return
+    local = sorted(r for r, p in me.hosts.processes.items() if p.host is not None and p.host == me.process.host)
+    evidence = _gather_local(me, folder, local or [me.rank], deadline)
+    silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
+    evidence.side.network = me.network_now(silent)
+    conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
+
+
+def _claim(path: Path) -> bool:
+    """True for the one local rank that creates ``path`` first: it coordinates this node's part."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _gather_local(me: IncidentRank, folder: Path, ranks: list[int], deadline: float) -> ReadResult:
+    """This node's ranks' payloads from the folder (waiting, bounded, for each), with the host map."""
+    until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    paths = {r: folder / LOCAL_PAYLOAD.format(r) for r in ranks}
+    while not all(p.exists() for p in paths.values()) and time.monotonic() < until:
+        time.sleep(_POLL_S)
+    problems: list[str] = []
+    read = ReadResult(problems=problems)
+    for rank, path in paths.items():
+        try:
+            payload = path.read_bytes()
+        except OSError:
+            continue
+        dump = decode_payload(payload, rank, f"rank {rank} (this node)", problems)
+        if dump is not None:
+            read.dumps[rank] = dump
+    absent = [r for r in ranks if r not in read.dumps]
+    if absent:
+        problems.append(f"rank(s) {compress_ranks(absent)} of this node left no recorder within "
+                        f"{me.config.gather_seconds:g} s")
+    others = me.world_size - len(ranks)
+    if others:
+        problems.append(f"the job's store is unreachable from here: the other {others} rank(s) of the job "
+                        "could not be asked for their recorders")
+    read.side.processes = dict(me.hosts.processes)
+    read.side.world_size = me.world_size
+    read.side.store_host = me.hosts.store_host
+    return read

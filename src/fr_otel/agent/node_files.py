@@ -1,0 +1,86 @@
+"""The incident's files on every node that took part, not only the coordinator's.
+
+The coordinator writes the host map, step map, ``incident.json`` and ``incident.html`` beside the
+dumps on its own node. A user who looks at another node's dump folder (the one they can reach,
+or the one a node-local watcher reads) must find them there too. So the coordinator puts them
+in the store (``i/<k>/files``, zlib'd JSON), and each other node's first local rank fetches them,
+bounded, on a daemon thread of its own, and writes them beside its node's dumps. A node whose
+folder already has them (a shared file system) writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import zlib
+from pathlib import Path
+
+from ..common.files import atomic_write
+from ..incident.files import INCIDENT_FILE, REPORT_FILE
+from ..read.rank_map import RANKS_FILE
+from ..read.steps import STEPS_FILE
+from .incident_rank import IncidentRank
+from .store_link import StoreUnavailable
+
+__all__ = ["FILES", "MAX_FILES_BYTES", "fetch_files_later", "publish_files"]
+
+#: What every node gets, in the order written (incident.json last: its presence means "all here").
+FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
+#: The files travel through the job's store: beyond this they stay on the coordinator's node.
+MAX_FILES_BYTES = 16 << 20
+_POLL_S = 0.5
+
+log = logging.getLogger("fr_otel.agent")
+
+
+def publish_files(me: IncidentRank, k: int, folder: Path) -> None:
+    """Put the incident's files (those that exist) in the store for the other nodes."""
+    files = {}
+    for name in FILES:
+        try:
+            files[name] = (folder / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+    blob = zlib.compress(json.dumps(files).encode("utf-8"), 6)
+    if len(blob) > MAX_FILES_BYTES:
+        log.info("incident %d: its files (%d bytes compressed) stay on this node", k, len(blob))
+        return
+    me.channel.publish_files(k, blob)
+
+
+def fetch_files_later(me: IncidentRank, k: int, folder: Path, wait_s: float) -> None:
+    """On a daemon thread: wait (at most ``wait_s``) for the coordinator's files, write them into ``folder``."""
+    threading.Thread(target=_fetch, args=(me, k, folder, time.monotonic() + wait_s), name="fr-otel-files",
+                     daemon=True).start()
+
+
+def _fetch(me: IncidentRank, k: int, folder: Path, until: float) -> None:
+    while time.monotonic() < until:
+        if (folder / INCIDENT_FILE).exists():
+            return  # the coordinator shares this folder (a shared file system)
+        try:
+            blob = me.channel.files(k)
+        except StoreUnavailable:
+            blob = None
+        except Exception as exc:  # noqa: BLE001 - a log line, never the training job's problem
+            log.debug("incident %d: fetching its files: %s", k, exc)
+            return
+        if blob is not None:
+            _write(k, folder, blob)
+            return
+        time.sleep(_POLL_S)
+
+
+def _write(k: int, folder: Path, blob: bytes) -> None:
+    try:
+        files = json.loads(zlib.decompress(blob))
+        for name in FILES:
+            text = files.get(name) if isinstance(files, dict) else None
+            if isinstance(text, str):
+                atomic_write(folder / name, text.encode("utf-8"), mkdir=True)
+    except (OSError, ValueError, zlib.error) as exc:
+        log.warning("incident %d: cannot write its files into %s (%s)", k, folder, exc)
+        return
+    log.info("incident %d: verdict and report written beside this node's dumps in %s", k, folder)

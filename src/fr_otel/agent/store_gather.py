@@ -1,0 +1,70 @@
+"""The coordinator's gathering through the store: every live rank's recorder, and who is silent.
+
+Waits, bounded, for the payload of every rank still heard from (a rank whose heartbeat is a few
+polls old is presumed lost and not waited for: the verdict comes as soon as everyone alive has
+sent theirs), takes the exit copies of ranks that ended earlier, and adds what the dumps cannot
+say: where every rank runs (the host map), when each was last heard from, and which other hosts
+this node can still reach. A store that stops answering mid-way costs a problem line: what
+arrived is analysed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..common.ranks import compress_ranks
+from ..read.reader import ReadResult
+from .incident_rank import IncidentRank
+from .payload import decode_payload
+from .store_link import StoreUnavailable
+
+__all__ = ["SILENT_POLLS", "gather"]
+
+#: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
+SILENT_POLLS = 3
+_GATHER_POLL_S = 0.05
+
+
+def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
+    """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
+    left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
+    and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
+    waited for: the verdict comes as soon as everyone still alive has sent theirs."""
+    world = me.world_size
+    ranks = list(range(world))
+    problems: list[str] = []
+    read = ReadResult(problems=problems)
+    payloads: dict[int, bytes] = {}
+    finals: dict[int, bytes] = {}
+    heard: dict[int, int] = {}
+    gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    try:
+        heard = me.channel.last_heard(ranks)
+        silent_after = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
+        alive = sum(1 for r in ranks if heard.get(r, 0) >= silent_after or r == me.rank)
+        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
+            time.sleep(_GATHER_POLL_S)
+        payloads = me.channel.fetch(k, ranks)
+        late = [r for r in ranks if r not in payloads]
+        finals = me.channel.fetch_final(late) if late else {}
+        unknown = [r for r in ranks if r not in payloads and r not in finals and r not in me.hosts.processes]
+        if unknown:
+            me.hosts.gather()
+    except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
+        problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
+    for rank, payload in sorted({**finals, **payloads}.items()):
+        source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"
+        dump = decode_payload(payload, rank, source, problems)
+        if dump is not None:
+            read.dumps[rank] = dump
+    gone = [r for r in ranks if r not in read.dumps]
+    if gone:
+        problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
+                        "(stuck with the GIL held, cut off, or dead)")
+    read.side.processes = dict(me.hosts.processes)
+    read.side.world_size = world
+    read.side.last_heard = heard
+    read.side.store_host = me.hosts.store_host
+    silent_hosts = {me.hosts.processes[r].host for r in gone if r in me.hosts.processes}
+    read.side.network = me.network_now({h for h in silent_hosts if h})
+    return read
