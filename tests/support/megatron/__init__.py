@@ -1,0 +1,1 @@
+"""A Megatron-style 3D-parallel job, simulated: real-format NCCL dumps with known ground truth."""
