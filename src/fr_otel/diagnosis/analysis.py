@@ -24,11 +24,13 @@ from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
+from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
 from .stop_order import order_stops
 from .straggler import find_stragglers
 from .verdict import (
     KIND_ORDER,
+    Ages,
     AnalysisOptions,
     Culprit,
     Evidence,
@@ -52,10 +54,11 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
+    clock = Clock.of(job)
     graph = WaitGraph()
     for state in states:
-        add_waits(job, state, graph, evidence)
-    p2p = add_p2p_waits(job, graph, evidence)
+        add_waits(job, state, graph, evidence, clock)
+    p2p = add_p2p_waits(job, graph, evidence, clock)
 
     mismatch = find_mismatches(job) + p2p.mismatches
     for rank, ev in mismatch:
@@ -71,7 +74,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
     mismatch_culprits = {r for r, _ in mismatch}
     chosen = hang_culprits | mismatch_culprits
-    stuck = any(_stalled(s) for s in states) or p2p.pending > 0
+    stuck = any(_stalled(s, clock) for s in states) or p2p.pending > 0
     verdict: str
     if mismatch_culprits:
         verdict = "desync"
@@ -89,6 +92,8 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
             evidence.setdefault(rank, []).append(ev)
         chosen = {r for r, _ in stragglers}
         verdict = "straggler" if chosen else "healthy"
+        if clock.young:
+            notes.append(_young_note(clock))
     incomplete = None
     if job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy"):
         waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
@@ -141,7 +146,21 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
         steps=steps,
+        ages=_ages(clock),
     )
+
+
+def _ages(clock: Clock) -> Ages:
+    return Ages(known=bool(clock.dumped), threshold_s=clock.threshold_s(), wait_s=clock.pace.wait_s,
+                run_s=clock.pace.run_s, pause_s=clock.pace.pause_s, stuck=len(clock.old) + clock.unknown,
+                young=len(clock.young), oldest_young=clock.oldest_young(), oldest_stuck=max(clock.old, default=None))
+
+
+def _young_note(clock: Clock) -> str:
+    """Why what is in flight is not a hang: its age against the job's pace."""
+    age, rank, what = clock.oldest_young()  # type: ignore[misc]
+    return (f"{len(clock.young)} wait(s) in flight, none older than normal: the oldest, rank {rank}'s {what}, "
+            f"{age:.2f} s when dumped; {clock.pace.describe()}; a stall needs {clock.threshold_s():.2f} s")
 
 
 def _placed(job: Job, culprits: list[Culprit], stop: StopOrder | None, steps: dict[int, int]) -> list[Culprit]:
@@ -168,12 +187,15 @@ def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _stalled(state: GroupState) -> bool:
-    """A collective in flight (in groups with send/recv, as their entries show it: never their counters)."""
-    return state.in_flight is not None
-
-
-_DAY_NS = 86_400 * 10**9
+def _stalled(state: GroupState, clock: Clock) -> bool:
+    """A collective in flight long enough to be a stall (in groups with send/recv, as their entries
+    show it: never their counters); of unknown age, in flight is enough."""
+    f = state.in_flight
+    if f is None:
+        return False
+    if not f.entered:
+        return True
+    return clock.past(clock.age_s(f.since_ns, f.entered[0], clock.earliest(f.entered)), f.timeout_ms)
 
 
 def _reference_time(job: Job) -> tuple[int | None, str]:
@@ -184,7 +206,7 @@ def _reference_time(job: Job) -> tuple[int | None, str]:
     if not latest:
         return None, "none"
     written = [d.file_mtime_ns for d in job.dumps.values() if d.file_mtime_ns]
-    if written and 0 <= min(written) - latest <= _DAY_NS:
+    if written and 0 <= min(written) - latest <= DAY_NS:
         return min(written), "dump_files"
     return latest, "latest_activity"
 

@@ -17,7 +17,7 @@ from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
 
 __all__ = [
-    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
+    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Ages", "Evidence", "Culprit", "InFlight",
     "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "format_clock", "reference_ns",
 ]
 
@@ -178,6 +178,28 @@ class GroupState:
 
 
 @dataclass(frozen=True, slots=True)
+class Ages:
+    """How old the ops in flight were when dumped, against the job's pace (see diagnosis.pace)."""
+
+    known: bool  # some dump's time was known, so ages could be weighed
+    threshold_s: float  # in flight this long (or more) is a stall
+    wait_s: float | None  # the pace learnt: longest normal wait for peers,
+    run_s: float | None  # longest a completed op was in flight,
+    pause_s: float | None  # longest pause between a rank's enqueues
+    stuck: int  # waits judged stalls (or of unknown age)
+    young: int  # waits judged the job at work
+    oldest_young: tuple[float, int, str] | None = None  # (age s, rank, op) of the oldest wait judged normal
+    oldest_stuck: tuple[float, int, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def op(x: tuple[float, int, str] | None) -> dict[str, Any] | None:
+            return None if x is None else {"age_s": round(x[0], 6), "rank": x[1], "op": x[2]}
+        return {"known": self.known, "threshold_s": self.threshold_s, "wait_s": self.wait_s, "run_s": self.run_s,
+                "pause_s": self.pause_s, "stuck": self.stuck, "young": self.young,
+                "oldest_young": op(self.oldest_young), "oldest_stuck": op(self.oldest_stuck)}
+
+
+@dataclass(frozen=True, slots=True)
 class Incomplete:
     """Fewer than half the ranks' dumps are present: who is seen waiting, whose dumps are absent."""
 
@@ -318,6 +340,7 @@ class Verdict:
     stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
     nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # nodes (else hosts) with several culprits
     steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
+    ages: Ages | None = None  # how old what was in flight was, against the job's pace
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -335,6 +358,7 @@ class Verdict:
             "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
             "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],  # h: the node name where known
             "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
+            "ages": self.ages.to_dict() if self.ages is not None else None,
         }
         if include_groups:
             out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]

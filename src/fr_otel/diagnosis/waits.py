@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ..common.ranks import compress_ranks
 from .job import Job
+from .pace import Clock
 from .verdict import Evidence, GroupState
 
 __all__ = ["WaitGraph", "add_waits"]
@@ -137,7 +138,10 @@ def _sink_components(edges: dict[Any, set[Any]]) -> list[list[Any]]:
     return sinks
 
 
-def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> None:
+def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int, list[Evidence]],
+              clock: Clock) -> None:
+    """Each member's wait in its oldest collective in flight, if that wait is old enough to be a
+    stall (``clock``): a younger one is the job at work, not evidence against anyone."""
     pg = state.group
     if pg.has_p2p or len(pg.ranks) < 2:
         return
@@ -147,6 +151,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
     # Who is behind depends on the sequence number only, and thousands of waiters share one:
     # each list is computed once per (question, seq), not once per waiter (O(N^2) at 16k ranks).
     memo: dict[tuple[str, int], list[int]] = {}
+    laggards_dumped: dict[int, int | None] = {}  # seq -> the earliest dump among those who never enqueued it
 
     def ranks_where(question: str, seq: int) -> list[int]:
         found = memo.get((question, seq))
@@ -162,8 +167,13 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         seq = p.completed + 1
         op = _op_at(job, r, pg.name, seq)
         inside = f"{op} #{seq} on {label}"
+        created = _created_at(job, r, pg.name, seq)
 
         laggards = ranks_where("enqueued_before", seq)
+        if seq not in laggards_dumped:
+            laggards_dumped[seq] = clock.earliest(laggards)
+        if not clock.stuck(created, r, laggards_dumped[seq], what=inside):
+            continue
         if laggards:
             graph.add(r, (pg.name, seq, "enq"), laggards, "not_enqueued",
                       lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} never "
@@ -203,6 +213,17 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
             f"group {label}: all {len(known)} ranks entered {op} #{seq} and none completed it; "
             "the fault is inside the collective (device or network) and the recorder cannot single out a rank"
         )
+
+
+def _created_at(job: Job, rank: int, group: str, seq: int) -> int | None:
+    """When ``rank`` enqueued ``group`` #``seq`` (from its columns), None if its ring lost it."""
+    dump = job.dumps.get(rank)
+    h = dump.histories.get(group) if dump is not None else None
+    i = h.position(seq) if h is not None else None
+    if i is not None:
+        return h.created_ns[i]  # type: ignore[union-attr]
+    found = job.entries_at(rank, group, seq)
+    return found[0].time_created_ns if found else None
 
 
 def _op_at(job: Job, rank: int, group: str, seq: int) -> str:
