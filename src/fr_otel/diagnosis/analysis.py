@@ -21,6 +21,7 @@ from ..read.dump import op_name
 from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
+from .cascade import explained_absences, waiting_on
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
@@ -63,7 +64,11 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     mismatch = find_mismatches(job) + p2p.mismatches
     for rank, ev in mismatch:
         evidence.setdefault(rank, []).append(ev)
-    graph.stalled = {r for r, evs in evidence.items() if any(e.kind == "not_completed" and e.direct for e in evs)}
+    # Proven causes: a device that stalled, a call that differs. What they wait on is a consequence,
+    # and a collective or transfer they are stuck inside with others waits on them alone.
+    graph.stalled = {r for r, evs in evidence.items()
+                     if any(e.kind == "mismatch" or (e.kind == "not_completed" and e.direct) for e in evs)}
+    graph.explain_mutual(graph.stalled)
     culprits_from_graph, cycle_notes = graph.culprits()
     notes.extend(cycle_notes)
     hang_culprits = set(culprits_from_graph) | {
@@ -114,19 +119,25 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if verdict == "inconclusive" and not notes:
         notes.append("no rank is waiting on another in the recorded collectives")
 
-    culprits = [_culprit(job, rank, evidence[rank]) for rank in sorted(chosen)]
+    unknown = _explained_absences(job, graph, chosen, clock) if verdict in ("hang", "desync") else {}
+    culprits = [_culprit(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
+    blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
     for state in states:
         if state.in_flight is not None and steps:
             state.in_flight.step = step_of_collective(job, state.group.name, state.in_flight.seq)
-    stop = order_stops(job, culprits, job.hosts) if verdict == "hang" and culprits else None
+    stop = order_stops(job, blamed, job.hosts) if verdict == "hang" and blamed else None
     culprits = _placed(job, culprits, stop, steps)
+    waiting = (waiting_on(graph, {c.rank for c in blamed}, {c.rank for c in culprits})
+               if verdict in ("hang", "desync") else [])
     if verdict in ("hang", "desync") and not steps:
         notes.append("training step unknown: no rank counted steps (the live agent does; offline, a steps.json "
                      "beside the dumps)")
     by_host: dict[str, list[int]] = {}  # by node: the scheduler's node name where known, else the host
     for c in culprits:
+        if not c.blamed:
+            continue
         place = c.node or c.host
         if place:
             by_host.setdefault(place, []).append(c.rank)
@@ -147,7 +158,19 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
         steps=steps,
         ages=_ages(clock),
+        waiting=waiting,
     )
+
+
+def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:
+    """Absent culprits whose silence a proven culprit explains (see cascade); their waiters then
+    wait on that culprit."""
+    absent = sorted(r for r in chosen if r not in job.dumps)
+    proven = {r for r in chosen if r in job.dumps}
+    found = explained_absences(job, absent, proven, int(clock.threshold_s() * 1e9))
+    for rank, (cause, _) in found.items():
+        graph.add(rank, ("absent", None, str(rank)), [cause], "unknown", lambda q, w: "")
+    return found
 
 
 def _ages(clock: Clock) -> Ages:
@@ -249,11 +272,17 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
 # Culprit records
 
 
-def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
+def _culprit(job: Job, rank: int, evidence: list[Evidence], explained: tuple[int, str] | None = None) -> Culprit:
+    """The rank's record, strongest evidence first; ``explained``: (culprit, why) for an absent rank
+    whose silence that culprit explains (kind ``unknown``)."""
     ordered = sorted(
         evidence,
         key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, -len(e.waiting), e.seq or 0),
     )
+    if explained is not None:
+        head = ordered[0]
+        ordered.insert(0, Evidence("unknown", head.group, head.seq, explained[1], head.waiting, op=head.op,
+                                   peer=head.peer))
     primary = ordered[0]
     pg = job.groups.get(primary.group)
     op = primary.op
@@ -283,6 +312,7 @@ def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
         peer=primary.peer,
         process=process,
         now=now,
+        waits_on=(explained[0],) if explained is not None else (),
     )
 
 

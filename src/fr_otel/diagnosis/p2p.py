@@ -212,14 +212,11 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
         return
     found.pending += 1
     hub = (pg.name, None, f"p2p {s.rank}>{r.rank} {s.index}")
-    graph.add(s.rank, hub, [r.rank], "not_completed", lambda q, w: "")
-    graph.add(r.rank, hub, [s.rank], "not_completed", lambda q, w: "")
-    graph.mutual_hubs.add(hub)
-    graph.unexplained.append(
-        f"group {pg.label}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
-        "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
-        "out a rank"
-    )
+    note = (f"group {pg.label}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
+            "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
+            "out a rank")
+    for me, other in ((s, r), (r, s)):
+        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note)
 
 
 def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: WaitGraph,
