@@ -73,7 +73,7 @@ def _entry(run: Run, rank: int, rid: int, rec: Record, slot: dict[str, int], at:
     g = rec.group
     seen = _seen_at(rank, rec.done_at, watchdog_s)
     done = seen <= at
-    seq = rec.seq + _seq_offset(g.name)
+    seq = rec.seq + _seq_offset(g.desc)
     p2p = rec.p2p_seq + _p2p_offset(rank) if rec.is_p2p else 0
     shapes = [list(s) for s in rec.sizes]
     return {
@@ -124,7 +124,7 @@ def dump_dict(run: Run, rank: int, at: float, *, capacity: int = 2000, only_acti
             status[str(slot[g.name])] = {"last_enqueued_collective": -1, "last_started_collective": -1,
                                          "last_completed_collective": -1}
             continue
-        offset = _seq_offset(g.name)
+        offset = _seq_offset(g.desc)
         done_seq = [rec.seq for rec in coll if _seen_at(rank, rec.done_at, watchdog_s) <= at]
         status[str(slot[g.name])] = {
             "last_enqueued_collective": coll[-1].seq + offset,
@@ -139,9 +139,10 @@ def dump_dict(run: Run, rank: int, at: float, *, capacity: int = 2000, only_acti
             "entries": entries}
 
 
-def _seq_offset(name: str) -> int:
-    """Collectives the group ran before the simulated steps (the same on every member)."""
-    return _STEPS_BEFORE * (int(name) % 7 + 1)
+def _seq_offset(desc: str) -> int:
+    """Collectives the group ran before the simulated steps: the same on every member, and on
+    every group of a kind (parallel groups run the same program)."""
+    return _STEPS_BEFORE * (sum(map(ord, desc)) % 7 + 1)
 
 
 def _p2p_offset(rank: int) -> int:

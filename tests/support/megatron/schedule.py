@@ -104,6 +104,7 @@ class Timing:
     optimizer_s: float = 0.03
     hidden: int = 4096
     seq_len: int = 2048
+    optimizer: str = "distributed"  # reduce_scatter + all_gather per step; "ddp": one gradient all_reduce
 
 
 def warmup(stage: int, stages: int, chunks: int, microbatches: int) -> int:
@@ -211,7 +212,10 @@ def _optimizer(layout: Layout, rank: int, t: Timing) -> list[Instr]:
     dp, emb, mp = layout.group(rank, DP), layout.group(rank, EMB), layout.group(rank, MP)
     bucket = ((t.hidden * t.hidden // layout.tp,),)
     shard = ((t.hidden * t.hidden // layout.tp // layout.dp,),)
-    if dp is not None and layout.dp > 1:
+    ddp = t.optimizer == "ddp"
+    if dp is not None and layout.dp > 1 and ddp:
+        out.append(Coll(dp, (Call("all_reduce", bucket, "Float"),), t.rs_s * t.buckets, "dp_rs"))
+    elif dp is not None and layout.dp > 1:
         calls = tuple(Call("_reduce_scatter_base", bucket, "Float") for _ in range(t.buckets))
         out.append(Coll(dp, calls, t.rs_s * t.buckets, "dp_rs", coalesced=True))
     if emb is not None:
@@ -220,7 +224,7 @@ def _optimizer(layout: Layout, rank: int, t: Timing) -> list[Instr]:
         out.append(Coll(mp, (Call("all_reduce", ((1,),), "Float"),), 0.0003, "grad_norm"))
     out.append(Sync("grad_norm"))
     out.append(Kernel(t.optimizer_s, "optimizer"))
-    if dp is not None and layout.dp > 1:
+    if dp is not None and layout.dp > 1 and not ddp:
         calls = tuple(Call("_all_gather_base", shard, "BFloat16") for _ in range(t.buckets))
         out.append(Coll(dp, calls, t.ag_s * t.buckets, "dp_ag", coalesced=True))
     out.append(Cpu(0.003, "log"))
