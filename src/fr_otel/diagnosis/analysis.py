@@ -31,7 +31,6 @@ from .stop_order import order_stops
 from .straggler import find_stragglers
 from .verdict import (
     KIND_ORDER,
-    Ages,
     AnalysisOptions,
     Culprit,
     Evidence,
@@ -157,7 +156,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
         steps=steps,
-        ages=_ages(clock),
+        ages=clock.summary(),
         waiting=waiting,
     )
 
@@ -171,12 +170,6 @@ def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clo
     for rank, (cause, _) in found.items():
         graph.add(rank, ("absent", None, str(rank)), [cause], "unknown", lambda q, w: "")
     return found
-
-
-def _ages(clock: Clock) -> Ages:
-    return Ages(known=bool(clock.dumped), threshold_s=clock.threshold_s(), wait_s=clock.pace.wait_s,
-                run_s=clock.pace.run_s, pause_s=clock.pace.pause_s, stuck=len(clock.old) + clock.unknown,
-                young=len(clock.young), oldest_young=clock.oldest_young(), oldest_stuck=max(clock.old, default=None))
 
 
 def _young_note(clock: Clock) -> str:

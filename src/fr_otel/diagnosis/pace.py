@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from ..read.dump import RankDump
-from .job import Job
+if TYPE_CHECKING:  # types only: the live agent imports the rule without the analysis
+    from ..read.dump import RankDump
+    from .job import Job
 
-__all__ = ["DAY_NS", "DEFAULT_STALL_S", "MIN_STALL_S", "STALL_FACTOR", "Clock", "Pace", "dumped_at_ns",
+__all__ = ["DAY_NS", "DEFAULT_STALL_S", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
            "learn_pace", "stall_threshold_s"]
 
 #: A dump file written within this long after its last recorded activity dates the dump.
@@ -103,7 +104,8 @@ def learn_pace(job: Job) -> Pace:
         waits.extend(max(t[s] for t in times.values()) - min(t[s] for t in times.values()) for s in common)
     runs = [e.time_completed_ns - e.time_created_ns for d in job.dumps.values() for e in d.tail
             if e.completed and e.time_completed_ns and e.time_completed_ns >= e.time_created_ns]
-    pauses = [p for p in (_longest_pause(d) for d in _sample(job.dumps)) if p is not None]
+    # Only dumps with history: an only-active dump's few in-flight entries say nothing of the pace.
+    pauses = [p for p in (_longest_pause(d) for d in _sample(job.dumps) if _has_history(d)) if p is not None]
     return Pace(
         wait_s=max(waits) / 1e9 if waits else None,
         run_s=max(runs) / 1e9 if runs else None,
@@ -130,6 +132,10 @@ def _sample(dumps: dict[int, RankDump]) -> list[RankDump]:
     return [dumps[r] for r in ranks[::step]]
 
 
+def _has_history(dump: RankDump) -> bool:
+    return any(h.completed.find(1) >= 0 for h in dump.histories.values())
+
+
 def _longest_pause(dump: RankDump) -> int | None:
     """The longest time between two consecutive enqueues in the rank's recent history."""
     times: list[int] = []
@@ -141,6 +147,28 @@ def _longest_pause(dump: RankDump) -> int | None:
     if len(times) < 3:
         return None
     return max(b - a for a, b in zip(times, times[1:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Ages:
+    """How old the ops in flight were when dumped, against the job's pace: the verdict's ``ages``."""
+
+    known: bool  # some dump's time was known, so ages could be weighed
+    threshold_s: float  # in flight this long (or more) is a stall
+    wait_s: float | None  # the pace learnt: longest normal wait for peers,
+    run_s: float | None  # longest a completed op was in flight,
+    pause_s: float | None  # longest pause between a rank's enqueues
+    stuck: int  # waits judged stalls (or of unknown age)
+    young: int  # waits judged the job at work
+    oldest_young: tuple[float, int, str] | None = None  # (age s, rank, op) of the oldest wait judged normal
+    oldest_stuck: tuple[float, int, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def op(x: tuple[float, int, str] | None) -> dict[str, Any] | None:
+            return None if x is None else {"age_s": round(x[0], 6), "rank": x[1], "op": x[2]}
+        return {"known": self.known, "threshold_s": self.threshold_s, "wait_s": self.wait_s, "run_s": self.run_s,
+                "pause_s": self.pause_s, "stuck": self.stuck, "young": self.young,
+                "oldest_young": op(self.oldest_young), "oldest_stuck": op(self.oldest_stuck)}
 
 
 @dataclass(slots=True)
@@ -199,3 +227,8 @@ class Clock:
 
     def oldest_young(self) -> tuple[float, int, str] | None:
         return max(self.young, default=None)
+
+    def summary(self) -> Ages:
+        return Ages(known=bool(self.dumped), threshold_s=self.threshold_s(), wait_s=self.pace.wait_s,
+                    run_s=self.pace.run_s, pause_s=self.pace.pause_s, stuck=len(self.old) + self.unknown,
+                    young=len(self.young), oldest_young=self.oldest_young(), oldest_stuck=max(self.old, default=None))

@@ -15,9 +15,10 @@ from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
+from .pace import Ages
 
 __all__ = [
-    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Ages", "Evidence", "Culprit",
+    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Evidence", "Culprit",
     "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "Waiting", "format_clock",
     "reference_ns",
 ]
@@ -212,28 +213,6 @@ class Waiting:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ranks": list(self.ranks), "waits_on": list(self.waits_on), "text": self.text}
-
-
-@dataclass(frozen=True, slots=True)
-class Ages:
-    """How old the ops in flight were when dumped, against the job's pace (see diagnosis.pace)."""
-
-    known: bool  # some dump's time was known, so ages could be weighed
-    threshold_s: float  # in flight this long (or more) is a stall
-    wait_s: float | None  # the pace learnt: longest normal wait for peers,
-    run_s: float | None  # longest a completed op was in flight,
-    pause_s: float | None  # longest pause between a rank's enqueues
-    stuck: int  # waits judged stalls (or of unknown age)
-    young: int  # waits judged the job at work
-    oldest_young: tuple[float, int, str] | None = None  # (age s, rank, op) of the oldest wait judged normal
-    oldest_stuck: tuple[float, int, str] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        def op(x: tuple[float, int, str] | None) -> dict[str, Any] | None:
-            return None if x is None else {"age_s": round(x[0], 6), "rank": x[1], "op": x[2]}
-        return {"known": self.known, "threshold_s": self.threshold_s, "wait_s": self.wait_s, "run_s": self.run_s,
-                "pause_s": self.pause_s, "stuck": self.stuck, "young": self.young,
-                "oldest_young": op(self.oldest_young), "oldest_stuck": op(self.oldest_stuck)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ class _Rank:
     override: dict[int, Instr] = field(default_factory=dict)  # pc -> a changed instruction (mismatch)
     extra: tuple[frozenset[int], float, int, float] | None = None  # (positions, CPU s, from step, spread s)
     extra_done: int = -1  # last pc the extra time was spent before
+    prep_done: int = -1  # last pc whose launch preparation (Kernel.cpu) was spent
     records: list[Record] = field(default_factory=list)
     seq: dict[str, int] = field(default_factory=dict)
     p2p_seq: dict[str, int] = field(default_factory=dict)
@@ -236,6 +237,9 @@ def simulate(layout: Layout, steps: int, timing: Timing | None = None, faults: F
                     break
                 st.cpu = max(st.cpu, st.free)
             else:
+                if kind is Kernel and ins.cpu and st.prep_done < pc:
+                    st.cpu += ins.cpu  # the Python that prepares the launch (once, even if it then blocks)
+                    st.prep_done = pc
                 k = len(st.stream)
                 if k >= queue_depth:
                     before = st.stream[k - queue_depth].start

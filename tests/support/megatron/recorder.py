@@ -16,7 +16,7 @@ from typing import Any
 
 from .engine import INF, Record, Run
 
-__all__ = ["T0_NS", "dump_bytes", "dump_dict", "ns"]
+__all__ = ["T0_NS", "dump_bytes", "dump_dict", "ns", "seq_offset"]
 
 T0_NS = 1_764_000_000 * 10**9  # the simulated job's second 0 (2025-11-24 16:00 UTC)
 _TIMEOUT_MS = 600_000
@@ -73,7 +73,7 @@ def _entry(run: Run, rank: int, rid: int, rec: Record, slot: dict[str, int], at:
     g = rec.group
     seen = _seen_at(rank, rec.done_at, watchdog_s)
     done = seen <= at
-    seq = rec.seq + _seq_offset(g.desc)
+    seq = rec.seq + seq_offset(g.desc)
     p2p = rec.p2p_seq + _p2p_offset(rank) if rec.is_p2p else 0
     shapes = [list(s) for s in rec.sizes]
     return {
@@ -110,27 +110,25 @@ def dump_dict(run: Run, rank: int, at: float, *, capacity: int = 2000, only_acti
     records = [rec for rec in run.records[rank] if rec.created <= at]
     first = max(0, len(records) - capacity)
     entries = [_entry(run, rank, i, rec, slot, at, watchdog_s) for i, rec in enumerate(records[first:], first)]
+    enqueued: dict[tuple[str, bool], int] = {}  # (group, p2p) -> last counter enqueued
+    completed: dict[tuple[str, bool], int] = {}  # ... -> last counter the watchdog saw complete
+    for rec in records:
+        key = (rec.group.name, rec.is_p2p)
+        n = rec.p2p_seq if rec.is_p2p else rec.seq
+        enqueued[key] = n
+        if _seen_at(rank, rec.done_at, watchdog_s) <= at and n > completed.get(key, 0):
+            completed[key] = n
     status: dict[str, dict[str, int]] = {}
     for g in mine:
-        coll = [rec for rec in records if rec.group is g and not rec.is_p2p]
-        p2p = [rec for rec in records if rec.group is g and rec.is_p2p]
-        if p2p:  # NCCL tracks the p2p counter in a group that carries send/recv
-            done = [rec.p2p_seq for rec in p2p if _seen_at(rank, rec.done_at, watchdog_s) <= at]
-            status[str(slot[g.name])] = {"last_enqueued_collective": p2p[-1].p2p_seq + _p2p_offset(rank),
-                                         "last_started_collective": -1,
-                                         "last_completed_collective": max(done, default=0) + _p2p_offset(rank)}
-            continue
-        if not coll:
-            status[str(slot[g.name])] = {"last_enqueued_collective": -1, "last_started_collective": -1,
-                                         "last_completed_collective": -1}
-            continue
-        offset = _seq_offset(g.desc)
-        done_seq = [rec.seq for rec in coll if _seen_at(rank, rec.done_at, watchdog_s) <= at]
-        status[str(slot[g.name])] = {
-            "last_enqueued_collective": coll[-1].seq + offset,
-            "last_started_collective": -1,
-            "last_completed_collective": max(done_seq, default=0) + offset,
-        }
+        p2p = (g.name, True) in enqueued  # NCCL tracks the p2p counter in a group that carries send/recv
+        key = (g.name, p2p)
+        offset = _p2p_offset(rank) if p2p else seq_offset(g.desc)
+        if key in enqueued:
+            last, done = enqueued[key] + offset, completed.get(key, 0) + offset
+        else:
+            last = done = -1
+        status[str(slot[g.name])] = {"last_enqueued_collective": last, "last_started_collective": -1,
+                                     "last_completed_collective": done}
     if only_active:
         entries = [e for e in entries if not e["retired"]]
     config = {g.name: {"name": g.name, "desc": g.desc, "ranks": str(list(g.ranks))}
@@ -139,7 +137,7 @@ def dump_dict(run: Run, rank: int, at: float, *, capacity: int = 2000, only_acti
             "entries": entries}
 
 
-def _seq_offset(desc: str) -> int:
+def seq_offset(desc: str) -> int:
     """Collectives the group ran before the simulated steps: the same on every member, and on
     every group of a kind (parallel groups run the same program)."""
     return _STEPS_BEFORE * (sum(map(ord, desc)) % 7 + 1)

@@ -20,7 +20,7 @@ from fr_otel.read.reader import ReadResult
 
 from .engine import Faults, Run, Target, simulate
 from .layout import Layout
-from .recorder import dump_bytes, ns
+from .recorder import dump_bytes, ns, seq_offset
 from .schedule import Coll, Instr, Timing, program
 
 __all__ = ["Scenario", "Truth", "job", "pull", "steps_for"]
@@ -47,18 +47,20 @@ class Scenario:
     only_active: bool = False
     missing: frozenset[int] = frozenset()  # no dump at all
     truncated: frozenset[int] = frozenset()  # a dump cut short (unreadable)
+    _bytes: dict[int, bytes] | None = None
 
     def source(self, rank: int) -> str:
         return f"nccl_trace_rank_node{self.run.layout.node(rank):02d}_{rank}"
 
     def dumps(self) -> dict[int, bytes]:
-        out = {}
-        for rank, at in self.dump_at.items():
-            if rank in self.missing:
-                continue
-            data = dump_bytes(self.run, rank, at, capacity=self.capacity, only_active=self.only_active)
-            out[rank] = data[: len(data) // 2] if rank in self.truncated else data
-        return out
+        """Each rank's dump as pulled (made once per scenario)."""
+        if self._bytes is None:
+            self._bytes = {}
+            for rank, at in self.dump_at.items():
+                if rank not in self.missing:
+                    data = dump_bytes(self.run, rank, at, capacity=self.capacity, only_active=self.only_active)
+                    self._bytes[rank] = data[: len(data) // 2] if rank in self.truncated else data
+        return self._bytes
 
     def read(self) -> ReadResult:
         """The dumps as the product's reader parses them (in memory, each with its pull time)."""
@@ -72,6 +74,19 @@ class Scenario:
 
     def verdict(self) -> Verdict:
         return analyze(build_job(self.read()))
+
+    def step_of(self, group: str, seq: int) -> int | None:
+        """The training step collective ``group`` #``seq`` (as the dumps number it) belongs to."""
+        for recs in self.run.records.values():
+            for rec in recs:
+                if rec.group.name == group and not rec.is_p2p and rec.seq + seq_offset(rec.group.desc) == seq:
+                    return rec.step
+        return None
+
+    def first_seq(self, rank: int, tag: str, step: int) -> int:
+        """The seq (as the dumps number it) of ``rank``'s first op tagged ``tag`` in ``step``."""
+        rec = next(r for r in self.run.records[rank] if r.tag == tag and r.step == step and not r.is_p2p)
+        return rec.seq + seq_offset(rec.group.desc)
 
     def write(self, folder: Path) -> Path:
         """One file per rank, dated when it was pulled."""
@@ -105,13 +120,22 @@ def pull(ranks: range | list[int], at: float, *, spread_s: float = 0.02, seed: i
     return {r: at + rng.uniform(0, spread_s) for r in ranks}
 
 
+_RUNS: dict[tuple, Run] = {}
+
+
 def job(layout: Layout, timing: Timing, capacity: int, faults: Faults | None = None, *,
-        fault_step: int | None = None, seed: int = 0) -> Run:
-    """Enough steps for the ring to wrap (and up to the fault's step)."""
+        fault_step: int | None = None, seed: int = 0, key: tuple | None = None) -> Run:
+    """Enough steps for the ring to wrap (and up to the fault's step). With ``key`` (what makes
+    the run, faults included), a run is simulated once and shared: runs are never modified."""
     steps = steps_for(layout, timing, capacity)
     if fault_step is not None:
         steps = max(steps, fault_step + 1)
-    return simulate(layout, steps, timing, faults, seed=seed)
+    if key is None:
+        return simulate(layout, steps, timing, faults, seed=seed)
+    key = (key, layout.tp, layout.pp, layout.dp, layout.vpp, timing, steps, seed)
+    if key not in _RUNS:
+        _RUNS[key] = simulate(layout, steps, timing, faults, seed=seed)
+    return _RUNS[key]
 
 
 def target(step: int, tag: str, nth: int = 0) -> Target:

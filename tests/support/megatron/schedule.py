@@ -43,10 +43,11 @@ class Cpu(NamedTuple):
 
 
 class Kernel(NamedTuple):
-    """GPU work launched from the CPU."""
+    """GPU work launched from the CPU, after ``cpu`` seconds of Python that prepares it."""
 
     dt: float
     tag: str = "compute"
+    cpu: float = 0.0
 
 
 class Coll(NamedTuple):
@@ -195,8 +196,7 @@ def program(layout: Layout, rank: int, t: Timing) -> list[Instr]:
                     out.append(Coll(tp, (call, call, call), 0.0002, "get_batch", coalesced=True))
             for _ in range(t.layers):
                 for part in (0, 1):  # attention, then MLP
-                    out.append(Cpu(t.python_s / 2))
-                    out.append(Kernel((t.bwd_s if backward else t.fwd_s) / 2))
+                    out.append(Kernel((t.bwd_s if backward else t.fwd_s) / 2, "compute", t.python_s / 2))
                     if tp is not None and layout.tp > 1:
                         out.append(Coll(tp, (Call("all_reduce", act, "BFloat16"),), t.tp_s,
                                         "tp_bwd" if backward else "tp_fwd"))
