@@ -169,7 +169,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
                 len(read.dumps), world, trace_hex, where, dumps)
     with me.health.guard("publishing the verdict"):
         me.channel.set_result(k, {"verdict": verdict.verdict, "trace_id": trace_hex,
-                                  "culprits": [c.rank for c in verdict.culprits], "export": outcome.status,
+                                  "culprits": [c.rank for c in verdict.blamed], "export": outcome.status,
                                   "spans_rejected": outcome.result.spans_rejected if outcome.result else 0})
         me.channel.cleanup(k, list(payloads))
 

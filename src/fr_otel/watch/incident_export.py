@@ -81,7 +81,7 @@ class IncidentExport:
             _log.info("incident %d: %s; not exported", number, incident.destination)
             return
         incident.trace_id, incident.verdict = trace.trace_id_hex, verdict.verdict
-        incident.culprits = [c.rank for c in verdict.culprits]
+        incident.culprits = [c.rank for c in verdict.blamed]
         incident.missing = sorted(set(incident.missing) | set(verdict.missing_ranks))
         record(False)
         try:
