@@ -16,12 +16,15 @@ be weighed and its waits count as stuck, as before.
 
 from __future__ import annotations
 
+import operator
 import statistics
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:  # types only: the live agent imports the rule without the analysis
-    from ..read.dump import RankDump
+    from ..read.dump import GroupHistory, RankDump
     from .job import Job
 
 __all__ = ["DAY_NS", "DEFAULT_STALL_S", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
@@ -36,7 +39,8 @@ STALL_FACTOR = 3.0
 #: Never a stall below this, whatever the pace (a millisecond-step job still pauses for GC).
 MIN_STALL_S = 1.0
 _WINDOW = 256  # most recent collectives per group to learn from
-_SAMPLE = 48  # groups per kind and ranks learnt from (a median needs no more; 16k ranks stay cheap)
+_SAMPLE = 48  # groups per kind learnt from (16k ranks stay cheap)
+_PAUSE_SAMPLE = 16  # ranks whose longest pause is learnt (their median is the pace)
 
 
 def stall_threshold_s(timeout_ms: int | None = None, normal_s: float | None = None,
@@ -96,12 +100,11 @@ def learn_pace(job: Job) -> Pace:
         seen = by_kind.get(pg.desc, 0)
         if seen >= _SAMPLE:
             continue
-        times = _completed_times(job, pg.name, pg.ranks)
-        if times is None:
+        spread = _arrival_spread(job, pg.name, pg.ranks)
+        if spread is None:
             continue
         by_kind[pg.desc] = seen + 1
-        common = set.intersection(*(set(t) for t in times.values()))
-        waits.extend(max(t[s] for t in times.values()) - min(t[s] for t in times.values()) for s in common)
+        waits.append(spread)
     runs = [e.time_completed_ns - e.time_created_ns for d in job.dumps.values() for e in d.tail
             if e.completed and e.time_completed_ns and e.time_completed_ns >= e.time_created_ns]
     # Only dumps with history: an only-active dump's few in-flight entries say nothing of the pace.
@@ -113,22 +116,40 @@ def learn_pace(job: Job) -> Pace:
     )
 
 
-def _completed_times(job: Job, group: str, ranks: Iterable[int]) -> dict[int, dict[int, int]] | None:
-    """Per member: seq -> enqueue time of its recent completed collectives; None if any member is unseen."""
-    out = {}
+def _arrival_spread(job: Job, group: str, ranks: Iterable[int]) -> int | None:
+    """The longest any member waited for the last to enqueue, over the group's recent collectives
+    every member completed (ns); None if a member is unseen or nothing is common."""
+    hs = []
     for r in ranks:
         d = job.dumps.get(r)
         h = d.histories.get(group) if d is not None else None
         if h is None or not len(h.seq):
             return None
-        seqs, created, done = h.seq[-_WINDOW:], h.created_ns[-_WINDOW:], h.completed[-_WINDOW:]
-        out[r] = {s: t for s, t, ok in zip(seqs, created, done) if ok and t > 0}
-    return out
+        hs.append(h)
+    if all(h.contiguous for h in hs):  # the usual case: aligned slices, max/min in C
+        lo = max(h.seq[0] for h in hs)
+        hi = min(_completed_upto(h) for h in hs)
+        lo = max(lo, hi - _WINDOW + 1)
+        if hi < lo:
+            return None
+        cols = [h.created_ns[lo - h.seq[0]: hi - h.seq[0] + 1] for h in hs]
+        return max(map(operator.sub, map(max, *cols), map(min, *cols))) if len(cols) > 1 else None
+    times = [{s: t for s, t, ok in zip(h.seq[-_WINDOW:], h.created_ns[-_WINDOW:], h.completed[-_WINDOW:]) if ok}
+             for h in hs[:_SAMPLE]]  # coalesced ops share seqs: by seq, on a sample of members
+    common = set.intersection(*(set(t) for t in times))
+    return max((max(t[s] for t in times) - min(t[s] for t in times) for s in common), default=None)
+
+
+def _completed_upto(h: GroupHistory) -> int:
+    """The last seq before the member's first pending one (its last if none is pending)."""
+    at = h.completed.find(0)
+    return h.seq[-1] if at < 0 else h.seq[0] + at - 1
 
 
 def _sample(dumps: dict[int, RankDump]) -> list[RankDump]:
+    """Up to ``_PAUSE_SAMPLE`` ranks spread over the job: a median needs no more."""
     ranks = sorted(dumps)
-    step = max(1, len(ranks) // _SAMPLE)
+    step = max(1, len(ranks) // _PAUSE_SAMPLE)
     return [dumps[r] for r in ranks[::step]]
 
 
@@ -143,10 +164,11 @@ def _longest_pause(dump: RankDump) -> int | None:
         times.extend(h.created_ns[-_WINDOW:])
         for ch in h.p2p.values():
             times.extend(ch.created_ns[-_WINDOW:])
-    times = sorted(t for t in times if t > 0)
-    if len(times) < 3:
+    times.sort()
+    start = bisect_right(times, 0)  # a time the reader could not read is 0: never a pause
+    if len(times) - start < 3:
         return None
-    return max(b - a for a, b in zip(times, times[1:]))
+    return max(map(operator.sub, islice(times, start + 1, None), islice(times, start, None)))
 
 
 @dataclass(frozen=True, slots=True)

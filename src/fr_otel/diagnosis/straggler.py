@@ -76,15 +76,17 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
         by_seq = at_seq.setdefault(key, {})
         for seq, x in zip(s.seqs, s.late):
             by_seq.setdefault(seq, []).append(x)
+    # Parallel groups of a kind run the same program (the same seq is the same op): expectations
+    # are seq by seq where every equal holds the seq (by-design lateness varies within a step).
+    overall = {key: _expected(peers) for key, peers in typical.items()}
+    expected_at = {key: {seq: _expected(xs) for seq, xs in by_seq.items() if len(xs) == len(typical[key])}
+                   for key, by_seq in at_seq.items()}
     best: dict[int, _Finding] = {}
     for s in series:
         key = (s.kind, s.op, role.get(s.rank))
-        peers, by_seq = typical[key], at_seq[key]
-        overall = _expected(peers)
-        # Parallel groups of a kind run the same program (the same seq is the same op): compare seq
-        # by seq where every equal holds it (by-design lateness can vary within a step), else overall.
-        expected = [_expected(by_seq[q]) if len(by_seq[q]) == len(peers) else overall for q in s.seqs]
-        found = _judge(s, [x - e for x, e in zip(s.late, expected)], overall, len(peers), options)
+        at, whole = expected_at[key], overall[key]
+        expected = [at.get(q, whole) for q in s.seqs]
+        found = _judge(s, [x - e for x, e in zip(s.late, expected)], whole, len(typical[key]), options)
         if found is not None and (s.rank not in best or (found.count, found.median_s) >
                                   (best[s.rank].count, best[s.rank].median_s)):
             best[s.rank] = found
