@@ -186,3 +186,19 @@ def test_every_injector_is_named_as_its_ground_truth_says(name: str, args: tuple
         c = next(c for c in v.culprits if c.rank == rank)
         if c.group_desc == truth.group_desc and c.collective_seq_id is not None:
             assert s.step_of(c.group_name, c.collective_seq_id) == truth.step
+
+
+def test_the_simulator_writes_the_fields_real_nccl_dumps_hold(nvrx: Path) -> None:
+    """Every key of a real NCCL dump's entries (NVIDIA's, torch 2.9 layout) and torch 2.13's top level."""
+    from fr_otel.read.safe_pickle import load_restricted
+    from support.megatron.recorder import dump_dict
+
+    with open(nvrx / "gpu_error_1st" / "_dump_12", "rb") as fh:
+        real = load_restricted(fh)
+    s = scenario("gpu_stall")
+    made = dump_dict(s.run, 12, s.dump_at[12], capacity=s.capacity)
+    assert set(made) == {"version", "comm_lib_version", "pg_config", "pg_status", "entries"} and made["version"] == "2.10"
+    assert set(made["entries"][0]) == set(real["entries"][0]) | {"frames"}
+    assert {type(k) for k in made["pg_status"]} == {type(k) for k in real["pg_status"]} == {str}
+    assert set(next(iter(made["pg_status"].values()))) == set(next(iter(real["pg_status"].values())))
+    assert set(next(iter(made["pg_config"].values()))) == {"name", "desc", "ranks"}
