@@ -55,3 +55,25 @@ def test_the_pace_is_learnt_from_arrivals_timed_runs_and_pauses() -> None:
     assert pace.pause_s is not None and pace.pause_s >= 0.001
     assert pace.normal_s == pytest.approx(0.3)
     assert "waited up to 0.30 s" in pace.describe()
+
+
+def test_incidents_raised_as_the_job_ends_count_every_wait_whatever_its_age() -> None:
+    """An uncaught exception or SIGTERM ends the job: its peers' young waits are for good (a hang);
+    a stall or an on-demand flush is a snapshot whose ages are weighed."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+    from fr_otel.incident.files import ends_job
+
+    assert ends_job("uncaught RuntimeError: injected failure at step 5") and ends_job("SIGTERM")
+    assert not ends_job("stall") and not ends_job("manual")
+    b = DumpBuilder(4)
+    for _ in range(5):
+        b.collective(b.world)
+    b.collective(b.world, ranks=[0, 2, 3], done=False)  # rank 1 raised before its all_reduce, 0.1 s ago
+    read = ReadResult()
+    for r in range(4):
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=b.clock + 10**8)  # type: ignore[assignment]
+    snapshot = analyze(build_job(read))
+    ending = analyze(build_job(read), AnalysisOptions(ending=True))
+    assert (snapshot.verdict, snapshot.culprits) == ("healthy", [])
+    assert ending.verdict == "hang" and [(c.rank, c.kind) for c in ending.culprits] == [(1, "not_enqueued")]

@@ -111,7 +111,9 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
         analyze,  # the export stack loads only when an incident happens
     )
     from ..diagnosis.job import build_job
+    from ..diagnosis.verdict import AnalysisOptions
     from ..incident.delivery import deliver_trace
+    from ..incident.files import REASON_ATTRIBUTE, ends_job
     from ..trace.spans import TraceOptions, build_trace
 
     world = me.world_size
@@ -135,7 +137,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
             problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
                             "(stuck with the GIL held, or dead)")
     job = build_job(read)
-    verdict = analyze(job)
+    verdict = analyze(job, AnalysisOptions(ending=ends_job(str(meta.get("reason", "")))))
     folder = dump_path(me, trace_hex).parent
     with me.health.guard("writing ranks.json and steps.json beside the dumps"):
         # Dump files say neither where a rank ran nor its training step: these let a later
@@ -145,7 +147,7 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
             atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode(), mkdir=True)
     root = [
         ("fr_otel.incident.number", k),
-        ("fr_otel.incident.reason", str(meta.get("reason", ""))),
+        (REASON_ATTRIBUTE, str(meta.get("reason", ""))),
         ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
     ]
     for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):

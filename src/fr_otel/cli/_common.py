@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
@@ -15,7 +16,7 @@ from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
-from ..incident.files import IncidentIdentity, apply_identity, find_identity
+from ..incident.files import IncidentIdentity, apply_identity, ends_job, find_identity
 from ..otlp.config import (
     DEFAULT_TIMEOUT_S,
     PROTOCOLS,
@@ -163,7 +164,10 @@ def analysed_incident(args: argparse.Namespace) -> tuple[Job, Verdict, IncidentI
     if loaded is None:
         return None
     job, identity = loaded
-    return job, analyze(job, analysis_options(args)), identity
+    options = analysis_options(args)
+    if identity is not None and ends_job(identity.reason):  # the live incident was raised as the job ended
+        options = replace(options, ending=True)
+    return job, analyze(job, options), identity
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:

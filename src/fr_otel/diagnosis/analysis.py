@@ -54,7 +54,9 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
-    clock = Clock.of(job)
+    clock = Clock.of(job, weigh=not options.ending)
+    if options.ending:
+        notes.append("the dumps were taken as the job ended: every wait counts, whatever its age")
     graph = WaitGraph()
     for state in states:
         add_waits(job, state, graph, evidence, clock)

@@ -205,8 +205,9 @@ class Clock:
     unknown: int = 0  # waits whose age could not be measured (counted stuck)
 
     @classmethod
-    def of(cls, job: Job) -> Clock:
-        dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None}
+    def of(cls, job: Job, *, weigh: bool = True) -> Clock:
+        """``weigh``: False when the job is known to be ending (every wait then counts, whatever its age)."""
+        dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None} if weigh else {}
         return cls(dumped, learn_pace(job) if dumped else Pace())
 
     def threshold_s(self, timeout_ms: int | None = None) -> float:

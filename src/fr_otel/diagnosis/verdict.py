@@ -39,6 +39,9 @@ class AnalysisOptions:
     straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # median enqueue lateness that makes a straggler
     straggler_min_collectives: int = 5
     straggler_window: int = 256  # most recent collectives per group to judge skew on
+    # The dumps were taken as the job ended (an uncaught exception, SIGTERM): nothing in flight will
+    # finish, so every wait counts whatever its age (else ages are weighed: diagnosis.pace).
+    ending: bool = False
 
 
 @dataclass(frozen=True, slots=True)

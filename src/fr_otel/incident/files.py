@@ -33,11 +33,21 @@ if TYPE_CHECKING:
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
 
-__all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
+__all__ = ["ENDING_REASONS", "REASON_ATTRIBUTE", "INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "ends_job", "find_identity",
+           "read_identity",
            "write_identity", "write_incident_files", "apply_identity"]
 
 INCIDENT_FILE = "incident.json"
 REPORT_FILE = "incident.html"
+#: How the agent words the reasons of incidents raised as the job ends (an uncaught exception,
+#: SIGTERM): nothing in flight will finish then, so the analysis counts every wait, young or old.
+ENDING_REASONS = ("uncaught ", "SIGTERM")
+REASON_ATTRIBUTE = "fr_otel.incident.reason"
+
+
+def ends_job(reason: str) -> bool:
+    """An incident raised for ``reason`` was raised as the job ended."""
+    return reason.startswith(ENDING_REASONS)
 FORMAT = "fr-otel/incident/1"
 _MAX_BYTES = 64 << 20
 _ROOT_VALUE_TYPES = (str, int, float, bool)
@@ -56,6 +66,11 @@ class IncidentIdentity:
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why the live incident was raised (its root span's ``fr_otel.incident.reason``), or ""."""
+        return next((str(v) for k, v in self.root_attributes if k == REASON_ATTRIBUTE), "")
 
     def stale_for(self, job: Job) -> str | None:
         """Why this identity does not describe ``job``'s dump files (a newer incident overwrote
