@@ -51,9 +51,11 @@ def test_a_healthy_job_dumped_mid_step_is_healthy_with_the_ages_in_the_evidence(
     assert any("none older than normal" in n and "a stall needs" in n for n in v.notes)
 
 
-def test_a_healthy_job_dumped_mid_step_with_only_active_entries_is_healthy() -> None:
-    """Only the in-flight tail, no history to learn the pace from: the default threshold still says healthy."""
-    v = verdict_of("healthy_snapshot", 0.4, only_active=True)
+@pytest.mark.parametrize("phase", [0.4, 0.9])
+def test_a_healthy_job_dumped_mid_step_with_only_active_entries_is_healthy(phase: float) -> None:
+    """Only the in-flight tail, no history to learn the pace from (nor stragglers: nothing completed
+    there): the default threshold says healthy."""
+    v = verdict_of("healthy_snapshot", phase, only_active=True)
     assert (v.verdict, named(v)) == ("healthy", {})
     assert v.ages is not None and v.ages.wait_s is None and v.ages.threshold_s == 60.0
 

@@ -1,6 +1,6 @@
 """Stragglers: no hang, but one rank enqueues late, compared with its equals.
 
-For each collective every member of a group recorded, each rank's lateness is its
+For each collective every member of a group recorded and completed, each rank's lateness is its
 ``time_created_ns`` minus the median of the group's. Some ranks are late by design every
 step: tensor-parallel rank 0 loads the batch before broadcasting it, the last pipeline stage
 finishes its microbatches last. So a rank is compared like with like: with its *equals*, the
@@ -107,8 +107,10 @@ def _lateness(job: Job, options: AnalysisOptions) -> list[_Series]:
             if h is None:
                 times = {}
                 break
-            seqs, created = h.seq[-2 * window:], h.created_ns[-2 * window:]
-            times[r] = dict(zip(seqs, created))
+            seqs, created, done = h.seq[-2 * window:], h.created_ns[-2 * window:], h.completed[-2 * window:]
+            # Completed collectives only: one still in flight is a snapshot of arrivals still under
+            # way (and all an only-active dump holds), not a record of who came late.
+            times[r] = {s: t for s, t, ok in zip(seqs, created, done) if ok}
             if not ops:
                 for seq, fid in zip(seqs, h.fingerprint[-2 * window:]):
                     ops[seq] = ops.get(seq, ()) + (fid,)
