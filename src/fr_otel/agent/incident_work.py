@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..common.files import atomic_write
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
+from ..read.incident_file import REASON_ATTRIBUTE
 from ..read.reader import ReadResult
 from ..trace.ids import trace_id_for
 from ..trace.options import TraceOptions
@@ -93,7 +94,7 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
 
     root = [
         ("fr_otel.incident.number", k),
-        ("fr_otel.incident.reason", str(meta.get("reason", ""))),
+        (REASON_ATTRIBUTE, str(meta.get("reason", ""))),
         ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
     ]
     if local:
@@ -123,7 +124,7 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     log.warning("incident %d (%s%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
                 k, scope, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
                 len(evidence.dumps), me.world_size, trace_hex, where, dumps)
-    return {"verdict": str(verdict.verdict), "trace_id": trace_hex, "culprits": [c.rank for c in verdict.culprits],
+    return {"verdict": str(verdict.verdict), "trace_id": trace_hex, "culprits": [c.rank for c in verdict.blamed],
             "export": str(outcome.status), "spans_rejected": outcome.result.spans_rejected if outcome.result else 0}
 
 

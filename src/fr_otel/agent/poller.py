@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..diagnosis.pace import stall_threshold_s as _stall_rule
 from .recorder import GroupInfo, InFlightEntry, P2PInFlightEntry
 from .state import GroupStatus, P2PWait
 
@@ -22,10 +23,10 @@ __all__ = ["ProgressTracker", "Stall", "stall_threshold_s"]
 
 
 def stall_threshold_s(stall_seconds: float, timeout_ms: int | None) -> float:
-    """min(the configured stall time, half the collective's own timeout)."""
-    if timeout_ms and timeout_ms > 0:
-        return min(stall_seconds, timeout_ms / 2000)
-    return stall_seconds
+    """min(the configured stall time, half the collective's own timeout): the offline rule
+    (:func:`fr_otel.diagnosis.pace.stall_threshold_s`) for a job whose pace the agent has not
+    learnt (it reads its full recorder only when something is suspect)."""
+    return _stall_rule(timeout_ms, None, stall_seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,11 @@ from ..read.dump import op_name
 from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
+from .cascade import explained_absences, waiting_on
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
+from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
 from .stop_order import order_stops
 from .straggler import find_stragglers
@@ -52,15 +54,22 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
+    clock = Clock.of(job, weigh=not options.ending)
+    if options.ending:
+        notes.append("the dumps were taken as the job ended: every wait counts, whatever its age")
     graph = WaitGraph()
     for state in states:
-        add_waits(job, state, graph, evidence)
-    p2p = add_p2p_waits(job, graph, evidence)
+        add_waits(job, state, graph, evidence, clock)
+    p2p = add_p2p_waits(job, graph, evidence, clock)
 
     mismatch = find_mismatches(job) + p2p.mismatches
     for rank, ev in mismatch:
         evidence.setdefault(rank, []).append(ev)
-    graph.stalled = {r for r, evs in evidence.items() if any(e.kind == "not_completed" and e.direct for e in evs)}
+    # Proven causes: a device that stalled, a call that differs. What they wait on is a consequence,
+    # and a collective or transfer they are stuck inside with others waits on them alone.
+    graph.stalled = {r for r, evs in evidence.items()
+                     if any(e.kind == "mismatch" or (e.kind == "not_completed" and e.direct) for e in evs)}
+    graph.explain_mutual(graph.stalled)
     culprits_from_graph, cycle_notes = graph.culprits()
     notes.extend(cycle_notes)
     hang_culprits = set(culprits_from_graph) | {
@@ -71,7 +80,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
     mismatch_culprits = {r for r, _ in mismatch}
     chosen = hang_culprits | mismatch_culprits
-    stuck = any(_stalled(s) for s in states) or p2p.pending > 0
+    stuck = any(_stalled(s, clock) for s in states) or p2p.pending > 0
     verdict: str
     if mismatch_culprits:
         verdict = "desync"
@@ -89,6 +98,8 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
             evidence.setdefault(rank, []).append(ev)
         chosen = {r for r, _ in stragglers}
         verdict = "straggler" if chosen else "healthy"
+        if clock.young:
+            notes.append(_young_note(clock))
     incomplete = None
     if job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy"):
         waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
@@ -109,19 +120,25 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if verdict == "inconclusive" and not notes:
         notes.append("no rank is waiting on another in the recorded collectives")
 
-    culprits = [_culprit(job, rank, evidence[rank]) for rank in sorted(chosen)]
+    unknown = _explained_absences(job, graph, chosen, clock) if verdict in ("hang", "desync") else {}
+    culprits = [_culprit(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
+    blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
     for state in states:
         if state.in_flight is not None and steps:
             state.in_flight.step = step_of_collective(job, state.group.name, state.in_flight.seq)
-    stop = order_stops(job, culprits, job.hosts) if verdict == "hang" and culprits else None
+    stop = order_stops(job, blamed, job.hosts) if verdict == "hang" and blamed else None
     culprits = _placed(job, culprits, stop, steps)
+    waiting = (waiting_on(graph, {c.rank for c in blamed}, {c.rank for c in culprits})
+               if verdict in ("hang", "desync") else [])
     if verdict in ("hang", "desync") and not steps:
         notes.append("training step unknown: no rank counted steps (the live agent does; offline, a steps.json "
                      "beside the dumps)")
     by_host: dict[str, list[int]] = {}  # by node: the scheduler's node name where known, else the host
     for c in culprits:
+        if not c.blamed:
+            continue
         place = c.node or c.host
         if place:
             by_host.setdefault(place, []).append(c.rank)
@@ -141,7 +158,27 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
         steps=steps,
+        ages=clock.summary(),
+        waiting=waiting,
     )
+
+
+def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:
+    """Absent culprits whose silence a proven culprit explains (see cascade); their waiters then
+    wait on that culprit."""
+    absent = sorted(r for r in chosen if r not in job.dumps)
+    proven = {r for r in chosen if r in job.dumps}
+    found = explained_absences(job, absent, proven, int(clock.threshold_s() * 1e9))
+    for rank, (cause, _) in found.items():
+        graph.add(rank, ("absent", None, str(rank)), [cause], "unknown", lambda q, w: "")
+    return found
+
+
+def _young_note(clock: Clock) -> str:
+    """Why what is in flight is not a hang: its age against the job's pace."""
+    age, rank, what = clock.oldest_young()  # type: ignore[misc]
+    return (f"{len(clock.young)} wait(s) in flight, none older than normal: the oldest, rank {rank}'s {what}, "
+            f"{age:.2f} s when dumped; {clock.pace.describe()}; a stall needs {clock.threshold_s():.2f} s")
 
 
 def _placed(job: Job, culprits: list[Culprit], stop: StopOrder | None, steps: dict[int, int]) -> list[Culprit]:
@@ -168,12 +205,15 @@ def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _stalled(state: GroupState) -> bool:
-    """A collective in flight (in groups with send/recv, as their entries show it: never their counters)."""
-    return state.in_flight is not None
-
-
-_DAY_NS = 86_400 * 10**9
+def _stalled(state: GroupState, clock: Clock) -> bool:
+    """A collective in flight long enough to be a stall (in groups with send/recv, as their entries
+    show it: never their counters); of unknown age, in flight is enough."""
+    f = state.in_flight
+    if f is None:
+        return False
+    if not f.entered:
+        return True
+    return clock.past(clock.age_s(f.since_ns, f.entered[0], clock.earliest(f.entered)), f.timeout_ms)
 
 
 def _reference_time(job: Job) -> tuple[int | None, str]:
@@ -184,7 +224,7 @@ def _reference_time(job: Job) -> tuple[int | None, str]:
     if not latest:
         return None, "none"
     written = [d.file_mtime_ns for d in job.dumps.values() if d.file_mtime_ns]
-    if written and 0 <= min(written) - latest <= _DAY_NS:
+    if written and 0 <= min(written) - latest <= DAY_NS:
         return min(written), "dump_files"
     return latest, "latest_activity"
 
@@ -227,11 +267,17 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
 # Culprit records
 
 
-def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
+def _culprit(job: Job, rank: int, evidence: list[Evidence], explained: tuple[int, str] | None = None) -> Culprit:
+    """The rank's record, strongest evidence first; ``explained``: (culprit, why) for an absent rank
+    whose silence that culprit explains (kind ``unknown``)."""
     ordered = sorted(
         evidence,
         key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, -len(e.waiting), e.seq or 0),
     )
+    if explained is not None:
+        head = ordered[0]
+        ordered.insert(0, Evidence("unknown", head.group, head.seq, explained[1], head.waiting, op=head.op,
+                                   peer=head.peer))
     primary = ordered[0]
     pg = job.groups.get(primary.group)
     op = primary.op
@@ -261,6 +307,7 @@ def _culprit(job: Job, rank: int, evidence: list[Evidence]) -> Culprit:
         peer=primary.peer,
         process=process,
         now=now,
+        waits_on=(explained[0],) if explained is not None else (),
     )
 
 

@@ -103,6 +103,9 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
         suspect_seqs = _suspect_seqs(spans, per_rank)
         if not suspect_seqs:
             continue
+        # A wrapped ring may begin inside a coalesced group: its oldest seq can lack its first ops.
+        oldest = {r: (spans[r][0] if r in spans else min(per_rank[r])) for r in (*spans, *per_rank)
+                  if not job.dumps[r].from_start}
         first_bad: int | None = None
         bad_count = 0
         group_found: list[tuple[int, Evidence]] = []
@@ -116,6 +119,7 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
                     at[r] = ids_by_seq[seq]
             # A call whose fields were unreadable (repaired by the reader) proves nothing either way.
             at = {r: fid for r, fid in at.items() if not is_unknown_call(lookup.get(fid))}
+            at = _without_cut_groups(at, seq, oldest, lookup)
             if len(set(at.values())) < 2:
                 continue
             bad_count += 1
@@ -126,6 +130,23 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
             group_found = [(r, _with_suffix(ev, f" ({bad_count} sequence numbers differ in all)")) for r, ev in group_found]
         found.extend(group_found)
     return found
+
+
+def _without_cut_groups(at: dict[int, int], seq: int, oldest: dict[int, int], lookup: dict[int, Any]) -> dict[int, int]:
+    """Leave out a rank whose ring starts at ``seq`` holding only the last ops of a coalesced group
+    that others hold whole (the ring overwrote the first ones): a cut, not a different call."""
+    cut = [r for r, fid in at.items() if oldest.get(r) == seq and _is_cut(lookup.get(fid), at.values(), lookup)]
+    return {r: fid for r, fid in at.items() if r not in cut} if cut else at
+
+
+def _is_cut(mine: Any, others: Any, lookup: dict[int, Any]) -> bool:
+    ops = _ops(mine)
+    return any(len(theirs) > len(ops) and theirs[-len(ops):] == ops
+               for theirs in (_ops(lookup.get(fid)) for fid in set(others)))
+
+
+def _ops(fp: Any) -> tuple:
+    return tuple(fp) if _coalesced(fp) else (fp,)
 
 
 def _with_suffix(ev: Evidence, suffix: str) -> Evidence:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from ..read.dump import Entry, P2PChannel
 from .job import Job, ProcessGroup
 from .mismatch import describe_call
+from .pace import Clock
 from .verdict import Evidence
 from .waits import WaitGraph
 
@@ -82,17 +83,18 @@ class _Channel:
 _NONE = _Channel(-1, None, "", P2PChannel(b"", array("q"), array("q")))  # a channel never posted
 
 
-def add_p2p_waits(job: Job, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> P2PFindings:
-    """Pair send/recv in every group that carries them; add edges, direct evidence, mismatches."""
+def add_p2p_waits(job: Job, graph: WaitGraph, evidence: dict[int, list[Evidence]], clock: Clock) -> P2PFindings:
+    """Pair send/recv in every group that carries them; add edges, direct evidence, mismatches.
+    A pending op counts only once it is old enough to be a stall (``clock``)."""
     found = P2PFindings()
     for pg in job.ordered_groups():
         if pg.has_p2p:
-            _group(job, pg, graph, evidence, found)
+            _group(job, pg, graph, evidence, found, clock)
     return found
 
 
 def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, list[Evidence]],
-           found: P2PFindings) -> None:
+           found: P2PFindings, clock: Clock) -> None:
     members = pg.ranks
     sends: dict[tuple[int, int], _Channel] = {}
     recvs: dict[tuple[int, int], _Channel] = {}
@@ -135,24 +137,24 @@ def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, lis
             pairs = list(zip(ps, pr))
             rest_s, rest_r = ps[len(pr):], pr[len(ps):]
         for s, r in pairs:
-            _pair(job, pg, s, r, graph, evidence, found)
+            _pair(job, pg, s, r, graph, evidence, found, clock)
         leftover_sends.setdefault(dst, []).extend(s for s in rest_s if not s.done)
         for r in rest_r:
             if not r.done:
-                _unmatched(job, pg, r, src, graph, found)
+                _unmatched(job, pg, r, src, graph, found, clock)
 
     for dst, anys in sorted(any_recvs.items()):
         waiting = sorted(leftover_sends.pop(dst, []), key=lambda o: o.created_ns)
         pending = anys.ops(anys.first_pending)
         for s, r in zip(waiting, pending):
-            _pair(job, pg, s, r, graph, evidence, found)
+            _pair(job, pg, s, r, graph, evidence, found, clock)
         leftover_sends[dst] = waiting[len(pending):]
         for r in pending[len(waiting):]:
             if not r.done:
-                _unmatched(job, pg, r, None, graph, found)
+                _unmatched(job, pg, r, None, graph, found, clock)
     for dst, left in sorted(leftover_sends.items()):
         for s in left:
-            _unmatched(job, pg, s, dst, graph, found)
+            _unmatched(job, pg, s, dst, graph, found, clock)
 
 
 def _from_start(job: Job, rank: int) -> bool:
@@ -185,7 +187,7 @@ def _shape(job: Job, op: _Op) -> tuple:
 
 
 def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence: dict[int, list[Evidence]],
-          found: P2PFindings) -> None:
+          found: P2PFindings, clock: Clock) -> None:
     if _shape(job, s) != _shape(job, r) and _shape(job, s) and _shape(job, r):
         text = (f"on {pg.label}, rank {s.rank}'s {_call(job, s)} met rank {r.rank}'s {_call(job, r)} "
                 "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
@@ -194,36 +196,41 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
                                                         op=_profiling(job, who), peer=other.rank)))
     if s.done and r.done:
         return
-    found.pending += 1
     if s.done != r.done:
         stuck, other = (r, s) if s.done else (s, r)
+        if not clock.stuck(stuck.created_ns, stuck.rank, what=f"{stuck.name} on {pg.label}"):
+            return
+        found.pending += 1
         evidence.setdefault(stuck.rank, []).append(Evidence(
             "not_completed", pg.name, None,
             f"rank {stuck.rank} posted {stuck.name} on {pg.label} but has not completed it, while rank "
             f"{other.rank} completed the matching {other.name}: its device or network stalled",
             (), True, True, op=_profiling(job, stuck), peer=other.rank))
         return
+    both = max(s.created_ns, r.created_ns)  # the transfer could start once both were posted
+    if not clock.stuck(both, s.rank, clock.earliest((r.rank,)), what=f"{s.name} / {r.name} on {pg.label}"):
+        return
+    found.pending += 1
     hub = (pg.name, None, f"p2p {s.rank}>{r.rank} {s.index}")
-    graph.add(s.rank, hub, [r.rank], "not_completed", lambda q, w: "")
-    graph.add(r.rank, hub, [s.rank], "not_completed", lambda q, w: "")
-    graph.mutual_hubs.add(hub)
-    graph.unexplained.append(
-        f"group {pg.label}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
-        "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
-        "out a rank"
-    )
+    note = (f"group {pg.label}: rank {s.rank} posted {s.name} and rank {r.rank} the matching {r.name}, and "
+            "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
+            "out a rank")
+    for me, other in ((s, r), (r, s)):
+        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note)
 
 
 def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: WaitGraph,
-               found: P2PFindings) -> None:
+               found: P2PFindings, clock: Clock) -> None:
     """A pending op whose counterpart was never posted: the poster waits on the peer."""
-    found.pending += 1
     counterpart = "recv" if op.name.startswith("send") else "send"
     where = pg.label
     call = op.name + (" (any source)" if peer is None else "")
     targets = [peer] if peer is not None else [q for q in pg.ranks if q != op.rank]
     present = [q for q in targets if q in job.dumps]
     absent = [q for q in targets if q not in job.dumps]
+    if not clock.stuck(op.created_ns, op.rank, clock.earliest(present), what=f"{call} on {where}"):
+        return
+    found.pending += 1
     prof = _profiling(job, op)
     if present:
         key = (pg.name, None, f"p2p {op.rank} {op.name} {op.index}")

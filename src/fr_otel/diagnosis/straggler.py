@@ -1,123 +1,215 @@
-"""Stragglers: no hang, but one rank consistently enqueues last.
+"""Stragglers: no hang, but one rank enqueues late, compared with its equals.
 
-For each collective every member recorded, each rank's lateness is its
-``time_created_ns`` minus the median of the group's. Two tests, either names a
-rank: over the recent collectives of all groups, it is last in at least half, by
-a median beyond the threshold (a rank slow all along); or, per group, from some
-collective on (the change point) it is late in at least 80% and last in at least
-half of at least ``straggler_min_collectives`` collectives (a rank that turned
-slow: averaging over its good past would hide it). The evidence says since which
-collective and by how much. Needs no CUDA events (unlike the recorder's timing
-mode). A constant clock offset between hosts looks the same: the evidence says so.
+For each collective every member of a group recorded and completed, each rank's lateness is its
+``time_created_ns`` minus the median of the group's. Some ranks are late by design every
+step: tensor-parallel rank 0 loads the batch before broadcasting it, the last pipeline stage
+finishes its microbatches last. So a rank is compared like with like: with its *equals*, the
+ranks in the same role (the same position in every kind of group that is not a data-parallel
+replica dimension: same pipeline stage, same tensor-parallel rank), on the same op of the
+same kind of group. Its expected lateness is what its equals show there (their median, or
+the smaller of two); with no equal (one rank per role), the group's median stands in, as
+before. A rank whose lateness beyond that expectation is over the threshold is a straggler:
+all along (a median over the recent collectives), or from a change point on (late in at least
+80% of at least ``straggler_min_collectives`` collectives since, mostly on time before). The
+change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
+the last to arrive). Series are per op, so a rank late only before its reduce_scatter is not
+diluted by the all_gathers it reaches on time. Needs no CUDA events. A constant clock offset
+between hosts looks the same: the evidence says so.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
-from collections import Counter
 from dataclasses import dataclass
 
-from .job import Job
+from .job import Job, ProcessGroup
 from .verdict import AnalysisOptions, Evidence
 
 __all__ = ["find_stragglers"]
 
-
 _ONSET_LATE_SHARE = 0.8  # late in at least this share of the collectives since the change point
+# Groups of these kinds hold data-parallel replicas: a rank's position in them is not its role.
+_REPLICA_KIND = re.compile(r"data|(?<![a-z])dp(?![a-z])", re.IGNORECASE)
 
 
 @dataclass(slots=True)
-class _Onset:
-    group: str
-    seq: int  # first collective of the late stretch
-    count: int  # collectives since then
-    median_late_s: float
-    median_before_s: float | None
+class _Series:
+    """One rank's lateness on one op of one group, oldest first."""
+
+    rank: int
+    group: ProcessGroup
+    op: tuple[int, ...]  # fingerprint ids of the calls at each of these seqs
+    seqs: list[int]
+    late: list[float]  # seconds after the group's median enqueue
+
+    @property
+    def kind(self) -> tuple[str, int]:
+        return self.group.desc, len(self.group.ranks)
+
+
+@dataclass(slots=True)
+class _Finding:
+    series: _Series
+    onset: int | None  # index of the change point; None: late all along
+    late_share: float
+    median_s: float  # median lateness beyond expectation, since the onset (or overall)
+    before_s: float | None  # before the onset
+    p90_s: float
+    expected_s: float
+    equals: int  # how many ranks (itself included) its expectation came from
+
+    @property
+    def count(self) -> int:
+        return len(self.series.seqs) - (self.onset or 0)
 
 
 def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evidence]]:
-    lateness: dict[int, list[float]] = {}
-    last_count: Counter[int] = Counter()
-    samples_in: dict[int, Counter[str]] = {}
-    onsets: dict[int, _Onset] = {}
+    """Ranks late beyond what their equals show, with the evidence (one per rank, the strongest)."""
+    series = _lateness(job, options)
+    role = _roles(job)
+    typical: dict[tuple, list[float]] = {}  # (kind, op, role) -> each equal's median lateness
+    at_seq: dict[tuple, dict[int, list[float]]] = {}  # ... -> seq -> each equal's lateness there
+    for s in series:
+        key = (s.kind, s.op, role.get(s.rank))
+        typical.setdefault(key, []).append(statistics.median(s.late))
+        by_seq = at_seq.setdefault(key, {})
+        for seq, x in zip(s.seqs, s.late):
+            by_seq.setdefault(seq, []).append(x)
+    # Parallel groups of a kind run the same program (the same seq is the same op): expectations
+    # are seq by seq where every equal holds the seq (by-design lateness varies within a step).
+    overall = {key: _expected(peers) for key, peers in typical.items()}
+    expected_at = {key: {seq: _expected(xs) for seq, xs in by_seq.items() if len(xs) == len(typical[key])}
+                   for key, by_seq in at_seq.items()}
+    best: dict[int, _Finding] = {}
+    for s in series:
+        key = (s.kind, s.op, role.get(s.rank))
+        at, whole = expected_at[key], overall[key]
+        expected = [at.get(q, whole) for q in s.seqs]
+        found = _judge(s, [x - e for x, e in zip(s.late, expected)], whole, len(typical[key]), options)
+        if found is not None and (s.rank not in best or (found.count, found.median_s) >
+                                  (best[s.rank].count, best[s.rank].median_s)):
+            best[s.rank] = found
+    return [(r, _evidence(job, f)) for r, f in sorted(best.items())]
+
+
+def _lateness(job: Job, options: AnalysisOptions) -> list[_Series]:
+    """Per group with every member's dump, per op, per member: lateness over the recent common seqs."""
+    out: list[_Series] = []
+    window = options.straggler_window
     for pg in job.ordered_groups():
-        if len(pg.ranks) < 2 or any(r not in job.dumps for r in pg.ranks):
+        if len(pg.ranks) < 2 or pg.has_p2p or any(r not in job.dumps for r in pg.ranks):
             continue
         times: dict[int, dict[int, int]] = {}
+        ops: dict[int, tuple[int, ...]] = {}
         for r in pg.ranks:
             h = job.dumps[r].histories.get(pg.name)
             if h is None:
                 times = {}
                 break
-            window = options.straggler_window * 2
-            times[r] = dict(zip(h.seq[-window:], h.created_ns[-window:]))
-        common = set.intersection(*(set(t) for t in times.values())) if times else set()
-        seqs = sorted(common)[-options.straggler_window :]
-        series: dict[int, list[float]] = {r: [] for r in pg.ranks}
-        lasts: list[int] = []
-        for seq in seqs:
-            stamps = {r: times[r][seq] for r in pg.ranks}
-            med = statistics.median(stamps.values())
-            for r, t in stamps.items():
-                late = (t - med) / 1e9
-                lateness.setdefault(r, []).append(late)
-                series[r].append(late)
-            latest_rank = max(stamps, key=stamps.__getitem__)
-            lasts.append(latest_rank)
-            last_count[latest_rank] += 1
-            samples_in.setdefault(latest_rank, Counter())[pg.name] += 1
-        for r, n_last in Counter(lasts).items():
-            if n_last < options.straggler_min_collectives:
+            seqs, created, done = h.seq[-2 * window:], h.created_ns[-2 * window:], h.completed[-2 * window:]
+            # Completed collectives only: one still in flight is a snapshot of arrivals still under
+            # way (and all an only-active dump holds), not a record of who came late.
+            times[r] = {s: t for s, t, ok in zip(seqs, created, done) if ok}
+            if not ops:
+                for seq, fid in zip(seqs, h.fingerprint[-2 * window:]):
+                    ops[seq] = ops.get(seq, ()) + (fid,)
+        if not times:
+            continue
+        common = sorted(set.intersection(*(set(t) for t in times.values())) & set(ops))[-window:]
+        by_op: dict[tuple[int, ...], list[int]] = {}
+        for seq in common:
+            by_op.setdefault(ops[seq], []).append(seq)
+        for op, seqs in by_op.items():
+            if len(seqs) < options.straggler_min_collectives:
                 continue
-            onset = _onset(pg.name, seqs, series[r], [x == r for x in lasts], options)
-            if onset is not None and (r not in onsets or onset.count > onsets[r].count):
-                onsets[r] = onset
-    out = []
-    for rank in sorted(set(lateness) | set(onsets)):
-        values = lateness.get(rank, [])
-        n = len(values)
-        median_late = statistics.median(values) if values else 0.0
-        share_last = last_count[rank] / n if n else 0.0
-        steady = n >= options.straggler_min_collectives and median_late >= options.straggler_threshold_s \
-            and share_last >= 0.5
-        onset = onsets.get(rank)
-        if onset is not None and onset.median_before_s is not None:
-            pg = job.groups[onset.group]
-            before = onset.median_before_s
-            text = (
-                f"rank {rank} enqueued the last {onset.count} collectives on {pg.label} late, since #{onset.seq}: "
-                f"a median {onset.median_late_s * 1e3:.0f} ms after its peers (before #{onset.seq}: "
-                f"{before * 1e3:.0f} ms); no collective is stuck"
-            )
-            out.append((rank, Evidence("straggler", onset.group, onset.seq, text)))
-        elif steady or onset is not None:
-            group = samples_in[rank].most_common(1)[0][0] if samples_in.get(rank) else onset.group  # type: ignore[union-attr]
-            pg = job.groups[group]
-            p90 = sorted(values)[int(0.9 * (n - 1))] if values else 0.0
-            text = (
-                f"rank {rank} enqueued {last_count[rank]} of {n} recent collectives last, a median "
-                f"{median_late * 1e3:.0f} ms after its peers (p90 {p90 * 1e3:.0f} ms), mostly on {pg.label}; "
-                "no collective is stuck (a constant offset could also be clock skew between hosts)"
-            )
-            out.append((rank, Evidence("straggler", group, None, text)))
+            medians = [statistics.median(times[r][s] for r in pg.ranks) for s in seqs]
+            for r in pg.ranks:
+                out.append(_Series(r, pg, op, seqs, [(times[r][s] - m) / 1e9 for s, m in zip(seqs, medians)]))
     return out
 
 
-def _onset(group: str, seqs: list[int], late: list[float], last: list[bool], options: AnalysisOptions) -> _Onset | None:
-    """The earliest collective from which the rank is (almost) always late and mostly last."""
+def _roles(job: Job) -> dict[int, tuple]:
+    """Each rank's role: its position in every kind of group (desc, size) with several instances
+    that is not a data-parallel replica dimension; ranks with the same role are equals."""
+    kinds: dict[tuple[str, int], list[ProcessGroup]] = {}
+    for pg in job.groups.values():
+        kinds.setdefault((pg.desc, len(pg.ranks)), []).append(pg)
+    use = sorted(k for k, groups in kinds.items() if len(groups) > 1 and not _REPLICA_KIND.search(k[0]))
+    roles: dict[int, list[int]] = {r: [-1] * len(use) for r in job.dumps}
+    for i, k in enumerate(use):
+        for pg in kinds[k]:
+            for pos, r in enumerate(pg.ranks):
+                if r in roles:
+                    roles[r][i] = pos
+    return {r: tuple(v) for r, v in roles.items()}
+
+
+def _expected(peers: list[float]) -> float:
+    """How late a rank's equals are (itself among them): their median, the smaller of two, or 0 alone."""
+    if len(peers) >= 3:
+        return statistics.median(peers)
+    if len(peers) == 2:
+        return min(peers)
+    return 0.0
+
+
+def _judge(s: _Series, res: list[float], expected: float, equals: int, options: AnalysisOptions) -> _Finding | None:
+    """Late all along, or from a change point on; None when neither holds."""
     threshold = options.straggler_threshold_s
-    n = len(late)
-    n_late = n_last = 0
-    best: int | None = None
-    for s in range(n - 1, -1, -1):
-        n_late += late[s] >= threshold
-        n_last += last[s]
-        length = n - s
-        if (length >= options.straggler_min_collectives and late[s] >= threshold
-                and n_late >= _ONSET_LATE_SHARE * length and 2 * n_last >= length):
-            best = s
-    if best is None:
+    n = len(res)
+    late = [x >= threshold for x in res]
+    # The change point: the split that best separates "mostly on time" before from "late" after.
+    score = best_score = sum(1 if x else -1 for x in late)  # everything "after" a split at 0
+    best = 0
+    for i in range(1, n):
+        score += -2 if late[i - 1] else 2  # move seq i-1 to "before"
+        if score > best_score:
+            best, best_score = i, score
+    after = res[best:]
+    if len(after) < options.straggler_min_collectives or not late[best]:
         return None
-    before = late[:best]
-    return _Onset(group, seqs[best], n - best, statistics.median(late[best:]),
-                  statistics.median(before) if before else None)
+    share = sum(late[best:]) / len(after)
+    median = statistics.median(after)
+    if best == 0:
+        if median < threshold:
+            return None
+        return _Finding(s, None, share, median, None, _p90(after), expected, equals)
+    before = res[:best]
+    if share < _ONSET_LATE_SHARE or sum(late[:best]) * 2 >= len(before):
+        return None
+    return _Finding(s, best, share, median, statistics.median(before), _p90(after), expected, equals)
+
+
+def _p90(values: list[float]) -> float:
+    return sorted(values)[int(0.9 * (len(values) - 1))]
+
+
+def _evidence(job: Job, f: _Finding) -> Evidence:
+    s = f.series
+    label = s.group.label
+    what = _op_text(job, s)
+    like = (f" (compared with its {f.equals - 1} equal(s) in the same role, which are {f.expected_s * 1e3:.0f} ms "
+            "late there by design)" if f.equals > 1 and abs(f.expected_s) >= 0.001 else "")
+    if f.onset is not None:
+        seq = s.seqs[f.onset]
+        text = (f"rank {s.rank} enqueued the last {f.count} {what} on {label} late, since #{seq}: a median "
+                f"{f.median_s * 1e3:.0f} ms after its peers (before #{seq}: {f.before_s * 1e3:.0f} ms){like}; "  # type: ignore[operator]
+                "no collective is stuck")
+        return Evidence("straggler", s.group.name, seq, text)
+    n_late = round(f.late_share * len(s.seqs))
+    text = (f"rank {s.rank} enqueued {n_late} of {len(s.seqs)} recent {what} on {label} late, a median "
+            f"{f.median_s * 1e3:.0f} ms after its peers (p90 {f.p90_s * 1e3:.0f} ms){like}; no collective is "
+            "stuck (a constant offset could also be clock skew between hosts)")
+    return Evidence("straggler", s.group.name, None, text)
+
+
+def _op_text(job: Job, s: _Series) -> str:
+    """``_reduce_scatter_base`` (the first call of the op), from the rank's own fingerprint table."""
+    dump = job.dumps[s.rank]
+    for fid in s.op:
+        call = dump.fingerprints.get(fid)
+        if call and call[0] != "coalesced":
+            return f"{call[0]} collectives"
+    return "collectives"
+

@@ -15,14 +15,19 @@ from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job, ProcessGroup
+from .pace import Ages
 
 __all__ = [
-    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "AnalysisOptions", "Evidence", "Culprit", "InFlight",
-    "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "format_clock", "reference_ns",
+    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Evidence", "Culprit",
+    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "Waiting", "format_clock",
+    "reference_ns",
 ]
 
 # Strongest evidence first: one record per rank keeps its strongest kind.
-KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "straggler")
+KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "straggler", "unknown")
+#: Kinds that are reported, not blamed: ``unknown`` is a rank without a readable dump whose
+#: every wait a proven culprit explains.
+NOT_BLAMED = frozenset({"unknown"})
 
 DEFAULT_STRAGGLER_THRESHOLD_S = 0.05
 
@@ -34,6 +39,9 @@ class AnalysisOptions:
     straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # median enqueue lateness that makes a straggler
     straggler_min_collectives: int = 5
     straggler_window: int = 256  # most recent collectives per group to judge skew on
+    # The dumps were taken as the job ended (an uncaught exception, SIGTERM): nothing in flight will
+    # finish, so every wait counts whatever its age (else ages are weighed: diagnosis.pace).
+    ending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,12 @@ class Culprit:
     stopped_after_s: float | None = None  # after the first culprit stopped; None when the order is unknown
     process: RankProcess | None = None  # where it runs, when known
     now: LiveStacks | None = None  # its threads' stacks at incident time (live agent only)
+    waits_on: tuple[int, ...] = ()  # kind "unknown": the culprit(s) that explain its silence
+
+    @property
+    def blamed(self) -> bool:
+        """A culprit, not merely reported (``unknown``)."""
+        return self.kind not in NOT_BLAMED
 
     @property
     def node(self) -> str | None:
@@ -120,6 +134,7 @@ class Culprit:
             "stopped_ns": self.stopped_ns,
             "stopped_after_s": self.stopped_after_s,
             "now": self.now_dict(),
+            "waits_on": list(self.waits_on),
         }
 
 
@@ -175,6 +190,32 @@ class GroupState:
                 "step": f.step,
             }
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Ranks that wait only because of culprits, and the culprit(s) their waits lead to."""
+
+    ranks: tuple[int, ...]
+    waits_on: tuple[int, ...]
+
+    @property
+    def text(self) -> str:
+        """``waits on rank 30`` / ``waits on ranks 9 and 22``."""
+        if len(self.waits_on) == 1:
+            return f"waits on rank {self.waits_on[0]}"
+        if len(self.waits_on) == 2:
+            return f"waits on ranks {self.waits_on[0]} and {self.waits_on[1]}"
+        return f"waits on ranks {compress_ranks(self.waits_on)}"
+
+    def sentence(self) -> str:
+        """``ranks 0-29,31 wait on rank 30``."""
+        if len(self.ranks) == 1:
+            return f"rank {self.ranks[0]} {self.text}"
+        return f"ranks {compress_ranks(self.ranks)} wait" + self.text[len("waits"):]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "waits_on": list(self.waits_on), "text": self.text}
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +359,13 @@ class Verdict:
     stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
     nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # nodes (else hosts) with several culprits
     steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
+    ages: Ages | None = None  # how old what was in flight was, against the job's pace
+    waiting: list[Waiting] = field(default_factory=list)  # ranks stuck only behind the culprits
+
+    @property
+    def blamed(self) -> list[Culprit]:
+        """The culprits, without the ranks only reported (``unknown``)."""
+        return [c for c in self.culprits if c.blamed]
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -335,6 +383,8 @@ class Verdict:
             "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
             "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],  # h: the node name where known
             "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
+            "ages": self.ages.to_dict() if self.ages is not None else None,
+            "waiting": [w.to_dict() for w in self.waiting],
         }
         if include_groups:
             out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]

@@ -8,6 +8,11 @@ components that someone waits on: waited for, and waiting for no one (a cycle of
 ranks waiting on each other is a sink too: collectives issued in different
 orders). A rank that enqueued a collective its peers completed, but did not
 complete it itself, is evidence on its own (its device or network stalled).
+
+A collective every member entered (or a send/recv both sides posted) that none
+finished is a *mutual* hub: it blames no one, unless one of its members is a proven
+cause (its device stalled, or it called something else there): then the hub points
+at that member, and everyone inside waits on it (:meth:`WaitGraph.explain_mutual`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, Callable
 
 from ..common.ranks import compress_ranks
 from .job import Job
+from .pace import Clock
 from .verdict import Evidence, GroupState
 
 __all__ = ["WaitGraph", "add_waits"]
@@ -29,10 +35,55 @@ class WaitGraph:
         # hub -> (kind, describe(culprit, waiting ranks text))
         self.hubs: dict[tuple[str, int | None, str], tuple[str, Callable[[int, str], str], str | None]] = {}
         self.mutual_hubs: set[Any] = set()
-        self.unexplained: list[str] = []
-        # Ranks whose own device or network stalled (direct evidence): what they in turn
-        # wait on is a consequence, so their outgoing edges do not make them less of a cause.
+        self._mutual_notes: dict[Any, str] = {}  # mutual hub -> why no rank can be singled out
+        # Proven causes (own device or network stalled; called a different op): what they in
+        # turn wait on is a consequence, so their outgoing edges do not make them less of a cause.
         self.stalled: set[int] = set()
+
+    @property
+    def unexplained(self) -> list[str]:
+        """Why no rank can be singled out, per mutual hub still unexplained."""
+        return [self._mutual_notes[h] for h in self._mutual_notes if h in self.mutual_hubs]
+
+    def add_mutual(self, waiter: int, others: list[int], hub: tuple[str, int | None, str], inside: str,
+                   note: str) -> None:
+        """``waiter`` and ``others`` are all inside one collective or transfer (``inside``) none finished."""
+        self.add(waiter, hub, others, "not_completed",
+                 lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}, which rank {q} never finishes")
+        self.mutual_hubs.add(hub)
+        self._mutual_notes[hub] = note
+
+    def explain_mutual(self, roots: set[int]) -> None:
+        """A mutual hub holding a proven cause waits on that cause alone (a cascade, not a mystery)."""
+        for hub in list(self.mutual_hubs):
+            inside = {w for w, hubs in self.edges.items() if isinstance(w, int) and hub in hubs}
+            causes = inside & roots
+            if causes:
+                self.edges[hub] = causes
+                self.mutual_hubs.discard(hub)
+                for c in causes:  # a cause does not wait on itself
+                    self.edges[c].discard(hub)
+
+    def waiters(self, hub: Any) -> list[int]:
+        return sorted(w for w, hubs in self.edges.items() if isinstance(w, int) and hub in hubs)
+
+    def reaching(self, targets: set[int]) -> dict[int, set[int]]:
+        """For every rank that waits, directly or through others, on any of ``targets``: which."""
+        back: dict[Any, set[Any]] = {}
+        for node, outs in self.edges.items():
+            for nxt in outs:
+                back.setdefault(nxt, set()).add(node)
+        out: dict[int, set[int]] = {}
+        for t in targets:
+            seen, todo = {t}, [t]
+            while todo:
+                for prev in back.get(todo.pop(), ()):
+                    if prev not in seen:
+                        seen.add(prev)
+                        todo.append(prev)
+                        if isinstance(prev, int) and prev != t:
+                            out.setdefault(prev, set()).add(t)
+        return out
 
     def add(
         self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: str,
@@ -137,7 +188,10 @@ def _sink_components(edges: dict[Any, set[Any]]) -> list[list[Any]]:
     return sinks
 
 
-def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int, list[Evidence]]) -> None:
+def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int, list[Evidence]],
+              clock: Clock) -> None:
+    """Each member's wait in its oldest collective in flight, if that wait is old enough to be a
+    stall (``clock``): a younger one is the job at work, not evidence against anyone."""
     pg = state.group
     if pg.has_p2p or len(pg.ranks) < 2:
         return
@@ -147,6 +201,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
     # Who is behind depends on the sequence number only, and thousands of waiters share one:
     # each list is computed once per (question, seq), not once per waiter (O(N^2) at 16k ranks).
     memo: dict[tuple[str, int], list[int]] = {}
+    laggards_dumped: dict[int, int | None] = {}  # seq -> the earliest dump among those who never enqueued it
 
     def ranks_where(question: str, seq: int) -> list[int]:
         found = memo.get((question, seq))
@@ -162,8 +217,13 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         seq = p.completed + 1
         op = _op_at(job, r, pg.name, seq)
         inside = f"{op} #{seq} on {label}"
+        created = _created_at(job, r, pg.name, seq)
 
         laggards = ranks_where("enqueued_before", seq)
+        if seq not in laggards_dumped:
+            laggards_dumped[seq] = clock.earliest(laggards)
+        if not clock.stuck(created, r, laggards_dumped[seq], what=inside):
+            continue
         if laggards:
             graph.add(r, (pg.name, seq, "enq"), laggards, "not_enqueued",
                       lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} never "
@@ -196,13 +256,21 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
                       f"completed #{known[q].completed + 1}")
             continue
         # Every member entered and none completed: the fault is inside this collective.
-        hub = (pg.name, seq, "all")
-        graph.add(r, hub, [q for q in known if q != r], "not_completed", lambda q, w: "")
-        graph.mutual_hubs.add(hub)
-        graph.unexplained.append(
+        graph.add_mutual(
+            r, [q for q in known if q != r], (pg.name, seq, "all"), inside,
             f"group {label}: all {len(known)} ranks entered {op} #{seq} and none completed it; "
-            "the fault is inside the collective (device or network) and the recorder cannot single out a rank"
-        )
+            "the fault is inside the collective (device or network) and the recorder cannot single out a rank")
+
+
+def _created_at(job: Job, rank: int, group: str, seq: int) -> int | None:
+    """When ``rank`` enqueued ``group`` #``seq`` (from its columns), None if its ring lost it."""
+    dump = job.dumps.get(rank)
+    h = dump.histories.get(group) if dump is not None else None
+    i = h.position(seq) if h is not None else None
+    if i is not None:
+        return h.created_ns[i]  # type: ignore[union-attr]
+    found = job.entries_at(rank, group, seq)
+    return found[0].time_created_ns if found else None
 
 
 def _op_at(job: Job, rank: int, group: str, seq: int) -> str:

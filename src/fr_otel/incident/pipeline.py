@@ -23,7 +23,7 @@ from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
 from ..diagnosis.verdict import AnalysisOptions, Verdict
 from ..read.dump import RankDump
-from ..read.incident_file import IncidentIdentity
+from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
@@ -122,7 +122,7 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
     """
     job = build_job(evidence)
     identity = evidence.side.identity
-    result = IncidentResult(job, analyze(job, plan.analysis), identity)
+    result = IncidentResult(job, analyze(job, _analysis_options(plan, identity)), identity)
     if plan.trace is None:
         return result
     from ..trace.spans import (
@@ -140,6 +140,14 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
     if plan.files_to is not None:
         _write_files(result, plan)
     return result
+
+
+def _analysis_options(plan: IncidentPlan, identity: IncidentIdentity | None) -> AnalysisOptions:
+    """An incident raised as the job ended (an uncaught exception, SIGTERM: the live agent's reason,
+    or the one incident.json recorded) counts every wait, however young: nothing will finish now."""
+    reason = next((str(v) for k, v in (plan.trace.root_attributes if plan.trace else ()) if k == REASON_ATTRIBUTE),
+                  identity.reason if identity is not None else "")
+    return replace(plan.analysis, ending=True) if ends_job(reason) else plan.analysis
 
 
 def _with_identity(options: TraceOptions, identity: IncidentIdentity | None) -> TraceOptions:

@@ -27,10 +27,21 @@ from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
 from .rank_process import RankProcess, process_from_raw
 
-__all__ = ["FORMAT", "INCIDENT_FILE", "IncidentIdentity", "dump_file_sizes", "find_identity", "read_identity"]
+__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "IncidentIdentity", "dump_file_sizes",
+           "ends_job", "find_identity", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
+#: The root span attribute (and root attribute of incident.json) that says why the incident was raised.
+REASON_ATTRIBUTE = "fr_otel.incident.reason"
+#: How the agent words the reasons of incidents raised as the job ends (an uncaught exception,
+#: SIGTERM): nothing in flight will finish then, so the analysis counts every wait, young or old.
+ENDING_REASONS = ("uncaught ", "SIGTERM")
+
+
+def ends_job(reason: str) -> bool:
+    """An incident raised for ``reason`` was raised as the job ended."""
+    return reason.startswith(ENDING_REASONS)
 _MAX_BYTES = 64 << 20
 _ROOT_VALUE_TYPES = (str, int, float, bool)
 
@@ -50,6 +61,11 @@ class IncidentIdentity:
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why the live incident was raised (its root span's ``fr_otel.incident.reason``), or ""."""
+        return next((str(v) for k, v in self.root_attributes if k == REASON_ATTRIBUTE), "")
 
     def stale_for(self, dumps: Mapping[int, RankDump]) -> str | None:
         """Why this identity does not describe these dump files (a newer incident overwrote

@@ -7,6 +7,7 @@ Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
 
 from __future__ import annotations
 
+from ..common.ranks import compress_ranks
 from ..diagnosis.verdict import Culprit
 from ..read.dump import op_name
 from .facts import Facts
@@ -58,6 +59,11 @@ def next_step(f: Facts, c: Culprit) -> str:
                 "(OOM killer, crash, lost node: the scheduler's and the node's logs, <code>dmesg</code>), and make "
                 "sure every rank can dump (<code>TORCH_NCCL_DUMP_ON_TIMEOUT=1</code>, a writable "
                 "<code>TORCH_FR_DUMP_TEMP_FILE</code> location).")
+    if c.kind == "unknown":
+        cause = f"rank {compress_ranks(c.waits_on)}" if c.waits_on else "the culprits above"
+        return (f"Rank {r} left no readable dump, but its peers show it kept pace until {esc(cause)} stopped: it most "
+                f"likely waits on {esc(cause)}, so start there. Then find out why rank {r}'s dump is missing or cut "
+                "short (killed while writing, disk full: the node's logs, <code>dmesg</code>).")
     if c.kind == "straggler":
         return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it "
                 f"({_py_spy(c, 'top')}, the torch profiler): data loading, CPU contention, thermal "

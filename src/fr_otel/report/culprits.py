@@ -33,6 +33,11 @@ def verdict_section(f: Facts) -> str:
         out.append(f'<p class="next"><b>Next step</b> {general_next_step(f)}</p></div>')
     for c in v.culprits[:MAX_CULPRIT_CARDS]:
         out.append(_culprit_card(f, c))
+    if v.waiting:
+        items = "".join(f"<li>{esc(w.sentence(), 300)}</li>" for w in v.waiting[:MAX_CULPRIT_CARDS])
+        more = f"<li>… and {len(v.waiting) - MAX_CULPRIT_CARDS} more</li>" if len(v.waiting) > MAX_CULPRIT_CARDS else ""
+        out.append(f'<div class="card waiting"><p><b>Waiting</b> (stuck only behind the culprits)</p>'
+                   f"<ul>{items}{more}</ul></div>")
     rest = v.culprits[MAX_CULPRIT_CARDS:]
     if rest:
         out.append(f'<h3>{len(rest)} more culprits</h3><table class="grid"><thead><tr><th>Rank</th><th>Kind</th>'
@@ -58,6 +63,8 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
     if c.waiting_ranks:
         who = "Its peers (called differently)" if c.kind == "mismatch" else "Waited on by"
         facts.append((who, esc(compress_ranks(c.waiting_ranks, limit=16))))
+    if c.waits_on:
+        facts.append(("Most likely waits on", esc(f"rank {compress_ranks(c.waits_on)}")))
     if c.host:
         facts.append(("Host", f"<code>{esc(c.host, 120)}</code>"))
     if c.node and c.node != c.host:

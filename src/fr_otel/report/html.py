@@ -92,10 +92,13 @@ def write_report(path: str | os.PathLike[str], document: str) -> int:
 
 
 def _culprit_ranks_text(v: Verdict) -> str:
-    if not v.culprits:
-        return ""
-    ranks = [c.rank for c in v.culprits]
-    return f"culprit rank{'s' if len(ranks) > 1 else ''} {compress_ranks(ranks, limit=16)}"
+    ranks = [c.rank for c in v.blamed]
+    unknown = [c.rank for c in v.culprits if not c.blamed]
+    text = f"culprit rank{'s' if len(ranks) > 1 else ''} {compress_ranks(ranks, limit=16)}" if ranks else ""
+    if unknown:
+        text += ("; " if text else "") + f"state unknown: rank{'s' if len(unknown) > 1 else ''} " \
+            f"{compress_ranks(unknown, limit=16)}"
+    return text
 
 
 def _when(ns: int | None) -> str:

@@ -59,6 +59,7 @@ _KIND_TEXT = {
     "mismatch": "mismatch",
     "missing_dump": "no dump",
     "straggler": "straggler",
+    "unknown": "state unknown",
 }
 
 

@@ -21,8 +21,11 @@ def verdict_line(v: Verdict) -> str:
     head = headline(v.verdict).terminal
     if v.incomplete is not None:
         head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
-    if v.culprits:
-        head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.culprits)}"
+    if v.blamed:
+        head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.blamed)}"
+    unknown = [c.rank for c in v.culprits if not c.blamed]
+    if unknown:
+        head += f"; state unknown: rank(s) {compress_ranks(unknown)}"
     return head
 
 
@@ -43,6 +46,12 @@ def render_verdict(v: Verdict) -> str:
         rest = v.culprits[MAX_CULPRITS:]
         kinds = sorted({c.kind for c in rest})
         lines.append(f"  … and {len(rest)} more culprit(s): ranks {compress_ranks(c.rank for c in rest)} ({', '.join(kinds)})")
+    if v.waiting:
+        lines.append("")
+        lines.append("Waiting (stuck only behind the culprits):")
+        lines.extend(f"  {w.sentence()}" for w in v.waiting[:MAX_GROUP_LINES])
+        if len(v.waiting) > MAX_GROUP_LINES:
+            lines.append(f"  … {len(v.waiting) - MAX_GROUP_LINES} more (see --json)")
     stuck = [g for g in v.groups if g.in_flight is not None]
     if stuck:
         lines.append("")

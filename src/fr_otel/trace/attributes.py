@@ -24,7 +24,7 @@ __all__ = [
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
     "CULPRIT_HOSTS", "CULPRIT_NODES", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
-    "HOST_NAME", "PROCESS_PID", "STUCK",
+    "HOST_NAME", "PROCESS_PID", "STUCK", "UNKNOWN_RANKS",
 ]
 
 # What the recorder says (span and resource attributes)
@@ -66,6 +66,7 @@ CULPRIT_KINDS = "fr_otel.culprit_kinds"
 CULPRIT_EVIDENCE = "fr_otel.culprit_evidence"
 IS_CULPRIT = "fr_otel.culprit"
 CULPRIT_KIND = "fr_otel.culprit_kind"
+UNKNOWN_RANKS = "fr_otel.unknown_ranks"  # no readable dump, every wait on them explained by a culprit: not blamed
 NOTES = "fr_otel.notes"
 PROBLEMS = "fr_otel.problems"
 JOB_ID = "fr_otel.job_id"

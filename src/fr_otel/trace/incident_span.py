@@ -19,21 +19,25 @@ __all__ = ["incident_span", "now_attributes"]
 def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list[str]) -> ReadableSpan:
     """``fr_otel.incident``: from the first exported op to the reference time; ``notes`` are the trace's own."""
     v = frame.verdict
+    blamed = v.blamed  # ranks only reported (state unknown) are listed apart: never as culprits
     max_frames = frame.options.max_stack_frames
     attrs: dict[str, Any] = {
         A.SPAN_ROLE: "incident",
         A.VERDICT: v.verdict,
-        A.CULPRIT_RANKS: [c.rank for c in v.culprits],
-        A.CULPRIT_KINDS: [c.kind for c in v.culprits],
-        A.CULPRIT_EVIDENCE: [clip(c.evidence, 500) for c in v.culprits[:32]],
+        A.CULPRIT_RANKS: [c.rank for c in blamed],
+        A.CULPRIT_KINDS: [c.kind for c in blamed],
+        A.CULPRIT_EVIDENCE: [clip(c.evidence, 500) for c in blamed[:32]],
         A.RANKS_LOADED: v.ranks_loaded,
         A.JOB_ID: frame.job_id,
         A.HISTORY_TOTAL: entries_total,
     }
     if v.world_size is not None:
         attrs[A.WORLD_SIZE] = v.world_size
-    if v.culprits:
-        c = v.culprits[0]
+    unknown = [c.rank for c in v.culprits if not c.blamed]
+    if unknown:
+        attrs[A.UNKNOWN_RANKS] = unknown
+    if blamed:
+        c = blamed[0]
         attrs[A.PG_NAME] = c.group_name
         attrs[A.PG_DESC] = c.group_desc
         if c.collective_seq_id is not None:
@@ -44,8 +48,8 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         if step is not None:
             attrs[A.TRAINING_STEP] = step
         attrs.update(now_attributes(c.process, c.now, max_frames))
-    if any(c.host for c in v.culprits):
-        attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in v.culprits]
+    if any(c.host for c in blamed):
+        attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in blamed]
     if v.nodes:
         attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
     if v.stop_order is not None and v.stop_order.first is not None:
@@ -68,10 +72,10 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
                        **now_attributes(c.process, c.now, max_frames)}),
             timestamp=frame.now,
         )
-        for c in v.culprits[:64]
+        for c in blamed[:64]
     ]
     bad = v.verdict in ("hang", "desync")
-    status = (Status(StatusCode.ERROR, f"{v.verdict}: ranks {compress_ranks(c.rank for c in v.culprits)}") if bad
+    status = (Status(StatusCode.ERROR, f"{v.verdict}: ranks {compress_ranks(c.rank for c in blamed)}") if bad
               else Status(StatusCode.UNSET))
     return ReadableSpan(
         name="fr_otel.incident",

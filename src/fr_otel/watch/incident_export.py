@@ -73,7 +73,7 @@ class IncidentExport:
         def traced(result: IncidentResult) -> None:
             assert result.trace is not None
             incident.trace_id, incident.verdict = result.trace.trace_id_hex, result.verdict.verdict
-            incident.culprits = [c.rank for c in result.verdict.culprits]
+            incident.culprits = [c.rank for c in result.verdict.blamed]
             incident.missing = sorted(set(incident.missing) | set(result.verdict.missing_ranks))
             record(False)
 

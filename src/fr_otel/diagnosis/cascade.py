@@ -1,0 +1,99 @@
+"""Cascades: who waits only because of a culprit, and absent ranks whose silence is explained.
+
+Once the culprits are known, every other rank that waits does so through them: its waits
+lead, rank by rank and group by group, to a culprit. :func:`waiting_on` says which culprit(s)
+each waiting rank ends at ("waits on rank 30"), so a rank stuck behind a hung collective is
+reported as such, never as a culprit of its own.
+
+A rank without a readable dump (absent, truncated) that others wait on is a candidate
+``missing_dump``. It is only that when it is the best explanation. When it shares a group
+with a proven culprit, and its peers' records show it kept pace until that culprit stopped
+(they completed work with it that late), it was most likely stuck behind that culprit like its
+peers: it is reported as ``unknown``, not blamed. Only-active dumps hold no completed work,
+so they can never show that a rank kept pace: there it stays ``missing_dump``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .job import Job
+from .verdict import Waiting
+from .waits import WaitGraph
+
+__all__ = ["explained_absences", "waiting_on"]
+
+_CHANNEL = re.compile(r"^(?:send (\d+)->(\d+)|recv (\d+)<-(\d+))$")
+
+
+def waiting_on(graph: WaitGraph, culprits: set[int], listed: set[int]) -> list[Waiting]:
+    """Every waiting rank not already ``listed``, grouped by the culprit(s) its waits lead to."""
+    by_target: dict[tuple[int, ...], list[int]] = {}
+    for rank, targets in graph.reaching(culprits).items():
+        if rank not in listed:
+            by_target.setdefault(tuple(sorted(targets)), []).append(rank)
+    return [Waiting(tuple(sorted(ranks)), targets) for targets, ranks in sorted(by_target.items())]
+
+
+def explained_absences(job: Job, absent: list[int], proven: set[int], slack_ns: int) -> dict[int, tuple[int, str]]:
+    """Absent ranks others wait on whose silence a proven culprit explains: rank -> (culprit, why).
+
+    ``slack_ns``: how long before the culprit stopped the absent rank may have last been seen
+    and still count as having kept pace (the job's stall threshold).
+    """
+    out: dict[int, tuple[int, str]] = {}
+    for m in absent:
+        seen = last_seen_ns(job, m)
+        if seen is None:
+            continue
+        for c in sorted(proven):
+            dump = job.dumps.get(c)
+            shared = _shared_group(job, m, c)
+            if dump is None or shared is None or not dump.latest_ns:
+                continue
+            gap_s = (dump.latest_ns - seen) / 1e9
+            if seen >= dump.latest_ns - slack_ns:
+                how = (f"{gap_s:.2f} s before rank {c}'s last recorded activity" if gap_s > 0
+                       else "as late as rank {c}'s last recorded activity".format(c=c))
+                out[m] = (c, f"there is no readable dump from rank {m}; it shares {shared} with rank {c}, and its "
+                             f"peers' records show it kept pace until {how}: it most likely waits on rank {c} "
+                             "like its peers, so it is reported, not blamed")
+                break
+    return out
+
+
+def last_seen_ns(job: Job, rank: int) -> int | None:
+    """The latest enqueue time of any collective or send/recv that ``rank``'s peers completed with it
+    (a collective completes only once every member is in it): when it was last seen at work."""
+    latest = 0
+    for pg in job.groups.values():
+        if rank not in pg.ranks or len(pg.ranks) < 2:
+            continue
+        me = pg.ranks.index(rank) if pg.membership == "pg_config" else None
+        for q in pg.ranks:
+            d = job.dumps.get(q)
+            h = d.histories.get(pg.name) if d is not None else None
+            if h is None:
+                continue
+            at = h.completed.rfind(1)
+            if at >= 0 and not pg.has_p2p:
+                latest = max(latest, h.created_ns[at])
+            if me is None:
+                continue
+            for name, ch in h.p2p.items():
+                m = _CHANNEL.match(name)
+                if m is None or int(m.group(2) or m.group(4)) != me:
+                    continue
+                at = ch.done.rfind(1)
+                if at >= 0:
+                    latest = max(latest, ch.created_ns[at])
+    return latest or None
+
+
+def _shared_group(job: Job, a: int, b: int) -> str | None:
+    """The label of a group both ranks belong to (the smallest: the closest tie), or None."""
+    shared = [pg for pg in job.groups.values() if a in pg.ranks and b in pg.ranks]
+    if not shared:
+        return None
+    pg = min(shared, key=lambda g: (len(g.ranks), g.name))
+    return pg.label

@@ -1,0 +1,206 @@
+"""Issue 24 on a simulated 32-rank Megatron job (TP 2 x PP 4 x DP 4, interleaved 1F1B, distributed
+optimizer): snapshots are not hangs, cascades are not culprits, stragglers are judged by role, and
+every fault injector is named as its ground truth says. Dumps are made and read in memory
+(``support.megatron``), each scenario once per session.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from fr_otel import Verdict
+from support.megatron import catalog
+from support.megatron.scenarios import Scenario
+
+
+@cache
+def scenario(name: str, *args: object, **kw: object) -> Scenario:
+    return getattr(catalog, name)(*args, **kw)
+
+
+@cache
+def verdict_of(name: str, *args: object, **kw: object) -> Verdict:
+    return scenario(name, *args, **kw).verdict()
+
+
+def named(v: Verdict) -> dict[int, str]:
+    return {c.rank: c.kind for c in v.culprits}
+
+
+def groups_blamed(v: Verdict, rank: int) -> set[str]:
+    """The descs of every group the evidence against ``rank`` names."""
+    descs = {g.group.name: g.group.desc for g in v.groups}
+    c = next(c for c in v.culprits if c.rank == rank)
+    return {c.group_desc, *(descs.get(e.group, "") for e in c.related)}
+
+
+# --- 1. a snapshot is not a hang -------------------------------------------------------------
+
+@pytest.mark.parametrize("phase", [0.1, 0.4, 0.7])
+def test_a_healthy_job_dumped_mid_step_is_healthy_with_the_ages_in_the_evidence(phase: float) -> None:
+    """Sends waiting for their recv, the last stage behind, completions not yet seen: healthy, not hang."""
+    v = verdict_of("healthy_snapshot", phase)
+    assert (v.verdict, named(v)) == ("healthy", {})
+    assert v.ages is not None and v.ages.known and v.ages.young > 0 and v.ages.stuck == 0
+    age, _, _ = v.ages.oldest_young  # type: ignore[misc]
+    assert 0 < age < v.ages.threshold_s
+    assert any("none older than normal" in n and "a stall needs" in n for n in v.notes)
+
+
+@pytest.mark.parametrize("phase", [0.4, 0.9])
+def test_a_healthy_job_dumped_mid_step_with_only_active_entries_is_healthy(phase: float) -> None:
+    """Only the in-flight tail, no history to learn the pace from (nor stragglers: nothing completed
+    there): the default threshold says healthy."""
+    v = verdict_of("healthy_snapshot", phase, only_active=True)
+    assert (v.verdict, named(v)) == ("healthy", {})
+    assert v.ages is not None and v.ages.wait_s is None and v.ages.threshold_s == 60.0
+
+
+def test_a_consistent_straggler_dumped_mid_step_is_a_straggler_naming_only_it() -> None:
+    """600 ms of CPU before its reduce_scatter every step: its peers' waits are normal here, it is named."""
+    v = verdict_of("straggler")
+    assert (v.verdict, named(v)) == ("straggler", {11: "straggler"})
+    assert "_reduce_scatter_base" in v.culprits[0].evidence and "DATA_PARALLEL_GROUP" in v.culprits[0].evidence
+
+
+def test_the_same_job_stuck_for_thirty_seconds_is_a_hang() -> None:
+    """Ages well past the job's pace: a hang, and the ages say so."""
+    v = verdict_of("cpu_stop")
+    assert v.verdict == "hang"
+    assert v.ages is not None and v.ages.stuck > 0 and v.ages.oldest_stuck[0] > 25  # type: ignore[index]
+
+
+def test_a_snapshot_written_to_files_is_dated_by_the_files_and_healthy(tmp_path: Path, run_cli) -> None:
+    """From disk, each dump's file time is its pull time: `fr-otel analyze --json` says healthy."""
+    folder = scenario("healthy_snapshot", 0.4).write(tmp_path / "dumps")
+    proc = run_cli("analyze", str(folder), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["verdict"], out["culprits"]) == ("healthy", [])
+    assert out["ages"]["known"] and out["ages"]["stuck"] == 0 and out["ages"]["oldest_young"]["age_s"] > 0
+
+
+# --- 2. cascades are not culprits --------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,rank", [("coalesced", 30), ("plain", 21)])
+def test_a_mismatch_names_only_the_minority_and_everyone_else_waits_on_it(kind: str, rank: int) -> None:
+    """The hung collective's members and the pipeline behind it wait on the minority; none is a culprit."""
+    v = verdict_of("mismatch", kind, rank)
+    assert (v.verdict, named(v)) == ("desync", {rank: "mismatch"})
+    waiting = {r for w in v.waiting for r in w.ranks}
+    assert all(w.waits_on == (rank,) for w in v.waiting)
+    assert len(waiting) >= 7 and rank not in waiting
+    assert v.to_dict()["waiting"][0]["text"] == f"waits on rank {rank}"
+    assert not any("cycle" in n for n in v.notes)
+
+
+def test_a_truncated_dump_of_a_rank_that_kept_pace_is_unknown_not_blamed() -> None:
+    """Rank 11's dump is cut short; its peers show it kept pace until its TP peer 10 stopped: unknown."""
+    s = scenario("truncated_bystander")
+    v = verdict_of("truncated_bystander")
+    assert (v.verdict, named(v)) == ("hang", {10: "not_enqueued", 11: "unknown"})
+    assert [c.rank for c in v.blamed] == [10]
+    unknown = v.to_dict()["culprits"][1]
+    assert unknown["kind"] == "unknown" and unknown["waits_on"] == [10]
+    assert "kept pace" in unknown["evidence"] and "reported, not blamed" in unknown["evidence"]
+    assert any("nccl_trace_rank_node01_11" in p and "truncated" in p for p in v.problems)
+    assert s.truth.unknown == (11,)
+
+
+def test_a_dead_node_without_dumps_is_missing_dump_where_that_is_the_best_explanation() -> None:
+    """A whole stage's node dies: no proven culprit shares its groups, so its ranks are missing_dump."""
+    v = verdict_of("dead_node")
+    assert v.verdict == "hang" and named(v) == {r: "missing_dump" for r in range(16, 24)}
+
+
+def test_waiting_ranks_are_listed_once_each_with_the_culprit_they_wait_on() -> None:
+    """Two independent faults: every waiting rank ends at one of the two, and neither culprit waits."""
+    v = verdict_of("two_faults")
+    assert named(v) == {9: "not_enqueued", 22: "not_completed"}
+    listed = [r for w in v.waiting for r in w.ranks]
+    assert len(listed) == len(set(listed)) and not {9, 22} & set(listed)
+    assert {t for w in v.waiting for t in w.waits_on} == {9, 22}
+
+
+# --- 3. stragglers by role -----------------------------------------------------------------------
+
+def test_data_loading_on_tensor_parallel_rank_0_is_late_by_design_not_a_straggler() -> None:
+    """Dumped with nothing in flight: the loaders of the first and last stages are not named, rank 11 is."""
+    v = verdict_of("quiescent")
+    assert (v.verdict, named(v)) == ("straggler", {11: "straggler"})
+
+
+def test_a_data_loader_late_among_its_equals_is_a_straggler() -> None:
+    """Rank 24 loads data (late by design) and is 600 ms later still: named, compared with its equals."""
+    v = verdict_of("straggler", 24, phase=0.2)
+    assert (v.verdict, named(v)) == ("straggler", {24: "straggler"})
+
+
+def test_two_equally_slow_ranks_each_get_the_collective_they_slowed_at() -> None:
+    """Issue 28: host 1's two ranks slow down from step 12, each last about half the time: both
+    named, each with the first slow all_reduce as its onset."""
+    s = scenario("slow_host", steps=36)
+    v = verdict_of("slow_host", steps=36)
+    onset = s.first_seq(2, "dp_rs", 12)
+    assert (v.verdict, named(v)) == ("straggler", {2: "straggler", 3: "straggler"})
+    assert [c.collective_seq_id for c in v.culprits] == [onset, onset]
+    assert all(f"since #{onset}" in c.evidence for c in v.culprits)
+
+
+# --- every injector against its ground truth --------------------------------------------------
+
+INJECTORS = [
+    ("gpu_stall", (), {}),
+    ("gpu_stall", (), {"only_active": True}),
+    ("gpu_stall", (), {"after_s": 600.0}),
+    ("cpu_stop", (), {}),
+    ("cpu_stop", (), {"only_active": True}),
+    ("cpu_stop", (10, "dp_rs", 0), {}),
+    ("cpu_stop", (0, "get_batch", 0), {}),
+    ("never_posts_recv", (), {}),
+    ("dead_node", (), {}),
+    ("two_faults", (), {}),
+    ("mismatch", ("plain",), {}),
+    ("mismatch", ("coalesced",), {}),
+    ("mismatch", ("dp",), {}),
+    ("straggler", (), {}),
+    ("truncated_bystander", (), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", INJECTORS, ids=lambda x: x if isinstance(x, str) else "-".join(map(str, x))
+                         if isinstance(x, tuple) else "-".join(f"{k}={v}" for k, v in x.items()))
+def test_every_injector_is_named_as_its_ground_truth_says(name: str, args: tuple, kw: dict) -> None:
+    """Verdict, culprits and kinds exact; the root's evidence names the group the fault hit, at its step."""
+    s = scenario(name, *args, **kw)
+    v = verdict_of(name, *args, **kw)
+    truth = s.truth
+    assert v.verdict == truth.verdict
+    assert named(v) == {**truth.culprits, **{r: "unknown" for r in truth.unknown}}
+    for rank, kind in truth.culprits.items():
+        if kind in ("missing_dump", "straggler") or truth.group_desc is None:
+            continue
+        assert truth.group_desc in groups_blamed(v, rank)
+        c = next(c for c in v.culprits if c.rank == rank)
+        if c.group_desc == truth.group_desc and c.collective_seq_id is not None:
+            assert s.step_of(c.group_name, c.collective_seq_id) == truth.step
+
+
+def test_the_simulator_writes_the_fields_real_nccl_dumps_hold(nvrx: Path) -> None:
+    """Every key of a real NCCL dump's entries (NVIDIA's, torch 2.9 layout) and torch 2.13's top level."""
+    from fr_otel.read.safe_pickle import load_restricted
+    from support.megatron.recorder import dump_dict
+
+    with open(nvrx / "gpu_error_1st" / "_dump_12", "rb") as fh:
+        real = load_restricted(fh)
+    s = scenario("gpu_stall")
+    made = dump_dict(s.run, 12, s.dump_at[12], capacity=s.capacity)
+    assert set(made) == {"version", "comm_lib_version", "pg_config", "pg_status", "entries"} and made["version"] == "2.10"
+    assert set(made["entries"][0]) == set(real["entries"][0]) | {"frames"}
+    assert {type(k) for k in made["pg_status"]} == {type(k) for k in real["pg_status"]} == {str}
+    assert set(next(iter(made["pg_status"].values()))) == set(next(iter(real["pg_status"].values())))
+    assert set(next(iter(made["pg_config"].values()))) == {"name", "desc", "ranks"}

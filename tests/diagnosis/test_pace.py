@@ -1,0 +1,79 @@
+"""The one rule for "stuck, not busy" (diagnosis.pace): the threshold, the pace it is learnt from,
+and when a dump's own time can be believed. Dumps built in memory, no torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from fr_otel import build_job
+from fr_otel.agent.poller import stall_threshold_s as agent_threshold
+from fr_otel.diagnosis.pace import DAY_NS, dumped_at_ns, learn_pace, stall_threshold_s
+from fr_otel.read.dump import RankDump
+from fr_otel.read.dump_file import parse_dump_bytes
+from fr_otel.read.reader import ReadResult
+from fr_otel.testing.dump_builder import DumpBuilder
+
+
+def test_a_stall_is_well_past_the_pace_never_under_a_second_never_past_half_the_timeout() -> None:
+    """3x the longest normal wait, at least 1 s, at most half the op's own timeout."""
+    assert stall_threshold_s(None, 2.0) == 6.0
+    assert stall_threshold_s(None, 0.01) == 1.0
+    assert stall_threshold_s(600_000, 500.0) == 300.0
+    assert stall_threshold_s(10_000, 2.0) == 5.0
+
+
+def test_without_a_pace_the_agents_default_applies_and_the_agent_uses_the_same_rule() -> None:
+    """No history: the agent's 60 s (or its configured stall_seconds), capped by the timeout, live and offline."""
+    assert stall_threshold_s() == 60.0
+    for stall_seconds, timeout_ms in [(60, 600_000), (60, 30_000), (60, None), (5, 600_000)]:
+        assert agent_threshold(stall_seconds, timeout_ms) == stall_threshold_s(timeout_ms, None, stall_seconds)
+
+
+@pytest.mark.parametrize("written_after_s,known", [(0.0, True), (30.0, True), (-1.0, False), (2 * 86_400, False)])
+def test_a_dump_is_dated_only_by_a_believable_time(written_after_s: float, known: bool) -> None:
+    """At or after the dump's last activity and within a day of it; a copy dated later (or earlier) is not."""
+    latest = 1_760_000_000 * 10**9
+    dump = RankDump(0, "rank_0", "2.10", "nccl", "", {}, {}, latest_ns=latest,
+                    file_mtime_ns=latest + int(written_after_s * 1e9))
+    assert (dumped_at_ns(dump) is not None) is known
+    assert DAY_NS == 86_400 * 10**9
+
+
+def test_the_pace_is_learnt_from_arrivals_timed_runs_and_pauses() -> None:
+    """Rank 2 arrives 300 ms late once: the longest normal wait is 0.3 s; NCCL's completion times give the runs."""
+    b = DumpBuilder(4)
+    for i in range(20):
+        b.collective(b.world, late_s={2: 0.3} if i == 7 else {})
+    read = ReadResult()
+    for r in range(4):
+        dump = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=b.clock + 10**9)
+        assert dump is not None
+        read.dumps[r] = dump
+    pace = learn_pace(build_job(read))
+    assert pace.wait_s == pytest.approx(0.3)
+    assert pace.run_s == pytest.approx(0.0005)
+    assert pace.pause_s is not None and pace.pause_s >= 0.001
+    assert pace.normal_s == pytest.approx(0.3)
+    assert "waited up to 0.30 s" in pace.describe()
+
+
+def test_incidents_raised_as_the_job_ends_count_every_wait_whatever_its_age() -> None:
+    """An uncaught exception or SIGTERM ends the job: its peers' young waits are for good (a hang);
+    a stall or an on-demand flush is a snapshot whose ages are weighed."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+    from fr_otel.read.incident_file import ends_job
+
+    assert ends_job("uncaught RuntimeError: injected failure at step 5") and ends_job("SIGTERM")
+    assert not ends_job("stall") and not ends_job("manual")
+    b = DumpBuilder(4)
+    for _ in range(5):
+        b.collective(b.world)
+    b.collective(b.world, ranks=[0, 2, 3], done=False)  # rank 1 raised before its all_reduce, 0.1 s ago
+    read = ReadResult()
+    for r in range(4):
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=b.clock + 10**8)  # type: ignore[assignment]
+    snapshot = analyze(build_job(read))
+    ending = analyze(build_job(read), AnalysisOptions(ending=True))
+    assert (snapshot.verdict, snapshot.culprits) == ("healthy", [])
+    assert ending.verdict == "hang" and [(c.rank, c.kind) for c in ending.culprits] == [(1, "not_enqueued")]
