@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.read.discovery import host_from_name
 from fr_otel.agent.step_counter import StepCounter
+from fr_otel.read.discovery import host_from_name
 from fr_otel.read.steps import StepLog, step_log_from_raw
 from fr_otel.report.text import render_verdict
 
@@ -314,7 +314,7 @@ def _two_tp_groups(tmp_path: Path, *, tp2_extra: int = 0) -> tuple[Path, int]:
 def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_bound(tmp_path: Path) -> None:
     """Ranks 3 and 7 left no timestamps and both stopped after TP #3: the verdict says they stopped
     at the same point, invents no order, and bounds both by their peers' first enqueue of #4."""
-    from fr_otel.diagnosis.verdict import format_clock
+    from fr_otel.common.clock import format_clock
 
     folder, peers_next = _two_tp_groups(tmp_path)
     v = analyze(build_job(read_dumps(folder)))
@@ -376,8 +376,8 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
     import socket
 
-    from fr_otel.read.rank_map import host_map_json
     from fr_otel.agent.process_identity import this_process
+    from fr_otel.read.rank_map import host_map_json
     from fr_otel.read.rank_process import process_from_raw
 
     me = this_process(3, {"SLURMD_NODENAME": "gpu-017", "SLURM_LOCALID": "3"})

@@ -22,6 +22,7 @@ from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .cascade import explained_absences, waiting_on
+from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
 from .p2p import add_p2p_waits
@@ -100,8 +101,17 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         verdict = "straggler" if chosen else "healthy"
         if clock.young:
             notes.append(_young_note(clock))
+    stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
+    call = judge_network(job, reference)
+    if call.explains:
+        verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict)
+    elif verdict in ("healthy", "straggler") and job.missing_ranks:
+        notes.append(f"rank(s) {compress_ranks(job.missing_ranks)} left no dump: their state is unknown, so the job "
+                     "is not called healthy")
+        verdict, chosen = "inconclusive", set()
     incomplete = None
-    if job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy"):
+    if (job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy")
+            and not call.explains):
         waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
                                | {r for s in states if s.in_flight for r in s.in_flight.entered}))
         incomplete = Incomplete(len(job.dumps), job.world_size, waiting, job.missing_ranks)
@@ -157,10 +167,50 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         incomplete=incomplete,
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
+        hosts=host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns),
         steps=steps,
         ages=clock.summary(),
         waiting=waiting,
     )
+
+
+def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], evidence: dict[int, list[Evidence]],
+                   chosen: set[int], verdict: str) -> tuple[str, set[int]]:
+    """Culprits from what the network says (see :mod:`.hosts`): this node cut off, the store's host
+    lost, or lost hosts; missing ranks on hosts that still answer are reported, not blamed."""
+    stuck = next((s for s in states if s.in_flight and s.in_flight.entered), None)
+    group = stuck.group.name if stuck else (next(iter(job.groups)) if job.groups else "")
+    seq = stuck.in_flight.seq if stuck and stuck.in_flight else None
+    waiting = stuck.in_flight.entered if stuck and stuck.in_flight else ()
+    hosts = job.hosts
+    missing = set(job.missing_ranks)
+
+    def report_only(rank: int, text: str) -> None:
+        evidence[rank] = [Evidence("unknown", group, seq, text)]
+        chosen.add(rank)
+
+    if call.cut_off is not None:
+        here = sorted(r for r in job.dumps if hosts.get(r) == call.cut_off)
+        for rank in here:
+            evidence.setdefault(rank, []).insert(0, Evidence(
+                "not_completed", group, seq, f"rank {rank} on {call.cut_off}: {call.why[call.cut_off]}", direct=True))
+        for rank in sorted(missing):
+            report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here, cut off from "
+                              f"{call.cut_off}: its state is unknown")
+        return "hang", (set(here) | missing)
+    suspects = [call.store_lost] if call.store_lost is not None else list(call.lost)
+    for host in suspects:
+        for rank in sorted(r for r in missing if hosts.get(r) == host):
+            evidence[rank] = [Evidence("missing_dump", group, seq, f"rank {rank} left no dump: {call.why[host]}",
+                                       waiting, sole=len(suspects) == 1)] + [
+                e for e in evidence.get(rank, []) if e.kind != "missing_dump"]
+            chosen.add(rank)
+    for rank in sorted(missing - {r for r in missing if hosts.get(r) in suspects}):
+        if rank in call.alive_elsewhere or call.store_lost is not None:
+            report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here"
+                              + (", but its host's agent answers: alive elsewhere" if rank in call.alive_elsewhere
+                                 else "; its state is unknown"))
+    return ("hang" if verdict in ("healthy", "straggler", "inconclusive") else verdict), chosen
 
 
 def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:

@@ -6,20 +6,21 @@ Plain data with ``to_dict()`` for the public JSON schema; no logic beyond format
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
+from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
 from ..read.dump import Progress
 from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
+from .hosts import HostFinding
 from .job import Job, ProcessGroup
 from .pace import Ages
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Evidence", "Culprit",
-    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "Waiting", "format_clock",
+    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "Waiting",
     "reference_ns",
 ]
 
@@ -334,12 +335,6 @@ def _clock_after(ns: int) -> str:
     return format_clock(-(-ns // 1_000_000) * 1_000_000)
 
 
-def format_clock(ns: int) -> str:
-    """Epoch ns as ``10:41:03.218 UTC``."""
-    t = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
-    return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d} UTC"
-
-
 @dataclass(slots=True)
 class Verdict:
     """The answer: one word, the culprits with evidence, and what limited it."""
@@ -358,6 +353,7 @@ class Verdict:
     incomplete: Incomplete | None = None  # set when too few dumps are present to name anyone
     stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
     nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # nodes (else hosts) with several culprits
+    hosts: list[HostFinding] = field(default_factory=list)  # hosts lost, cut off, or holding culprits
     steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
     ages: Ages | None = None  # how old what was in flight was, against the job's pace
     waiting: list[Waiting] = field(default_factory=list)  # ranks stuck only behind the culprits
@@ -382,6 +378,7 @@ class Verdict:
             "incomplete": self.incomplete.to_dict() if self.incomplete else None,
             "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
             "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],  # h: the node name where known
+            "hosts": [h.to_dict() for h in self.hosts],
             "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
             "ages": self.ages.to_dict() if self.ages is not None else None,
             "waiting": [w.to_dict() for w in self.waiting],

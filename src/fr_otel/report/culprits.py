@@ -6,8 +6,9 @@ think so, and what do I do now" without scrolling to the tables below.
 
 from __future__ import annotations
 
+from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
-from ..diagnosis.verdict import Culprit, format_clock
+from ..diagnosis.verdict import Culprit
 from .advice import general_next_step, next_step
 from .facts import Facts
 from .headline import headline
