@@ -87,10 +87,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
              *, dump_written: bool = True, local: bool = False) -> dict[str, Any]:
     """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
     log line; returns the verdict's summary (what the store's result key holds)."""
-    from ..incident.pipeline import (  # loads only when an incident happens
-        IncidentPlan,
-        run_incident,
-    )
+    # The analysis loads only when an incident happens.
+    from ..diagnosis.hosts import LOST_STATES
+    from ..incident.pipeline import IncidentPlan, run_incident
 
     root = [
         ("fr_otel.incident.number", k),
@@ -116,6 +115,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     if result.files_error:
         log.warning("incident %d: %s", k, result.files_error)
     culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
+    gone = [h.sentence() for h in verdict.hosts if h.state in LOST_STATES]
+    if gone:
+        culprits = f"{'; '.join(gone[:4])}; {culprits}"
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
     where = outcome.describe(len(trace.spans), me.export_config)

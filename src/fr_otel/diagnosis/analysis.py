@@ -102,7 +102,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         if clock.young:
             notes.append(_young_note(clock))
     stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
-    call = judge_network(job, reference)
+    call = judge_network(job)
     if call.explains:
         verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict)
     elif verdict in ("healthy", "straggler") and job.missing_ranks:

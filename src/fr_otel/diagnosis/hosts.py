@@ -31,9 +31,13 @@ from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
 from .job import Job
 
-__all__ = ["SILENT_S", "HostFinding", "NetworkCall", "host_findings", "judge_network", "silent_before_s"]
+__all__ = ["LOST_STATES", "SILENT_S", "HostFinding", "NetworkCall", "host_findings", "judge_network",
+           "silent_before_s"]
 
-#: A rank not heard from for this long before the analysis' reference time counts as silent.
+#: The host states that answer "which node": each with the words a headline says it in.
+LOST_STATES = {"cut_off": "cut off", "store_lost": "lost (it runs the job's store)", "lost": "lost"}
+
+#: A rank last heard from this long before the last rank heard from counts as silent.
 SILENT_S = 3.0
 
 
@@ -112,15 +116,16 @@ def silent_before_s(job: Job, ranks: Iterable[int], stall_ns: int | None) -> tup
     return last, ((stall_ns - last) / 1e9 if last is not None and stall_ns else None)
 
 
-def _silent(job: Job, ranks: Iterable[int], reference_ns: int | None) -> bool:
-    """Every one of ``ranks`` stopped its heartbeat a while before the reference time (or never beat)."""
-    if not job.last_heard or not reference_ns:
+def _silent(job: Job, ranks: Iterable[int]) -> bool:
+    """Every one of ``ranks`` stopped its heartbeat a while before the others' last (or never beat);
+    the comparison is between heartbeats, so no clock but the store's polls is involved."""
+    if not job.last_heard:
         return False
-    limit = reference_ns - int(SILENT_S * 1e9)
+    limit = max(job.last_heard.values()) - int(SILENT_S * 1e9)
     return all(job.last_heard.get(r, 0) < limit for r in ranks)
 
 
-def judge_network(job: Job, reference_ns: int | None) -> NetworkCall:
+def judge_network(job: Job) -> NetworkCall:
     """Cut off, store host lost, or lost hosts: what the host map, heartbeats and probes say."""
     hosts = _by_host(job)
     missing = set(job.missing_ranks)
@@ -148,7 +153,7 @@ def judge_network(job: Job, reference_ns: int | None) -> NetworkCall:
             f"{since}" + (f", while {', '.join(others_up[:6])} still answer" if others_up else "")
             + f": {store_host} is the suspect")})
     lost = tuple(sorted(h for h, r in gone.items()
-                        if answered.get(h) is False or _silent(job, r, reference_ns)))
+                        if answered.get(h) is False or _silent(job, r)))
     why = {h: f"every rank of {h} ({_ranks_word(gone[h])}) left no dump and went silent" for h in lost}
     return NetworkCall(lost=lost, alive_elsewhere=alive, why=why)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
+from ..diagnosis.hosts import LOST_STATES
 from ..diagnosis.verdict import Culprit
 from .advice import general_next_step, next_step
 from .facts import Facts
@@ -27,6 +28,9 @@ def verdict_section(f: Facts) -> str:
     out = ['<section id="verdict"><h2>Verdict</h2>']
     if v.stop_order is not None and v.stop_order.sentence():
         out.append(f'<p class="stop-order">{esc(v.stop_order.sentence(), 600)}</p>')
+    for h in [h for h in v.hosts if h.state in LOST_STATES]:
+        out.append(f'<p class="node lost"><b>{esc(h.host, 120)}</b> {esc(LOST_STATES[h.state])}: '
+                   f'{esc(h.sentence(), 600)}</p>')
     for host, ranks in v.nodes:
         out.append(f'<p class="node"><b>{esc(host, 120)}</b>: ranks {esc(compress_ranks(ranks))} — look at the node</p>')
     if not v.culprits:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
+from ..diagnosis.hosts import LOST_STATES
 from ..diagnosis.verdict import Culprit, Verdict
 from ..read.dump import op_name
 from .headline import headline
@@ -23,6 +24,9 @@ def verdict_line(v: Verdict) -> str:
         head += f" (evidence incomplete: {v.incomplete.dumps_present} of {v.incomplete.world_size} dumps)"
     if v.blamed:
         head += f" — culprit rank(s) {compress_ranks(c.rank for c in v.blamed)}"
+    gone = [h for h in v.hosts if h.state in LOST_STATES]
+    if gone:
+        head += f"; {', '.join(f'{h.host} {LOST_STATES[h.state]}' for h in gone[:4])}"
     unknown = [c.rank for c in v.culprits if not c.blamed]
     if unknown:
         head += f"; state unknown: rank(s) {compress_ranks(unknown)}"
@@ -36,6 +40,8 @@ def render_verdict(v: Verdict) -> str:
     backend = "/".join(v.backends) or "unknown backend"
     lines.append(f"fr-otel: {verdict_line(v)}")
     lines.append(f"  {loaded} ranks loaded ({backend})")
+    for h in [h for h in v.hosts if h.state in LOST_STATES][:MAX_GROUP_LINES]:
+        lines.append(f"  {h.sentence()}")
     if v.stop_order is not None and v.stop_order.sentence():
         lines.append(f"  {v.stop_order.sentence()}")
     for host, ranks in v.nodes[:MAX_GROUP_LINES]:

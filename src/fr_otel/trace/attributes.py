@@ -22,7 +22,7 @@ __all__ = [
     "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
     "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
-    "CULPRIT_HOSTS", "CULPRIT_NODES", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
+    "CULPRIT_HOSTS", "CULPRIT_NODES", "LOST_HOSTS", "HOST_FINDINGS", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
     "HOST_NAME", "PROCESS_PID", "STUCK", "UNKNOWN_RANKS",
 ]
@@ -79,6 +79,8 @@ HISTORY_LAST_SEQ = "fr_otel.history.last_seq"
 STACK = "fr_otel.stack"
 CULPRIT_HOSTS = "fr_otel.culprit_hosts"  # per culprit, "" where unknown
 CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several culprits
+LOST_HOSTS = "fr_otel.lost_hosts"  # hosts lost, cut off, or running a store that stopped answering
+HOST_FINDINGS = "fr_otel.host_findings"  # one sentence each: "node1 (ranks 2-3): no dump; last heard ..."
 FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits
 STOP_ORDER_NOTE = "fr_otel.stop_order.note"  # why the culprits cannot be ordered (and how far undated ones got)
 STOPPED_AFTER_S = "fr_otel.stopped_after_s"  # a culprit: seconds after the first culprit stopped

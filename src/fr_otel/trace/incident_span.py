@@ -8,6 +8,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..diagnosis.hosts import LOST_STATES
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from . import attributes as A
@@ -52,6 +53,10 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in blamed]
     if v.nodes:
         attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
+    gone = [h for h in v.hosts if h.state in LOST_STATES]
+    if gone:
+        attrs[A.LOST_HOSTS] = [h.host for h in gone]
+        attrs[A.HOST_FINDINGS] = [clip(h.sentence(), 500) for h in gone[:64]]
     if v.stop_order is not None and v.stop_order.first is not None:
         attrs[A.FIRST_STOPPED] = v.stop_order.first
     elif v.stop_order is not None and v.stop_order.points:
