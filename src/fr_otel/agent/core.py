@@ -329,6 +329,8 @@ class Agent:
         if self.incidents is not None:
             self.incidents.at_exit(deadline)
         self.stop(timeout=min(_EXIT_STORE_TIMEOUT_S, max(deadline - time.monotonic(), 0.0)), close_server=False)
+        log.debug("the agent's way out is done, %.1f s of its %g s budget left", deadline - time.monotonic(),
+                  self.config.flush_timeout)
         h = self.health.snapshot()
         if h.errors or h.export_failures:
             log.warning("agent stopped: %d polls, %d agent errors, %d incident exports failed (training was not "

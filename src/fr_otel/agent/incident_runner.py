@@ -219,9 +219,11 @@ class IncidentRunner:
         collective that failed is marked so (its backend records it as completed)."""
         reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         why = collective_failure(exc)
+        log.debug("at exit after an uncaught exception (a collective failure: %s)", why is not None)
         if why is not None:
             with self.me.health.guard("reading which collectives the failure ended"):
                 self.failed = self._failed_now(why)
+            log.debug("collectives the failure ended: %s", [tuple(m[:2]) for m in self.failed])
         self.flush(reason, raise_new=not self.sequel(), deadline=deadline)
 
     def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:

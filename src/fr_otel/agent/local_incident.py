@@ -55,8 +55,8 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
     me.health.incident(trace_hex)
     if not _claim(folder / f".local_{me.process.host or me.rank}.lock"):
         return
-    local = sorted(r for r, p in me.hosts.processes.items() if p.host is not None and p.host == me.process.host)
-    evidence = _gather_local(me, folder, local or [me.rank], deadline)
+    me.hosts.from_disk()
+    evidence = _gather_local(me, folder, deadline)
     silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
     evidence.side.network = me.network_now(silent)
     conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
@@ -72,8 +72,15 @@ def _claim(path: Path) -> bool:
     return True
 
 
-def _gather_local(me: IncidentRank, folder: Path, ranks: list[int], deadline: float) -> ReadResult:
+def _local_ranks(me: IncidentRank) -> list[int]:
+    """This node's ranks, as the host map says (else this rank alone)."""
+    host = me.process.host
+    return sorted(r for r, p in me.hosts.processes.items() if host is not None and p.host == host) or [me.rank]
+
+
+def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult:
     """This node's ranks' payloads from the folder (waiting, bounded, for each), with the host map."""
+    ranks = _local_ranks(me)
     until = min(time.monotonic() + me.config.gather_seconds, deadline)
     paths = {r: folder / LOCAL_PAYLOAD.format(r) for r in ranks}
     while not all(p.exists() for p in paths.values()) and time.monotonic() < until:

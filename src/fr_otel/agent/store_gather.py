@@ -25,11 +25,18 @@ SILENT_POLLS = 3
 _GATHER_POLL_S = 0.05
 
 
+def _alive(me: IncidentRank, heard: dict[int, int]) -> int:
+    """How many ranks beat within the last few polls (this one counts: it is gathering)."""
+    since = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
+    return sum(1 for r in range(me.world_size) if heard.get(r, 0) >= since or r == me.rank)
+
+
 def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
     left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
     and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
-    waited for: the verdict comes as soon as everyone still alive has sent theirs."""
+    waited for, and one that dies during the gathering stops being waited for once its heartbeat
+    is that old: the verdict comes as soon as everyone still alive has sent theirs."""
     world = me.world_size
     ranks = list(range(world))
     problems: list[str] = []
@@ -40,15 +47,16 @@ def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
         heard = me.channel.last_heard(ranks)
-        silent_after = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
-        alive = sum(1 for r in ranks if heard.get(r, 0) >= silent_after or r == me.rank)
-        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
+        checked = time.monotonic()
+        while me.channel.arrived(k) < _alive(me, heard) and time.monotonic() < gather_until:
             time.sleep(_GATHER_POLL_S)
+            if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
+                heard, checked = me.channel.last_heard(ranks), time.monotonic()
         payloads = me.channel.fetch(k, ranks)
         late = [r for r in ranks if r not in payloads]
         finals = me.channel.fetch_final(late) if late else {}
-        unknown = [r for r in ranks if r not in payloads and r not in finals and r not in me.hosts.processes]
-        if unknown:
+        me.hosts.from_disk()
+        if any(r not in payloads and r not in finals and r not in me.hosts.processes for r in ranks):
             me.hosts.gather()
     except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
         problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")

@@ -104,7 +104,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
     call = judge_network(job)
     if call.explains:
-        verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict)
+        verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict, notes)
     elif verdict in ("healthy", "straggler") and job.missing_ranks:
         notes.append(f"rank(s) {compress_ranks(job.missing_ranks)} left no dump: their state is unknown, so the job "
                      "is not called healthy")
@@ -175,9 +175,10 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
 
 def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], evidence: dict[int, list[Evidence]],
-                   chosen: set[int], verdict: str) -> tuple[str, set[int]]:
+                   chosen: set[int], verdict: str, notes: list[str]) -> tuple[str, set[int]]:
     """Culprits from what the network says (see :mod:`.hosts`): this node cut off, the store's host
-    lost, or lost hosts; missing ranks on hosts that still answer are reported, not blamed."""
+    lost, or lost hosts; missing ranks on hosts that still answer are reported, not blamed, and a
+    rank merely behind its peers (not enqueued yet, no proven fault of its own) is their sequel."""
     stuck = next((s for s in states if s.in_flight and s.in_flight.entered), None)
     group = stuck.group.name if stuck else (next(iter(job.groups)) if job.groups else "")
     seq = stuck.in_flight.seq if stuck and stuck.in_flight else None
@@ -210,6 +211,12 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
             report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here"
                               + (", but its host's agent answers: alive elsewhere" if rank in call.alive_elsewhere
                                  else "; its state is unknown"))
+    behind = sorted(r for r in chosen if r in job.dumps and hosts.get(r) not in suspects
+                    and all(e.kind in ("not_enqueued", "straggler") for e in evidence.get(r, [])))
+    if behind:
+        chosen -= set(behind)
+        notes.append(f"rank(s) {compress_ranks(behind)} had not yet enqueued what their peers wait in, with no fault "
+                     f"of their own: the lost host(s) {', '.join(suspects)} explain the incident")
     return ("hang" if verdict in ("healthy", "straggler", "inconclusive") else verdict), chosen
 
 

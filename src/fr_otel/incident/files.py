@@ -55,6 +55,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         "verdict": verdict.verdict,
         "culprits": [{"rank": c.rank, "kind": c.kind, "evidence": c.evidence, **(c.now_dict() or {})}
                      for c in verdict.culprits[:64]],
+        "hosts": [h.to_dict() for h in verdict.hosts[:64]],
         "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
                    "sentence": page.sentence, "replay": page.replay},
         "spans": len(trace.spans),
