@@ -106,8 +106,8 @@ def lost_hosts() -> Panel:
         [f"max by ({row}) ({down} + {per_host} host:fr_agents_down:ratio)",
          (f"max by ({row}) ({down} + {per_host} "
           "(host:fr_agents_down:ratio >= bool on() group_left() threshold:fr_node_lost:ratio))"),
-         f"max by ({row}) (time() - {job('rank:fr_agent_heard:last_timestamp')} and on(job, training_job, instance) "
-         f"{down})"],
+         (f"max by ({row}) (time() - {job('rank:fr_agent_heard:last_timestamp')} "
+          f"and on(job, training_job, instance) {down})")],
         unit="none",
         columns=Columns(order=["host", "rank", "training_job", "Value #A", "Value #B", "Value #C", "instance"],
                         rename={"Value #A": "host's ranks down", "Value #B": "whole host",
