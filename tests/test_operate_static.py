@@ -382,7 +382,7 @@ def test_alerts_on_recorded_series_are_evaluated_after_them_in_one_group() -> No
 
 LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_rank_lagging:seconds": "20",
            "threshold:fr_collective_near_timeout:ratio": "0.5", "threshold:fr_agent_stale:seconds": "30",
-           "threshold:fr_blame_floor:seconds": "5"}
+           "threshold:fr_blame_floor:seconds": "5", "threshold:fr_node_lost:ratio": "0.5"}
 
 
 def _lowered_rules_test() -> dict:
@@ -402,6 +402,11 @@ def _lowered_rules_test() -> dict:
         inputs.append(series("fr_inflight_collective_age_seconds", "0+15x40" if stuck else "0x40", rank, **group))
         inputs.append(series("fr_inflight_collective_timeout_seconds", "600x40" if stuck else "0x40", rank, **group))
     inputs.append(series("fr_agent_last_poll_timestamp_seconds", "0+15x10 150x30", "1"))
+    # Host node-x: rank 11's agent stops answering at 1m, rank 10's answers; node-y's rank 12 too.
+    for rank, host, up in (("10", "node-x", "1x40"), ("11", "node-x", "1x3 0x36"), ("12", "node-y", "1x40")):
+        inputs.append(series("up", up, rank, instance=f"{host}:{9740 + int(rank)}"))
+        inputs.append(series("fr_info", up.replace(" 0x36", " stale"), rank, instance=f"{host}:{9740 + int(rank)}",
+                             local_rank=str(int(rank) % 2), host=host))
     pg_labels = {"severity": "warning", "job": "fr-otel", "training_job": "llama-7b", **group}
     url = RUNBOOK_URL
 
@@ -454,6 +459,18 @@ def _lowered_rules_test() -> dict:
                                    "scrapes but last polled the Flight Recorder 3m 0s ago (threshold 30s): its "
                                    "metrics are frozen.",
                     "runbook_url": url + "frotelagentstale"}}]),
+                # half of node-x down from 1m, for 1m: firing from 2m (the shipped 100 %: never).
+                case("1m45s", "FrOtelNodeLost", []),
+                case("2m30s", "FrOtelNodeLost", [{"exp_labels": {"severity": "critical", "job": "fr-otel",
+                                                                 "training_job": "llama-7b", "host": "node-x"},
+                                                  "exp_annotations": {
+                    "summary": "Host node-x of training job llama-7b is lost: rank 11 stopped answering",
+                    "description": "Prometheus cannot scrape the fr-otel agents of 50% of the ranks on host node-x "
+                                   "(rank 11 at node-x:9751), silent for 1m 45s, while other hosts of training job "
+                                   "llama-7b still answer (threshold 50% of a host's ranks): the host is down, cut "
+                                   "off from the network or frozen, or every rank on it died. The job's other ranks "
+                                   "will wait for them in their next collective until its timeout.",
+                    "runbook_url": url + "frotelnodelost"}}]),
             ],
         }],
     }
@@ -474,7 +491,8 @@ def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(t
     (tmp_path / "fr-otel-rules.yml").write_text(RULES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
     result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
     assert result.returncode != 0
-    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelCollectiveNearTimeout", "FrOtelAgentStale"):
+    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelCollectiveNearTimeout", "FrOtelAgentStale",
+                  "FrOtelNodeLost"):
         assert f"alertname: {alert}" in result.stdout + result.stderr, alert
 
 

@@ -1,0 +1,117 @@
+"""Prometheus names a lost node (issue 23): a real 3-host lab job under ``fr-otel run``, a real
+Prometheus on node0 scraping every rank's agent at its lab address with the shipped rules (only
+FrOtelNodeLost's ``for:`` lowered); node1 partitioned mid-training, then node2 frozen (node0 and
+its Prometheus go on answering: the survivors wait 120 s in their collective)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.lab import Lab, lab_unavailable
+from support.lab_job import fr_otel_run
+from test_operate_static import (
+    RULES_FILE,
+    iter_panels,
+    load_dashboards,
+    substitute,
+    variable_values,
+)
+
+from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+
+pytestmark = [
+    pytest.mark.gloo,
+    pytest.mark.lab,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
+    pytest.mark.skipif(bool(lab_unavailable()), reason=lab_unavailable() or ""),
+    pytest.mark.skipif(find_prometheus() is None, reason="needs the prometheus binary (Debian's prometheus)"),
+]
+
+TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+BASE_PORT = 9740  # the agent's default: rank LOCAL_RANK serves base + LOCAL_RANK
+FOR = "5s"  # FrOtelNodeLost's `for:` here (1m as shipped)
+
+
+def _rules_with_a_short_for(folder: Path) -> Path:
+    """The shipped rules file with FrOtelNodeLost's ``for:`` lowered to FOR; everything else as is."""
+    rules = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+    (alert,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "FrOtelNodeLost"]
+    alert["for"] = FOR
+    path = folder / "fr-otel-rules.yml"
+    path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
+    # Survivors wait on node1 for 120 s: their agents answer well past the alert.
+    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_STEP_SLEEP="0.2",
+               TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_OUT_DIR=str(tmp / "out" / "{node}"))
+    return env
+
+
+def _named(prom: PrometheusServer) -> set[str]:
+    """Every host FrOtelNodeLost has named so far, pending or firing."""
+    return {s.labels["host"] for s in prom.query('max_over_time(ALERTS{alertname="FrOtelNodeLost"}[15m])')}
+
+
+def _fires_for(prom: PrometheusServer, host: str, since: float, context: str) -> tuple[dict[str, Any], float]:
+    """FrOtelNodeLost's firing alert for ``host`` and how long after ``since`` it fired (60 s at most)."""
+    while time.time() < since + 60:
+        firing = [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "FrOtelNodeLost"
+                  and a["state"] == "firing" and a["labels"]["host"] == host]
+        if firing:
+            return firing[0], time.time() - since
+        time.sleep(0.5)
+    pytest.fail(f"FrOtelNodeLost never fired for {host}: {prom.query('up')}\n{context}")
+
+
+def _panel_rows(prom: PrometheusServer, title: str) -> dict[str, dict[tuple[str, str], float]]:
+    """refId -> {(host, rank): value} of an overview panel's queries, variables as 'All'."""
+    dash = load_dashboards()["fr-otel-overview.json"]
+    (panel,) = [p for p in iter_panels(dash["panels"]) if p.get("title") == title]
+    values = variable_values(dash)
+    return {t["refId"]: {(s.labels["host"], s.labels["rank"]): s.value
+                         for s in prom.query(substitute(t["expr"], values))} for t in panel["targets"]}
+
+
+def test_a_partitioned_then_a_frozen_node_are_each_named_by_the_node_lost_alert_and_the_answering_one_never(
+        tmp_path: Path) -> None:
+    """3x2 job, Prometheus on node0: node1 partitioned, then node2 frozen; FrOtelNodeLost names each with its ranks
+    and addresses within 30 s, the lost-hosts table shows node1's, node0 is never named."""
+    with Lab(3, log_dir=tmp_path) as lab:
+        targets = [f"{ip}:{BASE_PORT + local}" for ip in lab.ips for local in range(2)]
+        with lab.prometheus(0, targets, labels={"training_job": "lab"}, scrape_interval="1s",
+                            rule_files=[_rules_with_a_short_for(tmp_path)], workdir=tmp_path / "prometheus") as prom:
+            job = lab.torchrun(TRAIN_LOOP, 2, _env(tmp_path), wrap=fr_otel_run("--stall-seconds", "10"))
+            try:
+                prom.wait_for("count(rank:fr_agent_up:last_info == 1) == 6", timeout=150)
+                job.wait_step(2, timeout=60)
+            except (TimeoutError, AssertionError) as exc:
+                pytest.fail(f"{exc}\n{prom.targets_health()}\n{job.logs()}")
+            named_before = _named(prom)  # while the agents started, none had answered yet
+            partitioned, after_partition = _fires_for(prom, "node1", lab.partition(1), job.logs())
+            named_then = _named(prom)
+            rows = _panel_rows(prom, "Lost ranks and hosts")
+            frozen, after_freeze = _fires_for(prom, "node2", lab.freeze(2), job.logs())
+            named_at_end = _named(prom)
+            hosts = {rank: lab.hostnames[job.node_of_rank(rank)] for rank in range(job.world_size)}
+    assert hosts == {0: "node0", 1: "node0", 2: "node1", 3: "node1", 4: "node2", 5: "node2"}
+    assert named_before == set(), "targets that had never answered were called lost"
+    assert after_partition < 30 and after_freeze < 30, (after_partition, after_freeze)
+    assert partitioned["labels"]["training_job"] == "lab"
+    assert partitioned["annotations"]["summary"] == "Host node1 of training job lab is lost: ranks 2, 3 stopped answering"
+    assert "(rank 2 at 10.213.0.2:9740, rank 3 at 10.213.0.2:9741)" in partitioned["annotations"]["description"]
+    assert frozen["annotations"]["summary"] == "Host node2 of training job lab is lost: ranks 4, 5 stopped answering"
+    assert "(rank 4 at 10.213.0.3:9740, rank 5 at 10.213.0.3:9741)" in frozen["annotations"]["description"]
+    assert named_then == {"node1"} and named_at_end == {"node1", "node2"}, "the answering node0 was named"
+    assert rows["A"] == {("node1", "2"): 1.0, ("node1", "3"): 1.0}  # the host's ranks down: all
+    assert rows["B"] == {("node1", "2"): 1.0, ("node1", "3"): 1.0}  # whole host
+    assert set(rows["C"]) == {("node1", "2"), ("node1", "3")} and all(0 < s < 60 for s in rows["C"].values())
+    assert lab.leftovers() == []
