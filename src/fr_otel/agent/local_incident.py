@@ -65,10 +65,9 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
 def _claim(path: Path) -> bool:
     """True for the one local rank that creates ``path`` first: it coordinates this node's part."""
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        atomic_write(path, str(os.getpid()).encode(), replace=False)
     except OSError:
         return False
-    os.close(fd)
     return True
 
 
