@@ -277,7 +277,7 @@ class Agent:
         elif self.export_config.endpoint is None:
             trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(self.config.out_dir))}/ (no OTLP endpoint set)"
         else:
-            trace = f"trace to {self.export_config.endpoint} ({self.export_config.protocol})"
+            trace = f"trace to {self.export_config.shown_target()} ({self.export_config.protocol})"
         return (f"agent on (rank {self.rank} of {self.world_size}): {metrics}; a collective in flight over "
                 f"{self.config.stall_seconds:g} s (or half its timeout) raises an incident: dumps in "
                 f"{os.path.abspath(dump_root(self.config))}/, {trace}")

@@ -8,8 +8,10 @@ context. The coordinator therefore writes this file beside the dumps; ``export``
 ``report``, ``analyze`` and ``watch`` read it, so the trace id matches the one the agent
 sent, re-exports are idempotent, and host, pid and live stacks survive.
 
-The file is untrusted input like the dumps: unknown keys are ignored, ill-typed values
-dropped, and a file that cannot be used costs one problem line.
+The file is untrusted input like the dumps: it is read by :mod:`fr_otel.read.side_files`
+(regular file, size and depth caps, every string escaped, ASCII rank keys, root attributes
+capped), unknown keys are ignored, ill-typed values dropped, and a file that cannot be used
+costs one problem line.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..common.files import atomic_write
-from ..common.text import one_line, printable
+from ..common.names import identity_problem, is_trace_id
+from ..common.text import printable
 from ..diagnosis.job import Job
 from ..read.live_stack import LiveStacks, stacks_from_raw
 from ..read.rank_process import RankProcess, process_from_raw
+from ..read.rank_map import per_rank_processes
+from ..read.side_files import bounded_attributes, read_side_file, side_file_present
 from ..report.trace_section import DELIVERY_STATUSES, TraceDelivery
+from ..trace.ids import trace_id_for
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Verdict
@@ -33,14 +39,14 @@ if TYPE_CHECKING:
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
 
-__all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "IncidentIdentity", "find_identity", "read_identity",
-           "write_identity", "write_incident_files", "apply_identity"]
+__all__ = ["INCIDENT_FILE", "REPORT_FILE", "FORMAT", "ROOT_ATTRIBUTE_PREFIX", "IncidentIdentity", "find_identity",
+           "read_identity", "write_identity", "write_incident_files", "apply_identity"]
 
 INCIDENT_FILE = "incident.json"
 REPORT_FILE = "incident.html"
 FORMAT = "fr-otel/incident/1"
-_MAX_BYTES = 64 << 20
-_ROOT_VALUE_TYPES = (str, int, float, bool)
+#: The root attributes an incident file may carry: the agent's own (how it detected the incident).
+ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 
 
 @dataclass(slots=True)
@@ -135,9 +141,12 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
 
 
 def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
-    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any."""
+    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any.
+
+    Anything named ``incident.json`` there is read (a FIFO or a looping link costs a problem
+    line, as a dump would), so a bad one is said, not skipped in silence."""
     folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
-    found = [f / INCIDENT_FILE for f in sorted(folders) if (f / INCIDENT_FILE).is_file()]
+    found = [f / INCIDENT_FILE for f in sorted(folders) if side_file_present(str(f / INCIDENT_FILE))]
     if len(found) > 1:
         problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
                         "using none")
@@ -146,46 +155,43 @@ def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) 
 
 
 def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:
-    """Parse one ``incident.json``; None (and one problem line) when unusable."""
-    try:
-        if os.path.getsize(path) > _MAX_BYTES:
-            problems.append(f"{path}: larger than {_MAX_BYTES >> 20} MiB, not an incident file; ignored")
-            return None
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable incident file: {one_line(exc)}; ignored")
+    """Parse one ``incident.json`` through the side-file reader (:mod:`fr_otel.read.side_files`);
+    None (and one problem line) when unusable. The job id, incident key and trace id must be
+    identities (:func:`fr_otel.common.names.identity_problem`) and agree with each other."""
+    path = str(path)
+    raw = read_side_file(path, problems, "ignored")
+    if raw is None:
         return None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+    if raw.get("format") != FORMAT:
         problems.append(f"{path}: not an fr-otel incident file (format {FORMAT!r} expected); ignored")
         return None
     job_id, incident, trace_id = raw.get("job_id"), raw.get("incident"), raw.get("trace_id")
     if not (isinstance(job_id, str) and job_id and isinstance(incident, str) and isinstance(trace_id, str)):
         problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
         return None
-    processes: dict[int, RankProcess] = {}
-    stacks: dict[int, LiveStacks] = {}
-    ranks = raw.get("ranks")
-    for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
-        if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
-            continue
-        rank = int(key)
-        process = process_from_raw(doc, "incident file")
-        if process is not None:
-            processes[rank] = process
-        now = stacks_from_raw(doc.get("now"))
-        if now is not None:
-            stacks[rank] = now
-    root = raw.get("root_attributes")
-    root_attributes = tuple(
-        (item[0], item[1]) for item in (root if isinstance(root, list) else ())
-        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        and type(item[1]) in _ROOT_VALUE_TYPES
-    )
+    why = identity_problem(job_id, "job_id") or identity_problem(incident, "incident")
+    if why is None and not (is_trace_id(trace_id) and trace_id == f"{trace_id_for(job_id, incident):032x}"):
+        why = "its trace_id is not the one its job_id and incident give"
+    if why is not None:
+        problems.append(f"{path}: {why}; ignored")
+        return None
+    per_rank = per_rank_processes(path, raw, problems, "hosts, pids and stacks from it unknown", _rank_entry)
+    processes = {r: p for r, (p, _) in per_rank.items() if p is not None}
+    stacks = {r: now for r, (_, now) in per_rank.items() if now is not None}
+    root_attributes = bounded_attributes(path, raw.get("root_attributes"), problems, ROOT_ATTRIBUTE_PREFIX)
     summary = raw.get("summary")
     files = raw.get("files")
-    files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
+    files = {k: v for k, v in files.items() if type(v) is int} if isinstance(files, dict) else {}
     return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks,
-                            summary if isinstance(summary, dict) else {}, files, str(path))
+                            summary if isinstance(summary, dict) else {}, files, path)
+
+
+def _rank_entry(doc: Any) -> tuple[RankProcess | None, LiveStacks | None] | None:
+    """One rank's entry of an incident file: where it ran and its stacks at incident time."""
+    if not isinstance(doc, dict):
+        return None
+    process, now = process_from_raw(doc, "incident file"), stacks_from_raw(doc.get("now"))
+    return (process, now) if process is not None or now is not None else None
 
 
 def _dump_files(job: Job, folder: Path | None = None) -> dict[str, int]:

@@ -115,7 +115,7 @@ def export_spans(
     spans)`` while they are encoded first.
     """
     start = time.monotonic()
-    endpoint = config.target()
+    endpoint = config.shown_target()  # for lines and logs only: query values masked
     if config.disabled:
         return ExportResult(endpoint=endpoint, error="export disabled (OTEL_SDK_DISABLED=true)")
     state = DeliveryBudget.start(config, start, deadline_s, max_attempts)
@@ -171,7 +171,7 @@ def replay(
     An unreadable file is skipped and named in ``error``. ``progress`` as in :func:`export_spans`.
     """
     start = time.monotonic()
-    endpoint = config.target()
+    endpoint = config.shown_target()  # for lines and logs only: query values masked
     if config.disabled:
         return ExportResult(endpoint=endpoint, error="replay disabled (OTEL_SDK_DISABLED=true)")
     state = DeliveryBudget.start(config, start, deadline_s, max_attempts)

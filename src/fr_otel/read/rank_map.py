@@ -7,8 +7,8 @@ the live agent's incident coordinator writes this map next to the dumps it colle
 
     {"version": 1, "ranks": {"2": {"host": "node02", "node": "gpu-017", "pid": 4242, "local_rank": 2}, ...}}
 
-The file is untrusted input like the dumps: only well-typed values are kept, and a bad
-file costs one problem line.
+The file is untrusted input like the dumps: it is read by :mod:`.side_files`, only
+well-typed values and real host names are kept, and a bad file costs one problem line.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ..common.files import atomic_write
-from .json_file import read_per_rank_file
-from .rank_process import RankProcess, process_from_raw
+from .rank_process import RankProcess, bad_names, process_from_raw
+from .side_files import per_rank, read_side_file
 
-__all__ = ["RANKS_FILE", "add_hosts", "read_rank_map", "rank_map_json", "write_rank_map"]
+__all__ = ["RANKS_FILE", "add_hosts", "per_rank_processes", "read_rank_map", "rank_map_json", "write_rank_map"]
+
+T = TypeVar("T")
 
 #: Its name ends in no rank number, so the reader never takes it for a dump.
 RANKS_FILE = "ranks.json"
@@ -35,8 +37,28 @@ def rank_map_json(processes: dict[int, RankProcess]) -> dict[str, Any]:
 
 
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
-    """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
-    return read_per_rank_file(path, problems, "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
+    """Rank -> :class:`RankProcess` from a ``ranks.json`` (read by :mod:`.side_files`); {} (and one
+    line) when unusable; host names that are not host names are read as unknown (one line)."""
+    return per_rank_processes(path, read_side_file(path, problems, "hosts from it unknown"), problems,
+                              "hosts from it unknown", lambda v: process_from_raw(v, RANKS_FILE))
+
+
+def per_rank_processes(path: str, doc: dict[str, Any] | None, problems: list[str], consequence: str,
+                       parse: Callable[[Any], T | None]) -> dict[int, T]:
+    """:func:`.side_files.per_rank` for entries that name hosts (``ranks.json``, ``incident.json``):
+    a ``host`` or ``node`` that is not a host name (``node7 $(touch x)``) costs one line in all."""
+    bad = 0
+
+    def counted(value: Any) -> T | None:
+        nonlocal bad
+        bad += bad_names(value)
+        return parse(value)
+
+    out = per_rank(path, doc, problems, consequence, counted)
+    if bad:
+        problems.append(f"{path}: {bad} host or node name{'s' if bad > 1 else ''} that {'are' if bad > 1 else 'is'} "
+                        "not a host name (letters, digits, '.', '-', '_') read as unknown")
+    return out
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:

@@ -9,6 +9,9 @@ The agent's payload carries it under :data:`PAYLOAD_KEY` as
 ``{"host": str, "node": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
 :func:`process_from_raw` keeps only well-typed values.
 
+Host and node names must be host names (:func:`fr_otel.common.names.host_name`): they end up
+in commands people paste (``ssh node7 py-spy dump``), so anything else is read as unknown.
+
 ``host`` is always the socket host name (what DCGM and node exporters label metrics
 with, so joins work); ``node`` is the scheduler's name for the machine where one says
 (Slurm's ``SLURMD_NODENAME``), which is what people type into ``scontrol``/``sinfo``:
@@ -22,11 +25,12 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["PAYLOAD_KEY", "RankProcess", "this_process", "process_from_raw"]
+from ..common.names import host_name
+
+__all__ = ["PAYLOAD_KEY", "RankProcess", "bad_names", "this_process", "process_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) that says where the rank ran.
 PAYLOAD_KEY = "fr_otel_process"
-_MAX_HOST = 255  # DNS names are at most 253 characters; anything longer is not a host name
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,23 +85,26 @@ def this_process(local_rank: int | None, environ: Mapping[str, str] | None = Non
     """The calling process (the agent describes itself with this); the node name from Slurm's
     ``SLURMD_NODENAME`` when the job runs under Slurm."""
     env = os.environ if environ is None else environ
-    return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent",
-                       node=_name(env.get("SLURMD_NODENAME")))
+    return RankProcess(host=host_name(socket.gethostname()), pid=os.getpid(), local_rank=local_rank,
+                       source="agent", node=host_name(env.get("SLURMD_NODENAME")))
 
 
 def process_from_raw(info: Any, source: str) -> RankProcess | None:
     """A :class:`RankProcess` from untrusted JSON/pickle data; None when it says nothing usable."""
     if not isinstance(info, dict):
         return None
-    process = RankProcess(host=_name(info.get("host")), pid=_non_negative(info.get("pid")),
+    process = RankProcess(host=host_name(info.get("host")), pid=_non_negative(info.get("pid")),
                           local_rank=_non_negative(info.get("local_rank")), source=source,
-                          node=_name(info.get("node")))
+                          node=host_name(info.get("node")))
     return process if process.known else None
 
 
-def _name(value: Any) -> str | None:
-    """A host or node name, if it is one (a printable string of DNS length)."""
-    return value if type(value) is str and 0 < len(value) <= _MAX_HOST and value.isprintable() else None
+def bad_names(info: Any) -> int:
+    """How many of ``info``'s ``host`` and ``node`` are there but are not host names (read as
+    unknown by :func:`process_from_raw`): a side file reports them in one line."""
+    if not isinstance(info, dict):
+        return 0
+    return sum(1 for key in ("host", "node") if info.get(key) is not None and host_name(info[key]) is None)
 
 
 def _non_negative(value: Any) -> int | None:

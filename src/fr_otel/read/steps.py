@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .json_file import read_per_rank_file
+from .side_files import read_per_rank_file
 
 __all__ = [
     "COUNTER", "PAYLOAD_KEY", "STEPS_FILE", "StepCounter", "StepLog", "read_steps_file", "step", "step_log_from_raw",

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from ..common.names import host_name
 from ..common.progress import TerminalProgress
 from ..diagnosis.analysis import analyze
 from ..diagnosis.job import build_job
@@ -25,6 +26,7 @@ from ..otlp.config import ExportConfig
 from ..read.discovery import attach_sidecars, host_from_name
 from ..read.dump import RankDump
 from ..read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_rank_map
+from ..read.side_files import side_file_present
 from ..read.reader import ReadResult
 from ..trace.options import TraceOptions
 from .mounts import is_shared_filesystem
@@ -110,10 +112,10 @@ class IncidentExport:
         folder = self.folder
         path = folder / RANKS_FILE
         seen: list[str] = []
-        known = read_rank_map(str(path), seen) if path.is_file() else {}
+        known = read_rank_map(str(path), seen) if side_file_present(str(path)) else {}
         if seen:
             return  # unreadable: the analysis reports it; never overwrite what we cannot read
-        local = socket.gethostname() if is_shared_filesystem(folder) is False else None
+        local = host_name(socket.gethostname()) if is_shared_filesystem(folder) is False else None
         hosts = {r: h for r, d in dumps.items() if (h := host_from_name(d.path) or local)}
         added = add_hosts(known, hosts, "watch")
         if not added:
