@@ -8,7 +8,8 @@ into plain, trusted values lives here, the way :mod:`fr_otel.read.validate` hold
 dumps' rules: a file that cannot be used is one problem line naming it, never an exception.
 
 - it must be a regular file (opened without blocking, so a FIFO never waits for a writer),
-  at most :data:`MAX_BYTES`, JSON nested at most :data:`MAX_DEPTH` deep;
+  at most :data:`MAX_BYTES`, JSON nested at most :data:`MAX_DEPTH` deep with at most
+  :data:`MAX_CONTAINERS` arrays and objects (counted on the bytes, before parsing);
 - every string in it, keys included, is escaped once (:func:`fr_otel.common.text.printable`),
   so the terminal, the report and span attributes all get the same safe text;
 - rank keys are ASCII digits (:func:`rank_key`); attribute lists are capped in count and size
@@ -26,13 +27,17 @@ from ..common.files import file_kind
 from ..common.text import one_line, printable
 
 __all__ = [
-    "MAX_ATTRIBUTES", "MAX_ATTRIBUTE_KEY", "MAX_ATTRIBUTE_TEXT", "MAX_BYTES", "MAX_DEPTH", "MAX_RANK",
+    "MAX_ATTRIBUTES", "MAX_ATTRIBUTE_KEY", "MAX_ATTRIBUTE_TEXT", "MAX_BYTES", "MAX_CONTAINERS", "MAX_DEPTH",
+    "MAX_RANK",
     "bounded_attributes", "per_rank", "rank_key", "read_per_rank_file", "read_side_file", "side_file_present",
 ]
 
 MAX_BYTES = 64 << 20  # a map of 100k ranks is ~20 MB
 #: Deepest nesting any side file needs is 8 (incident.json: ranks/rank/now/threads/thread/frames/frame).
 MAX_DEPTH = 32
+#: Arrays and objects in one file: a 64 MiB steps.json of ~4000 ranks holds ~2 million (each
+#: costs ~100 bytes once parsed, so this also bounds the memory a file can take).
+MAX_CONTAINERS = 4_000_000
 #: Rank keys above this are not ranks (torch's ranks are 32-bit ints).
 MAX_RANK = (1 << 31) - 1
 #: Root span attributes taken from one file: the agent writes about 8.
@@ -57,11 +62,12 @@ def read_side_file(path: str, problems: list[str], consequence: str) -> dict[str
     try:
         # O_NONBLOCK: a FIFO put here must not block until a writer comes.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); {consequence}")
+            return None
         with open(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); {consequence}")
-                return None
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or one_line(exc)}; {consequence}")
@@ -69,10 +75,16 @@ def read_side_file(path: str, problems: list[str], consequence: str) -> dict[str
     if len(data) > MAX_BYTES:
         problems.append(f"{path}: larger than {MAX_BYTES >> 20} MiB; {consequence}")
         return None
+    containers = data.count(b"[") + data.count(b"{")  # an upper bound (brackets in strings count too)
+    if containers > MAX_CONTAINERS:
+        problems.append(f"{path}: JSON with up to {containers} arrays and objects (at most {MAX_CONTAINERS}); "
+                        f"{consequence}")
+        return None
+    too_deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels; {consequence}"
     try:
         doc = json.loads(data)
     except RecursionError:
-        problems.append(f"{path}: JSON nested deeper than {MAX_DEPTH} levels; {consequence}")
+        problems.append(too_deep)
         return None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number of 5000 digits
         why = one_line(exc)
@@ -83,39 +95,36 @@ def read_side_file(path: str, problems: list[str], consequence: str) -> dict[str
     if not isinstance(doc, dict):
         problems.append(f"{path}: not a JSON object; {consequence}")
         return None
-    clean = _escaped(doc)
-    if clean is None:
-        problems.append(f"{path}: JSON nested deeper than {MAX_DEPTH} levels; {consequence}")
+    if not _escape_in_place(doc):
+        problems.append(too_deep)
         return None
-    return clean
+    return doc
 
 
-def _escaped(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """``doc`` with every string (keys too) through :func:`printable`, or None when it nests
-    deeper than :data:`MAX_DEPTH`. Iterative: the depth is checked, never recursed into."""
-    root: dict[str, Any] = {}
-    todo: list[tuple[Any, Any, int]] = [(doc, root, 1)]
+def _escape_in_place(doc: dict[str, Any]) -> bool:
+    """Every string of ``doc`` (keys too) through :func:`printable`, in place (only the strings
+    that need it are replaced: ``str.isprintable`` is C-speed); False, half done, when ``doc``
+    nests deeper than :data:`MAX_DEPTH`. Iterative: depth is counted, never recursed into."""
+    todo: list[tuple[Any, int]] = [(doc, 1)]
     while todo:
-        src, dst, depth = todo.pop()
+        node, depth = todo.pop()
         if depth > MAX_DEPTH:
-            return None
-        items = src.items() if isinstance(src, dict) else enumerate(src)
-        for key, value in items:
-            if isinstance(value, str):
-                value = printable(value)
-            elif isinstance(value, dict):
-                child: Any = {}
-                todo.append((value, child, depth + 1))
-                value = child
-            elif isinstance(value, list):
-                child = [None] * len(value)
-                todo.append((value, child, depth + 1))
-                value = child
-            if isinstance(dst, dict):
-                dst[printable(key)] = value
-            else:
-                dst[key] = value
-    return root
+            return False
+        if isinstance(node, dict):
+            if not all(key.isprintable() for key in node):
+                items = list(node.items())
+                node.clear()
+                node.update((printable(key), value) for key, value in items)
+            pairs: Any = node.items()
+        else:
+            pairs = enumerate(node)
+        for key, value in pairs:
+            if type(value) is str:
+                if not value.isprintable():
+                    node[key] = printable(value)
+            elif type(value) is dict or type(value) is list:
+                todo.append((value, depth + 1))
+    return True
 
 
 def rank_key(key: Any) -> int | None:
@@ -157,7 +166,7 @@ def read_per_rank_file(path: str, problems: list[str], consequence: str,
 
 
 def bounded_attributes(path: str, raw: Any, problems: list[str], prefix: str = "") -> tuple[tuple[str, Any], ...]:
-    """``[[key, value], ...]`` as span attributes: at most :data:`MAX_ATTRIBUTES`, keys starting
+    """``[[key, value], ...]`` as span attributes: the first :data:`MAX_ATTRIBUTES`, keys starting
     with ``prefix`` of at most :data:`MAX_ATTRIBUTE_KEY` characters, values a string (clipped to
     :data:`MAX_ATTRIBUTE_TEXT`), an int64, a float or a bool; the first key wins. What is
     dropped or clipped costs one line."""
@@ -165,10 +174,10 @@ def bounded_attributes(path: str, raw: Any, problems: list[str], prefix: str = "
         return ()
     out: dict[str, Any] = {}
     dropped = clipped = 0
-    for item in raw:
-        if len(out) >= MAX_ATTRIBUTES:
-            dropped += 1
-            continue
+    for i, item in enumerate(raw):
+        if i >= MAX_ATTRIBUTES:
+            dropped += len(raw) - i
+            break
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
                 and len(prefix) < len(item[0]) <= MAX_ATTRIBUTE_KEY and item[0].startswith(prefix)
                 and type(item[1]) in _ATTRIBUTE_TYPES):
