@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..common.files import atomic_write
+from ..common.files import atomic_write, own_folder
 from ..common.ranks import compress_ranks
 from ..diagnosis.step_map import steps_file_json
 from ..incident.delivery import out_dir
@@ -92,7 +92,8 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     path = dump_path(me, trace_hex)
     written = False
     with me.health.guard("writing the dump file"):
-        atomic_write(path, raw, mkdir=True)
+        own_folder(path.parent)  # a planted <trace id> link is refused, never written into
+        atomic_write(path, raw)  # a planted link at the file's name is replaced, never written through
         written = True
         log.debug("incident %d: recorder written to %s", k, path)
     with me.health.guard("sending the recorder to the incident's coordinator"):
@@ -137,12 +138,15 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
     job = build_job(read)
     verdict = analyze(job)
     folder = dump_path(me, trace_hex).parent
+    beside = False  # files beside the dumps: only into a folder that is really ours
     with me.health.guard("writing ranks.json and steps.json beside the dumps"):
+        own_folder(folder)
+        beside = True
         # Dump files say neither where a rank ran nor its training step: these let a later
         # `fr-otel analyze` of the folder say both.
-        atomic_write(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode(), mkdir=True)
+        atomic_write(folder / RANKS_FILE, json.dumps(rank_map_json(job.processes)).encode())
         if any(d.steps is not None for d in job.dumps.values()):
-            atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode(), mkdir=True)
+            atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode())
     root = [
         ("fr_otel.incident.number", k),
         ("fr_otel.incident.reason", str(meta.get("reason", ""))),
@@ -161,8 +165,9 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
     where = outcome.describe(len(trace.spans), me.export_config)
-    with me.health.guard("writing incident.json and incident.html beside the dumps"):
-        write_incident_files(folder, job, verdict, trace, outcome, me.export_config)
+    if beside:
+        with me.health.guard("writing incident.json and incident.html beside the dumps"):
+            write_incident_files(folder, job, verdict, trace, outcome, me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     log.warning("incident %d (%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
                 k, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,

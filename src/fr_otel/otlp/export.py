@@ -203,7 +203,7 @@ def replay(
             if remove_on_success and (delivered or not undelivered):
                 try:
                     if undelivered:
-                        write_jsonl(path, [c.spoolable for c in undelivered], replace=True)
+                        write_jsonl(path, [c.spoolable for c in undelivered], replace=True, follow_links=True)
                     else:
                         path.unlink(missing_ok=True)
                 except OSError as exc:
