@@ -9,7 +9,6 @@ import os
 import pickle
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -17,12 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.torchrun_jobs import (
+    TRAIN_LOOP,
+    Job,
+    job_env,
+    torchrun,
+    wait_file,
+)
 
 from fr_otel.diagnosis.job import build_job
 from fr_otel.otlp.jsonl import read_jsonl
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult
-from fr_otel.scenarios.job import gloo_on_loopback
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, wait_for
 from fr_otel.testing.ports import free_port_block, unused_tcp_port
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
@@ -32,52 +37,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
-JOB_TIMEOUT_S = 150
-
-
-def _job_env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
-    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(tmp / "markers"), FR_OTEL_POLL_INTERVAL="0.5",
-               FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp / "out"), OTEL_SERVICE_NAME="fr-otel-test")
-    gloo_on_loopback(env)
-    env.update(extra)
-    return env
-
-
-def _torchrun(nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            str(TRAIN_LOOP)]
-
-
-class Job:
-    """A torchrun job in its own session (killed whole on teardown), output to a file."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str], tmp: Path) -> None:
-        self.log_path = tmp / "job.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def wait(self, timeout: float = JOB_TIMEOUT_S) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.flush()
-
-    @property
-    def output(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-        self._log.close()
+_job_env, _torchrun, _wait_file = job_env, torchrun, wait_file
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ class IncidentRunner:
         self._covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
         self._cap_warned = False
         self._last_taken_part = float("-inf")  # monotonic time this rank last took part in one
+        self._terminating_since: dict[int, float] = {}  # rank -> when this rank first saw its SIGTERM
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._pending = 0
@@ -64,14 +65,39 @@ class IncidentRunner:
                 done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
 
     def raise_for(self, stalls: list[Stall]) -> None:
-        """Raise an incident for the oldest stall no incident covers yet."""
+        """Raise an incident for the oldest stall no incident covers yet, unless it waits on a
+        rank that received SIGTERM: that is the job ending, part of the incident that rank was in
+        (or of its own SIGTERM incident), never a new one blaming it."""
         fresh = [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
         if not fresh:
             return
+        terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
+        if terminating:
+            for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
+                self._covered.add((s.group.name, s.group.inflight_seq))
+                gone = sorted(set(s.group.ranks) & set(terminating))
+                log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident %s): "
+                            "the job is ending; no new incident", s.group.op or "collective", s.group.inflight_seq,
+                            s.group.name, ",".join(map(str, gone)),
+                            ",".join(sorted({str(terminating[r] or "none") for r in gone})))
+            fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
+            if not fresh:
+                return
         s = max(fresh, key=lambda s: s.age_s)
         g = s.group
         self.raise_incident("stall", {"pg_name": g.name, "pg_desc": g.desc, "seq": g.inflight_seq, "op": g.op,
                                       "age_s": round(s.age_s, 3), "threshold_s": round(s.threshold_s, 3)})
+
+    def _terminating(self, ranks: list[int]) -> dict[int, int]:
+        """Ranks among ``ranks`` that announced SIGTERM less than :data:`SEQUEL_WINDOW_S` ago (as this
+        rank first saw it): after that, a rank still there (its application handled SIGTERM and
+        went on) is blamed like any other."""
+        now = time.monotonic()
+        out = {}
+        for rank, incident in self.me.channel.terminating(ranks).items():
+            if now - self._terminating_since.setdefault(rank, now) < SEQUEL_WINDOW_S:
+                out[rank] = incident
+        return out
 
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
                        deadline: float | None = None) -> threading.Event | None:
@@ -154,7 +180,11 @@ class IncidentRunner:
         self.flush(reason, raise_new=not self.recent())
 
     def at_sigterm(self) -> None:
-        """SIGTERM: an incident if a collective no incident covers is in flight; then the exit copy."""
+        """SIGTERM: first tell the peers (while this handler waits for the flush, the main thread
+        issues no collective: a peer would otherwise take that for a new hang and blame this rank);
+        an incident if a collective no incident covers is in flight; then the exit copy."""
+        with self.me.health.guard("announcing SIGTERM to the peers"):
+            self.me.channel.announce_termination(self.me.rank, self._known)
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
