@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -48,3 +49,12 @@ def scenario_dumps(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
         return _scenario_cache[name]
 
     return get
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Any]]:
+    """Real torchrun jobs a test starts (``support.torchrun_jobs.Job``), each killed whole at teardown."""
+    started: list[Any] = []
+    yield started
+    for job in started:
+        job.kill()

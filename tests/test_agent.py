@@ -12,7 +12,6 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,13 +38,6 @@ pytestmark = [
 
 _job_env, _torchrun, _wait_file = job_env, torchrun, wait_file
 
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.kill()
 
 
 def _wait_file(path: Path, job: Job, timeout: float = 90) -> Path:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.hostile_side_files import small_job
 
 from fr_otel.testing.ports import unused_tcp_port
-from support.hostile_side_files import small_job
 
 CLI = [sys.executable, "-m", "fr_otel.cli"]
 

@@ -10,9 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.hostile_side_files import (
+    ANY_SIDE_FILE,
+    BY_NAME,
+    SIDE_FILES,
+    plant,
+    small_job,
+)
 
 from fr_otel.cli import main
-from support.hostile_side_files import ANY_SIDE_FILE, BY_NAME, SIDE_FILES, plant, small_job
 
 CASES = [(name, what, maker) for name in SIDE_FILES for what, (maker, _) in ANY_SIDE_FILE.items()] + [
     (name, what, maker) for name, cases in BY_NAME.items() for what, (maker, _) in cases.items()]

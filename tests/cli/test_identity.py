@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.hostile_side_files import small_job, valid_incident
 
 from fr_otel.agent.config import resolve_config
 from fr_otel.trace.ids import job_identity, trace_id_for
-from support.hostile_side_files import small_job, valid_incident
 
 CLI = [sys.executable, "-m", "fr_otel.cli"]
 

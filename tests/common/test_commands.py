@@ -10,11 +10,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.hostile_side_files import INJECTED_HOST, small_job, valid_incident
 
-from fr_otel.common.commands import py_spy_command_line, replay_command_line, shown_endpoint
+from fr_otel.common.commands import (
+    py_spy_command_line,
+    replay_command_line,
+    shown_endpoint,
+)
 from fr_otel.common.names import host_name
 from fr_otel.read.discovery import host_from_name
-from support.hostile_side_files import INJECTED_HOST, small_job, valid_incident
 
 
 def run_pasted(command: str, tmp_path: Path) -> list[str]:

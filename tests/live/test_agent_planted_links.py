@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.torchrun_jobs import Job, job_env, torchrun
 
 from fr_otel.testing.otlp import wait_for
 from fr_otel.trace.ids import trace_id_for
-from support.torchrun_jobs import Job, job_env, torchrun
 
 pytestmark = [
     pytest.mark.gloo,
@@ -19,13 +18,6 @@ pytestmark = [
 
 NAMES = ("fr_trace_rank_0", "fr_trace_rank_1", "ranks.json", "steps.json", "incident.json", "incident.html")
 
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.kill()
 
 
 def test_links_planted_where_the_agent_writes_an_incident_are_replaced_not_followed(tmp_path: Path,

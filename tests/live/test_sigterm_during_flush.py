@@ -8,26 +8,18 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.torchrun_jobs import Job, job_env, torchrun, wait_file
 
 from fr_otel.testing.otlp import wait_for
-from support.torchrun_jobs import Job, job_env, torchrun, wait_file
 
 pytestmark = [
     pytest.mark.gloo,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
 ]
 
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.kill()
 
 
 def test_sigterm_to_the_coordinator_while_it_flushes_raises_no_second_incident(tmp_path: Path,

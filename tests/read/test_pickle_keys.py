@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_dumps import nccl_dump
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hostile_side_files import small_job
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.read import pickle_keys
 from fr_otel.read.pickle_keys import key_problem, key_problem_in_python
 from fr_otel.testing.dump_builder import DumpBuilder
-from hostile_dumps import nccl_dump
-from support.hostile_side_files import small_job
 
 P = (1 << 61) - 1  # CPython hashes an int to itself modulo P
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvrx-fr-traces"

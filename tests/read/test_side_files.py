@@ -7,12 +7,19 @@ import time
 from pathlib import Path
 
 import pytest
+from support.hostile_side_files import (
+    ANY_SIDE_FILE,
+    BY_NAME,
+    SIDE_FILES,
+    plant,
+    small_job,
+    valid_incident,
+)
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.incident.files import find_identity, read_identity
 from fr_otel.read.rank_map import read_rank_map
 from fr_otel.read.steps import read_steps_file
-from support.hostile_side_files import ANY_SIDE_FILE, BY_NAME, SIDE_FILES, plant, small_job, valid_incident
 
 READERS = {
     "ranks.json": read_rank_map,
@@ -109,9 +116,9 @@ def test_root_attributes_are_capped_in_count_key_and_size(tmp_path: Path) -> Non
 def test_three_million_root_attributes_are_read_in_bounded_time_and_make_a_small_root_span(tmp_path: Path) -> None:
     """The issue's 58 MiB file (3 million attributes) cost 38 s, 3.5 GB and a 148 MB trace: now
     the root span carries at most 64 of them, a few KB."""
+    from fr_otel.cli.export import trace_options
     from fr_otel.otlp.chunks import to_requests
     from fr_otel.trace.spans import build_trace
-    from fr_otel.cli.export import trace_options
 
     folder = small_job(tmp_path / "dumps")
     attrs = [[f"fr_otel.incident.x{i}", "v" * 8] for i in range(100)] + [["k", 1]] * 3_000_000  # 24 MiB

@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.hostile_side_files import small_job
+
 from fr_otel.otlp.config import resolve_export_config
 from fr_otel.otlp.export import export_spans
 from fr_otel.testing.ports import unused_tcp_port
 from fr_otel.testing.spans import synthetic_spans
 from fr_otel.trace.ids import trace_id_for
-from support.hostile_side_files import small_job
 
 
 def test_watch_replaces_every_planted_link_and_keeps_their_targets(tmp_path: Path) -> None:

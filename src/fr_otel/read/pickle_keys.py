@@ -23,6 +23,7 @@ to the same answers.
 from __future__ import annotations
 
 import os
+
 __all__ = ["COMPILED", "MEMO_PROBLEM", "key_problem", "key_problem_in_python"]
 
 # What a stack slot or memo entry holds, as far as hashing goes.
@@ -130,12 +131,14 @@ def key_problem_in_python(data: bytes) -> str | None:
         while pos < end:
             op = data[pos]
             pos += 1
-            if op in _PUSH_SAFE_FIXED:
-                need(_PUSH_SAFE_FIXED[op])
-                stack.append(_SAFE)
-            elif op in _PUSH_SAFE_LEN:
-                length(*_PUSH_SAFE_LEN[op])
-                stack.append(_SAFE)
+            if op in _PUSH_FIXED:
+                size, tag = _PUSH_FIXED[op]
+                need(size)
+                stack.append(tag)
+            elif op in _PUSH_LEN:
+                size, signed, tag = _PUSH_LEN[op]
+                length(size, signed)
+                stack.append(tag)
             elif op == 0x68:  # h BINGET
                 start = need(1)
                 if data[start] not in memo:
@@ -169,12 +172,6 @@ def key_problem_in_python(data: bytes) -> str | None:
             elif op == 0x4C:  # L LONG
                 text = line()
                 stack.append(_text_int(text[:-1] if text.endswith(b"L") else text))
-            elif op in _PUSH_OTHER_FIXED:
-                need(_PUSH_OTHER_FIXED[op])
-                stack.append(_OTHER)
-            elif op in _PUSH_OTHER_LEN:
-                length(*_PUSH_OTHER_LEN[op])
-                stack.append(_OTHER)
             elif op == 0x56 or op == 0x53:  # V UNICODE, S STRING
                 line()
                 stack.append(_SAFE)
@@ -243,16 +240,20 @@ class _Refused(Exception):
     """The pickle would build a dict or set whose time to build an attacker controls."""
 
 
-# Pushes of a safe value: fixed-size argument (bytes) / length-prefixed (length bytes, signed).
-_PUSH_SAFE_FIXED = {0x4B: 1, 0x4D: 2, 0x4A: 4, 0x88: 0, 0x89: 0}  # BININT1, BININT2, BININT, NEWTRUE, NEWFALSE
-_PUSH_SAFE_LEN = {
-    0x58: (4, False), 0x8C: (1, False), 0x8D: (8, False),  # BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
-    0x54: (4, True), 0x55: (1, False),  # BINSTRING, SHORT_BINSTRING (str, or bytes: salted hashes too)
-    0x42: (4, False), 0x43: (1, False), 0x8E: (8, False),  # BINBYTES, SHORT_BINBYTES, BINBYTES8
+# Pushes with a fixed-size argument: opcode -> (argument bytes, what it pushes).
+_PUSH_FIXED = {
+    0x4B: (1, _SAFE), 0x4D: (2, _SAFE), 0x4A: (4, _SAFE), 0x88: (0, _SAFE), 0x89: (0, _SAFE),  # BININT1/2, BININT,
+    # NEWTRUE, NEWFALSE; then NONE, BINFLOAT, EMPTY_TUPLE, EMPTY_LIST, EMPTY_DICT
+    0x4E: (0, _OTHER), 0x47: (8, _OTHER), 0x29: (0, _OTHER), 0x5D: (0, _OTHER), 0x7D: (0, _OTHER),
 }
-# Pushes of anything else.
-_PUSH_OTHER_FIXED = {0x4E: 0, 0x47: 8, 0x29: 0, 0x5D: 0, 0x7D: 0}  # NONE, BINFLOAT, EMPTY_TUPLE/LIST/DICT
-_PUSH_OTHER_LEN = {0x96: (8, False)}  # BYTEARRAY8
+# Pushes of a length-prefixed argument: opcode -> (length bytes, signed length, what it pushes). str and bytes
+# are safe (salted hashes): BINUNICODE, SHORT_BINUNICODE, BINUNICODE8, BINSTRING, SHORT_BINSTRING, BINBYTES,
+# SHORT_BINBYTES, BINBYTES8; a bytearray is not hashable at all (BYTEARRAY8).
+_PUSH_LEN = {
+    0x58: (4, False, _SAFE), 0x8C: (1, False, _SAFE), 0x8D: (8, False, _SAFE), 0x54: (4, True, _SAFE),
+    0x55: (1, False, _SAFE), 0x42: (4, False, _SAFE), 0x43: (1, False, _SAFE), 0x8E: (8, False, _SAFE),
+    0x96: (8, False, _OTHER),
+}
 
 
 try:  # pragma: no cover - depends on the build
