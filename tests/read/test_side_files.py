@@ -113,15 +113,16 @@ def test_root_attributes_are_capped_in_count_key_and_size(tmp_path: Path) -> Non
                         "fr_otel.incident.* keys of at most 128 characters, values str/int64/float/bool)"]
 
 
-def test_three_million_root_attributes_are_read_in_bounded_time_and_make_a_small_root_span(tmp_path: Path) -> None:
-    """The issue's 58 MiB file (3 million attributes) cost 38 s, 3.5 GB and a 148 MB trace: now
-    the root span carries at most 64 of them, a few KB."""
+def test_a_million_root_attributes_are_read_in_bounded_time_and_make_a_small_root_span(tmp_path: Path) -> None:
+    """The issue's 58 MiB file (3 million attributes) cost 38 s, 3.5 GB and a 148 MB trace; a
+    million of them now make a root span of at most 64 (the trace stays a few hundred KB), read
+    in linear time."""
     from fr_otel.cli.export import trace_options
     from fr_otel.otlp.chunks import to_requests
     from fr_otel.trace.spans import build_trace
 
     folder = small_job(tmp_path / "dumps")
-    attrs = [[f"fr_otel.incident.x{i}", "v" * 8] for i in range(100)] + [["k", 1]] * 3_000_000  # 24 MiB
+    attrs = [[f"fr_otel.incident.x{i}", "v" * 8] for i in range(100)] + [["k", 1]] * 1_000_000  # 8 MiB
     (folder / "incident.json").write_text(json.dumps(valid_incident(root_attributes=attrs), separators=(",", ":")))
     started = time.process_time()
     job = build_job(read_dumps(folder))
@@ -131,5 +132,5 @@ def test_three_million_root_attributes_are_read_in_bounded_time_and_make_a_small
                              "service_name": None})()
     trace = build_trace(job, analyze(job), trace_options(args, identity))
     size = sum(r.ByteSize() for r in to_requests(trace.spans))
-    assert size < 256 << 10 and time.process_time() - started < 60, (size, time.process_time() - started)
-    assert any("root attributes: 3000036 ignored" in p for p in job.problems)
+    assert size < 256 << 10 and time.process_time() - started < 30, (size, time.process_time() - started)
+    assert any("root attributes: 1000036 ignored" in p for p in job.problems)
