@@ -292,7 +292,7 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     from fr_otel.agent.store_gather import gather
     from fr_otel.agent.process_identity import this_process
     from fr_otel.otlp.config import resolve_export_config
-    from fr_otel.trace.ids import trace_id_for
+    from fr_otel.common.ids import trace_id_for
 
     layout = layout_for(world)
     raw_full = pickle.dumps(recorder(layout, 0, culprit, ENTRIES, t_end), protocol=2)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
+from fr_otel.common.ids import trace_id_for
 from fr_otel.report.text import render_verdict
 from fr_otel.testing.dump_builder import DumpBuilder
 
@@ -36,7 +37,8 @@ def _host_map(folder: Path, heard: dict[int, int] | None = None, store_host: str
 
 def _network(folder: Path, **network: object) -> None:
     (folder / "incident.json").write_text(json.dumps({
-        "format": "fr-otel/incident/1", "job_id": "j", "incident": "1", "trace_id": "cd" * 16, "network": network}))
+        "format": "fr-otel/incident/1", "job_id": "j", "incident": "1", "trace_id": f"{trace_id_for('j', '1'):032x}",
+        "network": network}))
 
 
 def test_a_partitioned_node_is_named_as_a_lost_host_with_when_it_went_silent(tmp_path: Path) -> None:

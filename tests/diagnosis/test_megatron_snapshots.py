@@ -195,8 +195,7 @@ def test_the_simulator_writes_the_fields_real_nccl_dumps_hold(nvrx: Path) -> Non
     from fr_otel.read.safe_pickle import load_restricted
     from support.megatron.recorder import dump_dict
 
-    with open(nvrx / "gpu_error_1st" / "_dump_12", "rb") as fh:
-        real = load_restricted(fh)
+    real, _ = load_restricted((nvrx / "gpu_error_1st" / "_dump_12").read_bytes())
     s = scenario("gpu_stall")
     made = dump_dict(s.run, 12, s.dump_at[12], capacity=s.capacity)
     assert set(made) == {"version", "comm_lib_version", "pg_config", "pg_status", "entries"} and made["version"] == "2.10"

@@ -18,6 +18,8 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
     host/<rank>         JSON {host, node, pid, local_rank}: where the rank runs, set once at start-up
     hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
+    term/count          add() counter of ranks that received SIGTERM
+    term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
 
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
@@ -30,6 +32,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -135,6 +138,26 @@ class IncidentChannel:
     def files(self, k: int) -> bytes | None:
         key = f"i/{k}/files"
         return bytes(self.store.get(key)) if self.store.check([key]) else None
+
+    # -- ranks on their way out ---------------------------------------------------------
+    def announce_termination(self, rank: int, incident: int) -> None:
+        """This rank received SIGTERM (while part of ``incident``, 0 if none): a peer that then
+        waits on it is seeing the end of the job, not a new incident."""
+        self.store.set(f"term/{rank}", str(incident))
+        self.store.add("term/count", 1)
+
+    def terminating(self, ranks: Iterable[int]) -> dict[int, int]:
+        """Those of ``ranks`` that announced SIGTERM, with their incident; one round trip while
+        none has (the usual case), one more per rank asked about once one has."""
+        if int(self.store.add("term/count", 0)) == 0:
+            return {}
+        out: dict[int, int] = {}
+        for rank in ranks:
+            key = f"term/{rank}"
+            if self.store.check([key]):
+                text = _text(self.store.get(key))
+                out[rank] = int(text) if text.isascii() and text.isdigit() else 0
+        return out
 
     # -- a rank's last words ------------------------------------------------------------
     def publish_final(self, rank: int, payload: bytes) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..common.names import identity_problem
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
 
@@ -163,6 +164,14 @@ def _text(value: Any) -> str | None:
     return text or None
 
 
+def _identity(value: Any) -> str | None:
+    text = _text(value)
+    why = identity_problem(text) if text is not None else None
+    if why:
+        raise ValueError(why)
+    return text
+
+
 def _hooks(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     names = tuple(dict.fromkeys(str(i).strip().lower() for i in items if str(i).strip()))
@@ -260,7 +269,7 @@ OPTIONS: tuple[Option, ...] = (
            "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
     Option("out_dir", OUT_DIR_ENV, "--out", _text,
            f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR"),
-    Option("job_id", JOB_ID_ENV, "--job-id", _text,
+    Option("job_id", JOB_ID_ENV, "--job-id", _identity,
            "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
     Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", _positive,
            "how long the coordinator waits for the other ranks' recorders", "SECONDS"),

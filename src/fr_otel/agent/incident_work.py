@@ -20,12 +20,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..common.files import atomic_write
+from ..common.files import atomic_write, own_folder
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
 from ..read.incident_file import REASON_ATTRIBUTE
 from ..read.reader import ReadResult
-from ..trace.ids import trace_id_for
+from ..common.ids import trace_id_for
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
@@ -55,7 +55,8 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
     path = dump_path(me, trace_hex)
     written = False
     with me.health.guard("writing the dump file"):
-        atomic_write(path, raw, mkdir=True)
+        own_folder(path.parent)  # a planted <trace id> link is refused, never written into
+        atomic_write(path, raw)  # a planted link at the file's name is replaced, never written through
         written = True
         log.debug("incident %s: recorder written to %s", trace_hex, path)
     keep = entries_per_group(me.config.incident_entries, me.world_size)
@@ -102,10 +103,14 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
         if key in meta:
             root.append((f"fr_otel.incident.detected.{key}", meta[key]))
     folder = dump_path(me, trace_hex).parent
+    mine = False  # files beside the dumps: only into a folder that is really ours
+    with me.health.guard("checking the incident's folder"):
+        own_folder(folder)
+        mine = True
     remaining = max(deadline - time.monotonic(), 1.0)
     options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
                            root_key=f"local/{me.process.host}" if local else "")
-    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
+    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder if mine else None,
                         deadline_s=min(remaining, me.export_config.timeout_s))
     result = run_incident(evidence, plan)
     trace, outcome, verdict = result.trace, result.outcome, result.verdict

@@ -16,10 +16,10 @@ from importlib import import_module
 from typing import Sequence
 
 from ..version import __version__
-from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
+from ._common import EXIT_LOST, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_STATUS_HELP, EXIT_UNUSABLE
 from .commands import COMMANDS
 
-__all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
+__all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED", "EXIT_LOST"]
 
 _COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
 
@@ -34,6 +34,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="fr-otel",
         description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
         "verdict, OpenTelemetry traces and Prometheus metrics.",
+        epilog=EXIT_STATUS_HELP,
     )
     parser.add_argument("--version", action="version", version=f"fr-otel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

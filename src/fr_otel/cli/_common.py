@@ -9,6 +9,7 @@ import sys
 from typing import Any, Callable
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
+from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
@@ -31,16 +32,26 @@ from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..trace.options import TraceOptions
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_UNUSABLE", "add_export_args", "add_input_args",
-    "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
-    "export_config", "incident_from_args", "non_negative_seconds", "outputs_ok", "print_json", "seconds",
-    "terminal_progress",
+    "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
+    "add_export_args", "add_input_args", "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
+    "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
+    "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
 
 EXIT_OK = 0  # analysed, whatever the verdict
 EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
 EXIT_UNUSABLE = 2  # no usable dump, bad configuration or bad usage
-EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or refusing), not delivered
+EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or refusing) or partly rejected
+EXIT_LOST = 4  # analysed, but (some of) the trace is lost: neither delivered, written nor spooled (full --out)
+
+#: What each exit status means, for ``fr-otel --help`` (README says the same).
+EXIT_STATUS_HELP = (
+    "exit status: 0 done (analysed, whatever the verdict; the trace delivered or written); "
+    "1 the command could not do its job (e.g. the HTML report could not be written); "
+    "2 no usable dump, bad usage or bad configuration; "
+    "3 the trace is spooled for `fr-otel replay` (collector down or refusing) or partly rejected by the collector; "
+    "4 the trace is lost: neither delivered, written nor spooled (a full or read-only --out)."
+)
 
 
 def error(message: str) -> None:
@@ -88,6 +99,36 @@ def seconds(text: str) -> float:
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
     return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")  # type: ignore[no-any-return]
+
+
+def job_id(text: str) -> str:
+    """A job id (argparse type): printable, at most 256 characters (it goes into trace ids,
+    resource attributes and on the terminal)."""
+    return _identity(text, "job id")
+
+
+def incident_key(text: str) -> str:
+    """An incident key (argparse type), by the same rule as a job id."""
+    return _identity(text, "incident key")
+
+
+def _identity(text: str, what: str) -> str:
+    why = identity_problem(text, what)
+    if why:
+        raise argparse.ArgumentTypeError(f"{why}: {printable(text)[:80]!r}")
+    return text
+
+
+def identity_env_ok() -> bool:
+    """$FR_OTEL_JOB_ID (and the launchers' run ids) must be identities when they are what an
+    export would use: a bad one is one line (exit 2), as a bad OTEL_* variable is."""
+    from ..trace.ids import job_identity
+
+    problems: list[str] = []
+    job_identity(None, problems=problems)
+    for line in problems:
+        error(line)
+    return not problems
 
 
 def add_input_args(parser: argparse.ArgumentParser) -> None:

@@ -54,7 +54,7 @@ def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | 
 
     document = render(job, verdict, trace=trace)
     try:
-        size = write_report(path, document)
+        size = write_report(path, document, follow_links=True)  # -o/--html: the user named this path
     except OSError as exc:
         error(f"cannot write the HTML report {path}: {exc.strerror or exc}")
         return False

@@ -46,6 +46,13 @@ class ExportOutcome:
         return self.status.arrived
 
     @property
+    def lost(self) -> bool:
+        """Some of the trace is nowhere: neither delivered, written nor spooled (the embedded file
+        or the spool could not be written: a full or read-only ``--out``). Spans a collector
+        rejected are not counted here: it saw them (``partial``)."""
+        return self.status == "failed" or (self.result is not None and self.result.spans_lost > 0)
+
+    @property
     def where(self) -> str:
         """Where the trace is: its file when written or spooled, else the endpoint (or why nowhere)."""
         kept = self.status in (ExportStatus.FILE, ExportStatus.SPOOLED)
@@ -102,7 +109,7 @@ def export_hint(error: str | None, config: ExportConfig) -> str | None:
     """
     if not error:
         return None
-    target = config.target()
+    target = config.shown_target()
     netloc = urlsplit(target).netloc if "://" in target else target
     if NOT_HTTP in error:
         return (f"it looks like a gRPC receiver: use --protocol grpc --endpoint http://{netloc}, or the "

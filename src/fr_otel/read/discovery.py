@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from ..common.names import host_name
 from .sidecars import SIDECARS
 
 __all__ = ["choose_per_rank", "discover", "host_from_name", "rank_from_name"]
@@ -38,33 +39,36 @@ def rank_from_name(name: str, prefix: str | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-# What dump file names put around the host: NCCL's and the agent's prefixes, NVRx's ``_dump_``.
-_NAME_MARKERS = ("comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
-_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# What dump file names put around the host: NCCL's, torchcomms' and the agent's prefixes, NVRx's ``_dump_``.
+_NAME_MARKERS = ("torchcomms", "torchcomm", "comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
 
 
 def host_from_name(path: str) -> str | None:
     """The host a dump file name carries (``nccl_trace_rank_node02_5`` -> ``node02``), or None.
 
-    The rank is the trailing number; what is left once the known prefixes and separators
-    are gone is the host, if it is a valid host name (letters, digits, dots, dashes).
+    The rank is the trailing number; the host is what is left beside a recorder's known
+    prefix (``nccl_trace_rank``, ``comm_lib_trace_rank``, ``torchcomm_fr_trace``...) once
+    that prefix and the separators are gone, if it is a host name
+    (:data:`fr_otel.common.names.HOST_NAME`). A name with no known prefix carries no host:
+    its prefix is a prefix (``mytrace_3``), and torchcomms' names (``torchcomm_fr_trace_3``)
+    are prefix and rank only.
     """
     name = os.path.basename(path)
     match = _RANK_SUFFIX.search(name)
     if not match:
         return None
-    rest, before = name[: match.start()].strip("_-."), None
+    rest, before, stripped = name[: match.start()].strip("_-."), None, False
     while rest != before:
         before = rest
         for marker in _NAME_MARKERS:
             low = rest.lower()
             if low.startswith(marker) and (len(rest) == len(marker) or rest[len(marker)] in "_-."):
-                rest = rest[len(marker):].strip("_-.")
+                rest, stripped = rest[len(marker):].strip("_-."), True
             elif low.endswith(marker) and (len(rest) == len(marker) or rest[-len(marker) - 1] in "_-."):
-                rest = rest[: -len(marker)].strip("_-.")
-    if not rest or not _HOST.fullmatch(rest) or rest.isdigit():
+                rest, stripped = rest[: -len(marker)].strip("_-."), True
+    if not stripped or rest.isdigit():
         return None
-    return rest
+    return host_name(rest)
 
 
 def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tuple[list[tuple[int, str]], list[str]]:

@@ -120,9 +120,9 @@ def _parse_stream(
             return None
         if head == b"\x80":
             kind = "truncated or corrupt pickle"
-            raw = load_restricted(fh)
-            trailing = fh.read(1)
-            if trailing:
+            data = fh.read()
+            raw, used = load_restricted(data)
+            if used < len(data):
                 problems.append(f"{path}: data after the end of the pickle (another pickle, or garbage); ignored")
         elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
             kind = "invalid JSON"

@@ -13,7 +13,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from .json_file import read_per_rank_file
+from .side_files import read_per_rank_file
 
 __all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "read_steps_file", "step_log_from_raw"]
 

@@ -8,6 +8,7 @@ Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
 from __future__ import annotations
 
 from ..common.ranks import compress_ranks
+from ..common.commands import py_spy_command_line
 from ..diagnosis.verdict import Culprit
 from ..read.dump import op_name
 from .facts import Facts
@@ -17,13 +18,11 @@ __all__ = ["general_next_step", "next_step"]
 
 
 def _py_spy(c: Culprit, what: str = "dump") -> str:
-    """The py-spy command for this culprit, with its real host and pid when known."""
+    """The py-spy command for this culprit, with its real host and pid when known (shell-quoted:
+    people paste it)."""
     p = c.process
-    pid = str(p.pid) if p is not None and p.pid is not None else "PID"
     host = p.host if p is not None and p.host else c.host
-    cmd = f"py-spy {what} --pid {pid}"
-    if host:
-        cmd = f"ssh {host} {cmd}"
+    cmd = py_spy_command_line(what, p.pid if p is not None else None, host)
     return f"<code>{esc(cmd, 400)}</code>"
 
 

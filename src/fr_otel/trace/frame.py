@@ -18,7 +18,7 @@ from ..diagnosis.verdict import Verdict, reference_ns
 from ..read.dump import Entry
 from ..version import __version__
 from . import attributes as A
-from .ids import span_id_for
+from ..common.ids import span_id_for
 from .options import DEFAULT_SERVICE_NAME, TraceOptions
 
 __all__ = ["MAX_ATTRIBUTE_CHARS", "SCOPE", "TraceFrame", "base_resource", "clip", "span_name"]

@@ -29,7 +29,8 @@ from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from .collective_spans import collective_spans
 from .frame import TraceFrame
-from .ids import job_identity, trace_id_for
+from ..common.ids import trace_id_for
+from .ids import job_identity
 from .incident_span import incident_span
 from .options import (
     DEFAULT_LAST_N,
