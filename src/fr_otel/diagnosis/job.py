@@ -18,13 +18,12 @@ from operator import not_
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
+from ..read.entry_rules import is_default_group, unnamed_world
 from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 
-__all__ = ["DEFAULT_PG_DESC", "ProcessGroup", "Job", "build_job"]
-
-DEFAULT_PG_DESC = "default_pg"
+__all__ = ["ProcessGroup", "Job", "build_job"]
 
 
 @dataclass(slots=True)
@@ -232,7 +231,7 @@ def build_job(read: ReadResult) -> Job:
             if not name:
                 # gloo (torch 2.13): config recorded before the group had a name; at
                 # best it holds the world's ranks.
-                if cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
+                if unnamed_world(name, cfg.ranks):
                     world_hint = cfg.ranks
                 continue
             if cfg.ranks:
@@ -326,7 +325,7 @@ def _world_size(
 
 def _default_group(groups: dict[str, ProcessGroup]) -> ProcessGroup | None:
     for pg in groups.values():
-        if pg.desc == DEFAULT_PG_DESC:
+        if is_default_group(pg.name, pg.desc):
             return pg
     return groups.get("0")
 

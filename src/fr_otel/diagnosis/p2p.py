@@ -21,11 +21,11 @@ the evidence. p2p counters are never compared across ranks (they are per rank).
 
 from __future__ import annotations
 
-import re
 from array import array
 from dataclasses import dataclass, field
 
 from ..read.dump import Entry, P2PChannel
+from ..read.entry_rules import p2p_name
 from .job import Job, ProcessGroup
 from .mismatch import describe_call
 from .pace import Clock
@@ -34,7 +34,6 @@ from .waits import WaitGraph
 
 __all__ = ["P2PFindings", "add_p2p_waits"]
 
-_CHANNEL = re.compile(r"^(send|recv) (\d+)(->|<-)(\d+|\?)$")
 
 
 @dataclass(slots=True)
@@ -105,18 +104,18 @@ def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, lis
         if h is None:
             continue
         for name, ch in h.p2p.items():
-            m = _CHANNEL.match(name)
-            if m is None:
+            parsed = p2p_name(name)
+            if parsed is None:
                 continue
-            kind, me, _, other = m.groups()
-            if int(me) >= len(members) or members[int(me)] != rank:
+            kind, me, other = parsed
+            if me >= len(members) or members[me] != rank:
                 continue  # the recorded local rank does not fit the member list: do not guess
-            if other == "?":
+            if other is None:
                 any_recvs[rank] = _Channel(rank, None, name, ch)
                 continue
-            if int(other) >= len(members):
+            if other >= len(members):
                 continue
-            peer = members[int(other)]
+            peer = members[other]
             if kind == "send":
                 sends[(rank, peer)] = _Channel(rank, peer, name, ch)
             else:

@@ -189,9 +189,9 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
     rows.sort(key=lambda x: x[0])
     out: list[Op] = []
     for i, (created, name, seq, done, fp, e) in enumerate(rows):
-        nxt = rows[i + 1][0] if i + 1 < len(rows) else None
-        if e is not None and e.record_id in d.next_created_ns:
-            nxt = d.next_created_ns[e.record_id]
+        nxt = d.next_enqueue_ns(e.record_id) if e is not None else None
+        if nxt is None and i + 1 < len(rows):
+            nxt = rows[i + 1][0]  # an op known by its columns only: the next one shown
         group_next = None if (e is not None and e.is_p2p) else partial(f.job.first_enqueue, name, seq + 1)
         _, end, est, open_ = op_interval(created, done, ref, completed_ns=e.time_completed_ns if e else None,
                                          duration_ms=e.duration_ms if e else None, next_created_ns=nxt,

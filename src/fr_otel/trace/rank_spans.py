@@ -43,13 +43,10 @@ class RankSpans:
         resource = self._resource(rank)
         rank_span_id = frame.span_id("rank", rank)
         out: list[ReadableSpan] = []
-        next_created = dump.next_created_ns
-        if any(e.record_id not in next_created for e in chosen[:-1]):
-            next_created = _next_created(dump.entries)
         start = min((e.time_created_ns for e in chosen), default=frame.now)
         for e in chosen:
             _, end, estimated, _ = e.interval(
-                frame.now, next_created_ns=next_created.get(e.record_id),
+                frame.now, next_created_ns=dump.next_enqueue_ns(e.record_id),
                 group_next_ns=partial(frame.job.first_enqueue, e.pg_name, e.collective_seq_id + 1))
             span_id = frame.span_id("entry", rank, e.pg_name, e.record_id, e.collective_seq_id,
                                   e.p2p_seq_id, e.op_id)
@@ -227,14 +224,6 @@ def _stuck_collectives(verdict: Verdict) -> dict[tuple[str, int], str]:
     for c in verdict.culprits:
         if c.collective_seq_id is not None:
             out[(c.group_name, c.collective_seq_id)] = why
-    return out
-
-
-def _next_created(entries: list[Entry]) -> dict[int, int]:
-    """record_id -> when this rank enqueued its next op (an upper bound on completion)."""
-    out: dict[int, int] = {}
-    for a, b in zip(entries, entries[1:]):
-        out[a.record_id] = b.time_created_ns
     return out
 
 
