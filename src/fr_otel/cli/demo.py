@@ -103,29 +103,37 @@ def run(args: argparse.Namespace) -> int:
     print(intro(plan), flush=True)
     try:
         with job:
-            print(f"fr-otel demo: starting {WORLD_SIZE} ranks (importing torch takes a while); rank {plan.stall_rank} "
-                  f"stalls at step {plan.stall_step}, the agent raises an incident after {plan.stall_seconds:g} s...",
-                  file=sys.stderr, flush=True)
-            try:
-                folder = job.wait_for_incident()
-            except DemoFailed as exc:
-                error(str(exc))
-                print(job.log_tail(), file=sys.stderr)
-                return EXIT_FAILED
-            seconds = job.elapsed()
-            scraped = scrape(plan.urls())
-            problems: list[str] = []
-            identity = read_identity(folder / INCIDENT_FILE, problems)
-            if identity is None:
-                error(problems[0] if problems else f"{folder / INCIDENT_FILE}: unreadable")
-                return EXIT_FAILED
-            found = Findings(plan, identity, scraped)
-            print(render(found, folder, seconds), flush=True)
-            took = job.stop(folder)
-        print(f"fr-otel demo: stopped the job ({took:.1f} s); {job.elapsed():.1f} s in all. Its output: {plan.log}",
-              file=sys.stderr)
+            return _show(job, plan)
+    except KeyboardInterrupt:
+        error("interrupted; the demo's job is stopped")
+        return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _show(job: DemoJob, plan: DemoPlan) -> int:
+    """Wait for the incident, scrape /metrics while the job is stuck, print it all, stop the job."""
+    print(f"fr-otel demo: starting {plan.world_size} ranks (importing torch takes a while); rank {plan.stall_rank} "
+          f"stalls at step {plan.stall_step}, the agent raises an incident after {plan.stall_seconds:g} s...",
+          file=sys.stderr, flush=True)
+    try:
+        folder = job.wait_for_incident()
+    except DemoFailed as exc:
+        error(str(exc))
+        print(job.log_tail(), file=sys.stderr)
+        return EXIT_FAILED
+    seconds = job.elapsed()
+    scraped = scrape(plan.urls())
+    problems: list[str] = []
+    identity = read_identity(folder / INCIDENT_FILE, problems)
+    if identity is None:
+        error(problems[0] if problems else f"{folder / INCIDENT_FILE}: unreadable")
+        return EXIT_FAILED
+    found = Findings(plan, identity, scraped)
+    print(render(found, folder, seconds), flush=True)
+    took = job.stop(folder)
+    print(f"fr-otel demo: stopped the job ({took:.1f} s); {job.elapsed():.1f} s in all. Its output: {plan.log}",
+          file=sys.stderr)
     for line in found.problems():
         error(f"demo check failed: {line}")
     return EXIT_FAILED if found.problems() else EXIT_OK
