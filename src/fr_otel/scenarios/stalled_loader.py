@@ -8,8 +8,9 @@ Each step: a batch from the rank's ``DataLoader``, forward and backward of a sma
 ``all_reduce`` of the flattened gradients, an SGD step. At ``--stall-step`` the stalled rank's
 dataset blocks in Python reading a sample (as a hung network file system or a dead data service
 makes a loader block), so that rank never issues the step's ``all_reduce`` and its peers wait
-in it. The stall lasts ``--stall-seconds`` (default: an hour; the demo stops the job long before);
-the gloo timeout is longer still, so nothing times out while the demo looks at the stuck job.
+in it. The stall lasts ``--stall-seconds`` (default 120 s: the demo stops the job long before, and
+a job the demo could not stop recovers and ends by itself within about two minutes); the gloo
+timeout is longer still, so nothing times out while the demo looks at the stuck job.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ def read_sample(index: int, stall: bool, stall_s: float) -> list[float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=1000, help="training steps (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=40, help="training steps (default: %(default)s)")
     ap.add_argument("--batch", type=int, default=8, help="samples per step (default: %(default)s)")
     ap.add_argument("--stall-rank", type=int, default=2, help="the rank whose loader stalls (default: %(default)s)")
     ap.add_argument("--stall-step", type=int, default=5,
                     help="the training step (counted from 0) at which it stalls (default: %(default)s)")
-    ap.add_argument("--stall-seconds", type=float, default=3600.0, help="how long (default: %(default)s)")
+    ap.add_argument("--stall-seconds", type=float, default=120.0, help="how long (default: %(default)s)")
     ap.add_argument("--step-seconds", type=float, default=0.05,
                     help="time of one step's other work (default: %(default)s)")
     ap.add_argument("--gloo-timeout", type=float, default=600.0,
