@@ -18,6 +18,7 @@ from ..common.clock import format_clock
 from ..common.promql import BLAME_RULE, culprit_query
 from ..common.ranks import compress_ranks
 from ..common.text import printable
+from ..incident.files import REPORT_FILE
 from ..read.incident_file import IncidentIdentity
 from .job import DemoPlan
 from .scrape import Scrape
@@ -65,7 +66,7 @@ def intro(plan: DemoPlan) -> str:
 def render(found: Findings, folder: Path, seconds_to_verdict: float) -> str:
     """The five sections, as text."""
     lines = [*_verdict(found, seconds_to_verdict), "", *_metrics(found), "", *_trace(found.identity), "",
-             f"4. The HTML report (one self-contained page; open it in a browser): {folder / 'incident.html'}", "",
+             f"4. The HTML report (one self-contained page; open it in a browser): {folder / REPORT_FILE}", "",
              "5. Later, with the job gone, the dumps say the same offline:",
              f"  $ fr-otel analyze {shlex.quote(str(folder))}",
              f"  $ fr-otel report {shlex.quote(str(folder))} -o incident.html"]
