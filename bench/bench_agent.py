@@ -232,7 +232,7 @@ def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2
 # --------------------------------------------------------------------------- detection
 
 def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[str, float | None]:
-    from fr_otel.agent.metrics import culprit_query
+    from fr_otel.common.promql import culprit_query
     from fr_otel.testing.otlp import OtlpGrpcReceiver
     from fr_otel.testing.prometheus import PrometheusServer
 

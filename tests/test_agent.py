@@ -66,7 +66,7 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     spans of all four ranks and the verdict (step 20, rank 2's host, rank 2 first to stop)
     arrives while the job is still stuck; then the job recovers and ends normally, and an
     offline analysis and report of the dump folder say the same step and host."""
-    from fr_otel.agent.metrics import culprit_query
+    from fr_otel.common.promql import culprit_query
 
     stall_s, ws = 25, 4
     base = free_port_block(ws)

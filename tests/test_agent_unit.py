@@ -17,7 +17,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from fr_otel.agent.config import DEFAULT_METRICS_PORT, resolve_config
 from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.metrics import FrCollector, culprit_query
+from fr_otel.agent.metrics import FrCollector
+from fr_otel.common.promql import culprit_query
 from fr_otel.agent.poller import ProgressTracker, stall_threshold_s
 from fr_otel.agent.recorder import GroupInfo, InFlightEntry, scan_entries
 from fr_otel.agent.server import port_for, start_metrics_server

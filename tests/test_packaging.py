@@ -65,11 +65,12 @@ def test_wheel_ships_the_compiled_column_scan_built_from_its_source(wheel_files:
     assert [n for n in wheel_files if n.startswith("fr_otel/read/_column_scan.") and n.endswith(".so")]
 
 
-def test_readme_layout_names_every_module_under_its_own_folder() -> None:
-    """README's Layout block names each module of each layer folder, in that folder's entry (docs cannot drift)."""
+def test_contributing_layout_names_every_module_under_its_own_folder() -> None:
+    """CONTRIBUTING's Layout block names each module of each package folder, in that folder's entry (docs
+    cannot drift)."""
     import re
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
     block = text[text.index("## Layout"):]
     block = block[block.index("src/fr_otel/"):block.index("\n```", block.index("src/fr_otel/"))]
     entries = dict(re.findall(r"^  (\w+)/\s+(.*?)(?=^  \S|\Z)", block, flags=re.M | re.S))

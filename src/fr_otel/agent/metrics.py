@@ -43,7 +43,7 @@ from prometheus_client.samples import Exemplar
 
 from .state import Snapshot
 
-__all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector", "culprit_query"]
+__all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector"]
 
 INFO_LABELS = ("rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity")
 _GROUP = ("rank", "pg_name", "pg_desc")
@@ -168,19 +168,3 @@ class FrCollector(Collector):
                                     "step began (keeps growing while the step does not end).", labels=["rank"])
             age.add_metric([rank], round(max(now_ns - snap.step_started_ns, 0) / 1e9, 3))
             yield age
-
-
-def culprit_query(threshold_s: float = 60.0, job_label: str = "job") -> str:
-    """PromQL naming, per process group, the rank(s) the others wait for.
-
-    The ranks whose last enqueued sequence number is the group's lowest, in groups whose
-    members disagree, where some member's oldest collective has been in flight more than
-    ``threshold_s``. ``job_label`` is the label that tells training jobs apart in your
-    scrape config (group names restart at "0" in every job).
-    """
-    by = f"{job_label}, pg_name"
-    return (
-        f"(fr_last_enqueued_seq == on({by}) group_left() min by ({by}) (fr_last_enqueued_seq))"
-        f" unless on({by}) (max by ({by}) (fr_last_enqueued_seq) == min by ({by}) (fr_last_enqueued_seq))"
-        f" and on({by}) (max by ({by}) (fr_inflight_collective_age_seconds) > {threshold_s:g})"
-    )

@@ -193,8 +193,9 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
     return run_incident(evidence, plan)
 
 
-def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
-    """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint)."""
+def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, out: bool = True) -> None:
+    """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint;
+    ``out=False``: the command says itself where its files go)."""
     where = ("required, here or in the variable" if replay else "none: write a local OTLP JSON Lines file")
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint: http://HOST:4317 (gRPC, plaintext), "
                         "https://HOST:4317, or http(s)://HOST:4318/v1/traces for OTLP/HTTP (default: "
@@ -209,7 +210,7 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
     parser.add_argument("--insecure", action="store_true", default=None,
                         help="plaintext gRPC to a HOST:PORT endpoint written without http:// (default: "
                         "$OTEL_EXPORTER_OTLP_[TRACES_]INSECURE, else TLS)")
-    if not replay:
+    if out and not replay:
         parser.add_argument("--out", metavar="DIR", help=f"folder for the embedded file and spools (default: "
                             f"${OUT_DIR_ENV}, else ./{DEFAULT_OUT_DIR})")
 

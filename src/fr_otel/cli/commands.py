@@ -31,7 +31,8 @@ COMMANDS = (
     Command("replay", "export", "send OTLP JSON Lines files (export's local file, or a spool) to an OTLP endpoint"),
     Command("report", "report",
             "write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"),
-    Command("demo", "demo", "run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"),
+    Command("demo", "demo", "run a real 4-rank gloo job on CPU under the live agent while one rank's data loader "
+            "stalls: the verdict, /metrics, the trace and the report"),
     Command("watch", "watch",
             "wait for the dumps NCCL writes when ranks die; analyse and export each incident once"),
     Command("run", "run", "run a training command with the live agent in every rank (no code change)"),

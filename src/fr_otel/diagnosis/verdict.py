@@ -43,6 +43,9 @@ class AnalysisOptions:
     # The dumps were taken as the job ended (an uncaught exception, SIGTERM): nothing in flight will
     # finish, so every wait counts whatever its age (else ages are weighed: diagnosis.pace).
     ending: bool = False
+    # The live agent raised this incident for a wait older than this (its stall threshold): a wait as
+    # old is a stall, even where the pace learnt from a short or uneven history asks for more.
+    raised_over_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

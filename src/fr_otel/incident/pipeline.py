@@ -23,7 +23,7 @@ from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
 from ..diagnosis.verdict import AnalysisOptions, Verdict
 from ..read.dump import RankDump
-from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job
+from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
@@ -144,10 +144,15 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
 
 def _analysis_options(plan: IncidentPlan, identity: IncidentIdentity | None) -> AnalysisOptions:
     """An incident raised as the job ended (an uncaught exception, SIGTERM: the live agent's reason,
-    or the one incident.json recorded) counts every wait, however young: nothing will finish now."""
-    reason = next((str(v) for k, v in (plan.trace.root_attributes if plan.trace else ()) if k == REASON_ATTRIBUTE),
-                  identity.reason if identity is not None else "")
-    return replace(plan.analysis, ending=True) if ends_job(reason) else plan.analysis
+    or the one incident.json recorded) counts every wait, however young: nothing will finish now.
+    A live stall incident counts a wait as old as the threshold it was raised over as a stall."""
+    live = plan.trace.root_attributes if plan.trace else ()
+    root = live if any(k == REASON_ATTRIBUTE for k, _ in live) else (identity.root_attributes if identity else ())
+    reason = next((str(v) for k, v in root if k == REASON_ATTRIBUTE), "")
+    if ends_job(reason):
+        return replace(plan.analysis, ending=True)
+    over = raised_over_s(root)
+    return plan.analysis if over is None else replace(plan.analysis, raised_over_s=over)
 
 
 def _with_identity(options: TraceOptions, identity: IncidentIdentity | None) -> TraceOptions:

@@ -15,7 +15,7 @@ problem line.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,8 +30,9 @@ from .rank_map import per_rank_processes
 from .rank_process import RankProcess, process_from_raw
 from .side_files import bounded_attributes, read_side_file, side_file_present
 
-__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "ROOT_ATTRIBUTE_PREFIX", "IncidentIdentity",
-           "dump_file_sizes", "ends_job", "find_identity", "read_identity"]
+__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "ROOT_ATTRIBUTE_PREFIX",
+           "STALL_REASON", "THRESHOLD_ATTRIBUTE",
+           "IncidentIdentity", "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
@@ -44,9 +45,25 @@ ENDING_REASONS = ("uncaught ", "SIGTERM")
 ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 
 
+#: Why the live agent raises an incident when a collective stays in flight too long, and the root
+#: attribute with the threshold its wait was older than.
+STALL_REASON = "stall"
+THRESHOLD_ATTRIBUTE = "fr_otel.incident.detected.threshold_s"
+
+
 def ends_job(reason: str) -> bool:
     """An incident raised for ``reason`` was raised as the job ended."""
     return reason.startswith(ENDING_REASONS)
+
+
+def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
+    """The threshold a live stall incident was raised over (its wait in flight was older), or None
+    when the attributes are not a stall's or name no usable threshold."""
+    attrs = dict(root_attributes)
+    value = attrs.get(THRESHOLD_ATTRIBUTE)
+    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or type(value) not in (int, float) or not 0 < value < 1e9:
+        return None
+    return float(value)
 
 
 @dataclass(slots=True)
