@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..common.names import identity_problem
+from ..common.stall import DEFAULT_STALL_S
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
 
@@ -197,7 +198,7 @@ class AgentConfig:
 
     enabled: bool = True
     poll_interval: float = 1.0
-    stall_seconds: float = 60.0
+    stall_seconds: float = DEFAULT_STALL_S
     suspect_seconds: float = 5.0
     metrics_port: int | None = DEFAULT_METRICS_PORT
     metrics_addr: str | None = DEFAULT_METRICS_ADDR

@@ -21,11 +21,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write, own_folder
+from ..common.ids import trace_id_for
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
 from ..read.incident_file import REASON_ATTRIBUTE
 from ..read.reader import ReadResult
-from ..common.ids import trace_id_for
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..common.files import atomic_write
+from ..common.ids import trace_id_for
 from ..common.ranks import compress_ranks
 from ..read.failed import FailedCollective
 from ..read.reader import ReadResult
-from ..common.ids import trace_id_for
 from .incident_rank import IncidentRank, dump_path
 from .incident_work import conclude, own_part
 from .payload import decode_payload

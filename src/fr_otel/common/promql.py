@@ -8,6 +8,8 @@ below every application and imports nothing.
 
 from __future__ import annotations
 
+from .stall import DEFAULT_STALL_S
+
 __all__ = ["BLAME_RULE", "culprit_query"]
 
 #: The recording rule in ``deploy/prometheus/fr-otel-rules.yml`` that keeps only the ends of the
@@ -16,7 +18,7 @@ __all__ = ["BLAME_RULE", "culprit_query"]
 BLAME_RULE = "rank_pg:fr_behind:lag"
 
 
-def culprit_query(threshold_s: float = 60.0, job_label: str = "job") -> str:
+def culprit_query(threshold_s: float = DEFAULT_STALL_S, job_label: str = "job") -> str:
     """PromQL naming, per process group, the rank(s) the others wait for.
 
     The ranks whose last enqueued sequence number is the group's lowest, in groups whose

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..common.stall import DEFAULT_STALL_S
+
 if TYPE_CHECKING:  # types only: the live agent imports the rule without the analysis
     from ..read.dump import GroupHistory, RankDump
     from .job import Job
 
-__all__ = ["DAY_NS", "DEFAULT_STALL_S", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
+__all__ = ["DAY_NS", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
            "learn_pace", "stall_threshold_s"]
 
 #: A dump file written within this long after its last recorded activity dates the dump.
 DAY_NS = 86_400 * 10**9
-#: In flight this long is a stall when the job's pace is unknown (the agent's ``stall_seconds`` default).
-DEFAULT_STALL_S = 60.0
 #: "Well past normal": this many times the longest normal wait, pause or op.
 STALL_FACTOR = 3.0
 #: Never a stall below this, whatever the pace (a millisecond-step job still pauses for GC).

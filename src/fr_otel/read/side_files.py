@@ -24,10 +24,10 @@ import stat
 from typing import Any, Callable, TypeVar
 
 from ..common.files import file_kind
-from ..common.text import one_line, printable
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip, one_line, printable
 
 __all__ = [
-    "MAX_ATTRIBUTES", "MAX_ATTRIBUTE_KEY", "MAX_ATTRIBUTE_TEXT", "MAX_BYTES", "MAX_CONTAINERS", "MAX_DEPTH",
+    "MAX_ATTRIBUTES", "MAX_ATTRIBUTE_KEY", "MAX_BYTES", "MAX_CONTAINERS", "MAX_DEPTH",
     "MAX_RANK",
     "bounded_attributes", "per_rank", "rank_key", "read_per_rank_file", "read_side_file", "side_file_present",
 ]
@@ -43,8 +43,6 @@ MAX_RANK = (1 << 31) - 1
 #: Root span attributes taken from one file: the agent writes about 8.
 MAX_ATTRIBUTES = 64
 MAX_ATTRIBUTE_KEY = 128
-#: Longer string values are clipped, as every attribute is (Tempo truncates at 2048).
-MAX_ATTRIBUTE_TEXT = 2000
 _ATTRIBUTE_TYPES = (str, int, float, bool)
 _INT64 = 1 << 63
 T = TypeVar("T")
@@ -168,7 +166,7 @@ def read_per_rank_file(path: str, problems: list[str], consequence: str,
 def bounded_attributes(path: str, raw: Any, problems: list[str], prefix: str = "") -> tuple[tuple[str, Any], ...]:
     """``[[key, value], ...]`` as span attributes: the first :data:`MAX_ATTRIBUTES`, keys starting
     with ``prefix`` of at most :data:`MAX_ATTRIBUTE_KEY` characters, values a string (clipped to
-    :data:`MAX_ATTRIBUTE_TEXT`), an int64, a float or a bool; the first key wins. What is
+    :data:`MAX_ATTRIBUTE_CHARS`), an int64, a float or a bool; the first key wins. What is
     dropped or clipped costs one line."""
     if not isinstance(raw, list):
         return ()
@@ -187,11 +185,11 @@ def bounded_attributes(path: str, raw: Any, problems: list[str], prefix: str = "
         if type(value) is int and not -_INT64 <= value < _INT64:
             dropped += 1
             continue
-        if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_TEXT:
-            value, clipped = value[: MAX_ATTRIBUTE_TEXT - 1] + "…", clipped + 1
+        if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
+            value, clipped = clip(value, MAX_ATTRIBUTE_CHARS), clipped + 1
         out.setdefault(key, value)
     if dropped or clipped:
-        what = [f"{dropped} ignored" if dropped else "", f"{clipped} clipped to {MAX_ATTRIBUTE_TEXT} characters"
+        what = [f"{dropped} ignored" if dropped else "", f"{clipped} clipped to {MAX_ATTRIBUTE_CHARS} characters"
                 if clipped else ""]
         keys = f"{prefix}* keys" if prefix else "keys"
         problems.append(f"{path}: root attributes: {', '.join(w for w in what if w)} (at most {MAX_ATTRIBUTES} "

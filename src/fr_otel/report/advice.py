@@ -7,8 +7,8 @@ Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
 
 from __future__ import annotations
 
-from ..common.ranks import compress_ranks
 from ..common.commands import py_spy_command_line
+from ..common.ranks import compress_ranks
 from ..diagnosis.verdict import Culprit
 from ..read.dump import op_name
 from .facts import Facts

@@ -21,10 +21,11 @@ from functools import partial
 from typing import NamedTuple
 
 from ..common.ranks import compress_ranks
+from ..common.text import clip
 from ..diagnosis.job import Job
 from ..read.dump import MAX_ESTIMATED_END_NS, Entry, op_interval
 from .facts import Facts, history_at
-from .markup import clip, fmt_duration, fmt_rel
+from .markup import fmt_duration, fmt_rel
 
 __all__ = ["Bar", "Lane", "Op", "families", "lanes_for"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..common.text import printable
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip, printable
 
 __all__ = [
-    "MAX_STRING_CHARS", "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",
+    "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",
     "RANK", "WORLD_SIZE", "BACKEND", "PG_NAME", "PG_DESC", "PG_SIZE", "SEQ_ID", "P2P_SEQ_ID", "OP_ID", "OP",
     "RECORD_ID", "STATE", "RETIRED", "COMPLETED", "IS_P2P", "TIMEOUT_MS", "INPUT_SIZES", "OUTPUT_SIZES",
     "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
@@ -101,7 +101,6 @@ PROCESS_PID = "process.pid"
 
 # --- Limits: what any one attribute may cost, whatever the dump held -----------------------
 
-MAX_STRING_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
 MAX_LIST_ITEMS = 1024
 MAX_ITEM_CHARS = 256
 MAX_LIST_CHARS = 16_000
@@ -109,13 +108,10 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _text(value: str, limit: int) -> str:
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
-    value = printable(value, keep_lines=True)  # escaping may lengthen it: clip again
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    return clip(printable(clip(value, limit), keep_lines=True), limit)  # escaping may lengthen it: clip again
 
 
-def bounded_value(value: Any, limit: int = MAX_STRING_CHARS) -> Any:
+def bounded_value(value: Any, limit: int = MAX_ATTRIBUTE_CHARS) -> Any:
     """One attribute value OTLP can encode, clipped: None when there is nothing to send.
 
     Strings are escaped and clipped to ``limit`` characters; ints outside int64 become

@@ -8,11 +8,12 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.hosts import LOST_STATES
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from . import attributes as A
-from .frame import SCOPE, TraceFrame, clip
+from .frame import SCOPE, TraceFrame
 
 __all__ = ["incident_span", "now_attributes"]
 
@@ -107,6 +108,6 @@ def now_attributes(process: RankProcess | None, now: LiveStacks | None, max_fram
     where = now.where if now is not None else None
     if now is not None and where is not None:
         attrs[A.NOW] = clip(now.describe(), 500)
-        attrs[A.STACK_NOW] = clip(now.text(max_frames))
+        attrs[A.STACK_NOW] = clip(now.text(max_frames), MAX_ATTRIBUTE_CHARS)
         attrs.update({A.CODE_FUNCTION: where.name, A.CODE_FILE: where.filename, A.CODE_LINE: where.line})
     return attrs

@@ -16,12 +16,13 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.verdict import Verdict
 from ..read.dump import Entry
 from ..read.frame import is_user_frame
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
-from .frame import SCOPE, TraceFrame, clip, span_name
+from .frame import SCOPE, TraceFrame, span_name
 from .incident_span import now_attributes
 
 __all__ = ["RankSpans"]
@@ -95,8 +96,8 @@ class RankSpans:
             A.RETIRED: e.retired,
             A.COMPLETED: e.completed,
             A.IS_P2P: e.is_p2p,
-            A.INPUT_SIZES: clip(_sizes(e.input_sizes)),
-            A.OUTPUT_SIZES: clip(_sizes(e.output_sizes)),
+            A.INPUT_SIZES: clip(_sizes(e.input_sizes), MAX_ATTRIBUTE_CHARS),
+            A.OUTPUT_SIZES: clip(_sizes(e.output_sizes), MAX_ATTRIBUTE_CHARS),
             A.INPUT_DTYPES: list(e.input_dtypes),
             A.OUTPUT_DTYPES: list(e.output_dtypes),
             A.THREAD_NAME: e.thread_name,
@@ -144,7 +145,7 @@ class RankSpans:
         if e.frames and (not e.completed or culprit is not None):
             # Full stacks where someone will read them: in-flight ops and the culprit's.
             frames = e.frames[: self.frame.options.max_stack_frames]
-            attrs[A.STACK] = clip("\n".join(f"{f.filename}:{f.line} in {f.name}" for f in frames))
+            attrs[A.STACK] = clip("\n".join(f"{f.filename}:{f.line} in {f.name}" for f in frames), MAX_ATTRIBUTE_CHARS)
             events.extend(
                 Event("frame", A.bounded({A.CODE_FUNCTION: f.name, A.CODE_FILE: f.filename, A.CODE_LINE: f.line}),
                       timestamp=e.time_created_ns)
@@ -188,7 +189,7 @@ class RankSpans:
         if culprit is not None:
             attrs[A.IS_CULPRIT] = True
             attrs[A.CULPRIT_KIND] = culprit.kind
-            attrs[A.CULPRIT_EVIDENCE] = clip(culprit.evidence)
+            attrs[A.CULPRIT_EVIDENCE] = clip(culprit.evidence, MAX_ATTRIBUTE_CHARS)
             if culprit.stopped_after_s is not None:
                 attrs[A.STOPPED_AFTER_S] = culprit.stopped_after_s
             status = Status(StatusCode.ERROR, f"culprit: {culprit.kind}")
