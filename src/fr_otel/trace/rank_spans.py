@@ -17,6 +17,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip
+from ..diagnosis.focus import incident_focus
 from ..diagnosis.verdict import Verdict
 from ..read.dump import Entry
 from ..read.frame import is_user_frame
@@ -215,17 +216,12 @@ class RankSpans:
 
 
 def _stuck_collectives(verdict: Verdict) -> dict[tuple[str, int], str]:
-    """(group, seq) of the collectives the incident is about -> why: a hang's or desync's
-    oldest collective in flight in each group, and each culprit's."""
+    """(group, seq) of the collectives a hang or desync is about (:func:`incident_focus`) -> why."""
     if verdict.verdict not in ("hang", "desync"):
         return {}
     culprits = compress_ranks(c.rank for c in verdict.culprits)
     why = f"{verdict.verdict}, waiting for rank(s) {culprits}" if culprits else verdict.verdict
-    out = {(g.group.name, g.in_flight.seq): why for g in verdict.groups if g.in_flight is not None}
-    for c in verdict.culprits:
-        if c.collective_seq_id is not None:
-            out[(c.group_name, c.collective_seq_id)] = why
-    return out
+    return dict.fromkeys(incident_focus(verdict).all, why)
 
 
 def _sizes(sizes: Sequence[Sequence[int]]) -> str:
