@@ -18,6 +18,7 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
     host/<rank>         JSON {host, node, pid, local_rank}: where the rank runs, set once at start-up
     hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
+    w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
 
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
@@ -128,6 +129,14 @@ class IncidentChannel:
             if text.isdigit():
                 out[rank] = int(text)
         return out
+
+    # -- who holds the job up without hanging it ----------------------------------------------
+    def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
+        self.store.set(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
+
+    def waits(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
+        """What each of ``ranks`` last published of its waits (ranks that have not yet are left out)."""
+        return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
 
     def publish_files(self, k: int, files: bytes) -> None:
         self.store.set(f"i/{k}/files", files)

@@ -1,0 +1,166 @@
+"""The agent names the host that slows the whole job: one log line, before anything hangs.
+
+Each rank measures only its own waits (:mod:`.wait_sampler`); telling the slow rank from the
+waiting ones needs everyone's. So every rank publishes a few bytes of its recent waits per
+group to the job's store every :data:`PUBLISH_EVERY_S` (one bounded ``set``), and global rank 0
+fetches them all as often (a ``check`` and a ``multi_get`` per 256 ranks) and applies the rule of
+:mod:`fr_otel.diagnosis.lateness`, the one the Prometheus alerts apply. A holdup (a host whose
+ranks all wait far less than their group, or one such rank) seen for :data:`LOG_AFTER_S` gets one
+line::
+
+    node1 (ranks 2-3) has held up default_pg (group 0) for 15 s: peers wait 0.55 s per all_reduce,
+    it waits 0.01 s (92% and 2% of their time)
+
+and, for the first :data:`MAX_INCIDENTS` holdups of a job, an incident (every rank's recorder,
+the offline verdict, one trace: ``on_holdup``). Ranks that merely wait get no line. When the
+holdup has not been seen for :data:`FORGET_AFTER_S`, one line says it ended.
+
+Store load: N small ``set``s and 2N/256 round trips per interval, next to the N heartbeats per
+second the incident channel already makes. Every call is bounded (:mod:`.store_link`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..common.ranks import compress_ranks
+from ..diagnosis.lateness import Holdup, RankWait, holdups
+from .channel import IncidentChannel
+from .incident_runner import IncidentRunner
+from .state import GroupWait
+
+__all__ = ["FORGET_AFTER_S", "LOG_AFTER_S", "MAX_INCIDENTS", "PUBLISH_EVERY_S", "SlowWatch", "describe",
+           "incident_for_holdups"]
+
+log = logging.getLogger("fr_otel.agent")
+
+#: How often each rank publishes its waits, and rank 0 compares them.
+PUBLISH_EVERY_S = 5.0
+#: A holdup seen this long (judged at every comparison since) gets its line.
+LOG_AFTER_S = 15.0
+#: A holdup not seen for this long has ended (a comparison that misses it once does not end it).
+FORGET_AFTER_S = 30.0
+#: Holdups per job that raise an incident (the job's incident budget is for hangs first).
+MAX_INCIDENTS = 2
+#: A window shorter than this (just after start) is not published: too few samples to compare.
+_MIN_WINDOW_S = 10.0
+_STALE_AFTER_S = 3 * PUBLISH_EVERY_S
+
+
+class SlowWatch:
+    """One rank's part: publish its waits; on the comparer (rank 0), judge everyone's and say so."""
+
+    def __init__(self, channel: IncidentChannel, rank: int, world_size: int, host: str, *, comparer: bool,
+                 recent_op: Callable[[str], str | None] = lambda _: None,
+                 on_holdup: Callable[[Holdup, str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.channel = channel
+        self.rank = rank
+        self.world_size = world_size
+        self.host = host
+        self.comparer = comparer
+        self._recent_op = recent_op
+        self._on_holdup = on_holdup
+        self._clock = clock
+        self._wall = wall
+        self._next_publish = 0.0
+        self._next_compare = clock() + PUBLISH_EVERY_S
+        self._since: dict[tuple[str, str], float] = {}  # holdup -> when first seen
+        self._seen: dict[tuple[str, str], float] = {}  # holdup -> when last seen
+        self._said: set[tuple[str, str]] = set()
+        self.incidents = 0
+
+    def poll(self, waits: tuple[GroupWait, ...]) -> None:
+        """One poll's part (store errors propagate: the caller guards)."""
+        now = self._clock()
+        if now >= self._next_publish:
+            self._next_publish = now + PUBLISH_EVERY_S
+            summary = encode(waits, self.host, self._wall())
+            if summary is not None:
+                self.channel.publish_waits(self.rank, summary)
+        if self.comparer and now >= self._next_compare:
+            self._next_compare = now + PUBLISH_EVERY_S
+            self.judge(decode(self.channel.waits(list(range(self.world_size))), self._wall()), now)
+
+    def judge(self, waits: list[RankWait], now: float) -> list[str]:
+        """Compare everyone's waits; log (and return) a line for each holdup seen long enough, and
+        for each one that ended."""
+        lines = []
+        found = {h.key: h for h in holdups(waits)}
+        for key, h in found.items():
+            self._seen[key] = now
+            since = self._since.setdefault(key, now)
+            if key not in self._said and now - since >= LOG_AFTER_S:
+                self._said.add(key)
+                line = describe(h, now - since, self._recent_op(h.pg_name))
+                log.warning("%s", line)
+                lines.append(line)
+                if self._on_holdup is not None and self.incidents < MAX_INCIDENTS:
+                    self.incidents += 1
+                    self._on_holdup(h, line)
+        for key, seen in list(self._seen.items()):
+            if now - seen < FORGET_AFTER_S:
+                continue
+            if key in self._said:
+                line = f"{key[0]} no longer holds up group {key[1]} (it did for {seen - self._since[key]:.0f} s)"
+                log.info("%s", line)
+                lines.append(line)
+            self._said.discard(key)
+            del self._seen[key], self._since[key]
+        return lines
+
+
+def incident_for_holdups(runner: IncidentRunner) -> Callable[[Holdup, str], None]:
+    """Raise an incident for a holdup: every rank's recorder, the offline verdict, one trace."""
+    def raise_one(h: Holdup, line: str) -> None:
+        who = f"host {h.host}" if h.whole_host else f"rank {h.ranks[0]}"
+        runner.raise_incident(f"slow: {who} holds up group {h.pg_name} ({h.pg_desc})",
+                              {"slow_ranks": list(h.ranks), "slow_host": h.host, "detail": line})
+    return raise_one
+
+
+def describe(h: Holdup, held_s: float, op: str | None) -> str:
+    """The line: who, which group, how long, and what everyone waits."""
+    who = (f"{h.host} ({'rank' if len(h.ranks) == 1 else 'ranks'} {compress_ranks(h.ranks)})" if h.whole_host
+           else f"rank {h.ranks[0]} ({h.host or 'host unknown'})")
+    group = f"{h.pg_desc} (group {h.pg_name})" if h.pg_desc else f"group {h.pg_name}"
+    shares = f"{h.median_share:.0%} and {h.share:.0%} of their time"
+    if h.peers_wait_s is None or h.wait_s is None:
+        return f"{who} has held up {group} for {held_s:.0f} s: peers wait {shares}"
+    return (f"{who} has held up {group} for {held_s:.0f} s: peers wait {h.peers_wait_s:.2f} s per "
+            f"{op or 'collective'}, it waits {h.wait_s:.2f} s ({shares})")
+
+
+def encode(waits: tuple[GroupWait, ...], host: str, wall_s: float) -> dict[str, Any] | None:
+    """What a rank publishes: its host, the time, and per group its recent share, wait per
+    collective and collectives completed (None while the window is too short to compare)."""
+    groups = [[w.name, w.desc, round(w.recent_share, 4),
+               None if w.recent_wait_s is None else round(w.recent_wait_s, 4), w.recent_completed]
+              for w in waits if w.recent_s >= _MIN_WINDOW_S]
+    return {"t": round(wall_s, 1), "h": host, "g": groups} if groups else None
+
+
+def decode(raw: dict[int, dict[str, Any]], wall_s: float) -> list[RankWait]:
+    """Everyone's publications, fresh ones only (a rank that stopped publishing is not compared);
+    anything malformed is skipped."""
+    out = []
+    for rank, d in raw.items():
+        t = d.get("t")
+        if not isinstance(t, (int, float)) or not wall_s - t < _STALE_AFTER_S:
+            continue
+        host = d.get("h") if isinstance(d.get("h"), str) else ""
+        for g in d.get("g") or ():
+            try:
+                name, desc, share, per, done = g
+                share = float(share)
+                per = None if per is None else float(per)
+                if not (math.isfinite(share) and isinstance(done, int)):
+                    continue
+                out.append(RankWait(rank, host, str(name), str(desc), share, per, done))
+            except (TypeError, ValueError):
+                continue
+    return out

@@ -1,0 +1,124 @@
+"""The agent's slow-host line: every rank publishes its waits through the real store, rank 0 judges them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+
+import pytest
+
+from fr_otel.agent.slow_watch import FORGET_AFTER_S, LOG_AFTER_S, PUBLISH_EVERY_S, SlowWatch, decode
+from fr_otel.agent.state import GroupWait
+from fr_otel.diagnosis.lateness import Holdup, RankWait
+from fr_otel.testing.ports import unused_tcp_port
+
+dist = pytest.importorskip("torch.distributed")
+
+HOSTS = ["node0", "node0", "node1", "node1", "node2", "node2"]
+SHARE = {0: 0.92, 1: 0.91, 2: 0.02, 3: 0.03, 4: 0.92, 5: 0.93}
+PER = {0: 0.55, 1: 0.54, 2: 0.01, 3: 0.02, 4: 0.56, 5: 0.55}
+LINE = ("node1 (ranks 2-3) has held up default_pg (group 0) for 15 s: peers wait 0.55 s per all_reduce, it waits "
+        "0.02 s (92% and 3% of their time)")
+
+
+def _waits(rank: int, share: float | None = None) -> tuple[GroupWait, ...]:
+    s = SHARE[rank] if share is None else share
+    return (GroupWait("0", "default_pg", 100.0, 500, s, PER[rank], 50, 30.0),)
+
+
+def _rank_waits(slow: bool = True) -> list[RankWait]:
+    return [RankWait(r, HOSTS[r], "0", "default_pg", SHARE[r] if slow else 0.5, PER[r], 50) for r in range(6)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def store() -> object:
+    """A real TCPStore (the job's store in a real run)."""
+    port = unused_tcp_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    yield server
+    del server
+
+
+def _channel(port: int) -> object:
+    from fr_otel.agent.channel import IncidentChannel
+
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=3))
+    return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
+
+
+def test_a_slow_host_is_said_once_after_it_lasted_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Seen at every comparison for 15 s: one line naming node1 and its ranks; later sightings say nothing;
+    30 s without it: one line that it ended. The waiting ranks never get a line."""
+    clock, raised = Clock(), []
+    watch = SlowWatch(None, 0, 6, "node0", comparer=True, recent_op=lambda pg: "all_reduce",  # type: ignore[arg-type]
+                      on_holdup=lambda h, line: raised.append((h.host, h.ranks)), clock=clock)
+    said = []
+    with caplog.at_level(logging.INFO, logger="fr_otel.agent"):
+        for _ in range(int(LOG_AFTER_S / PUBLISH_EVERY_S) + 3):  # seen from 1000 s to 1025 s
+            said += watch.judge(_rank_waits(), clock.t)
+            clock.t += PUBLISH_EVERY_S
+        assert said == [LINE] and raised == [("node1", (2, 3))]
+        while clock.t <= 1025 + FORGET_AFTER_S:
+            said += watch.judge(_rank_waits(slow=False), clock.t)
+            clock.t += PUBLISH_EVERY_S
+    assert said == [LINE, "node1 no longer holds up group 0 (it did for 25 s)"]
+    assert [r.getMessage() for r in caplog.records] == said
+
+
+def test_a_holdup_that_comes_and_goes_faster_than_it_lasts_is_not_said() -> None:
+    """Seen, missed by one comparison, seen again: the count goes on (it restarts only after 30 s unseen)."""
+    clock = Clock()
+    watch = SlowWatch(None, 0, 6, "node0", comparer=True, clock=clock)  # type: ignore[arg-type]
+    said = []
+    for slow in (True, False, True, True):
+        said += watch.judge(_rank_waits(slow), clock.t)
+        clock.t += PUBLISH_EVERY_S
+    assert len(said) == 1 and "for 15 s" in said[0]
+
+
+def test_only_the_first_holdups_of_a_job_raise_incidents() -> None:
+    """A host that keeps relapsing gets a line each time, but the incident budget is kept for hangs."""
+    clock, raised = Clock(), []
+    watch = SlowWatch(None, 0, 6, "node0", comparer=True, on_holdup=lambda h, line: raised.append(h),  # type: ignore[arg-type]
+                      clock=clock)
+    for _ in range(5):
+        for slow in [True] * 4 + [False] * 7:
+            watch.judge(_rank_waits(slow), clock.t)
+            clock.t += PUBLISH_EVERY_S
+    assert len(raised) == 2 and all(isinstance(h, Holdup) for h in raised)
+
+
+def test_every_rank_publishes_through_the_store_and_rank_0_reads_them_all(store: object) -> None:
+    """Six ranks publish every 5 s through a real TCPStore; rank 0 reads all six, and reads nothing
+    from a rank whose publication is stale or malformed."""
+    port = store.port  # type: ignore[attr-defined]
+    clock = Clock()
+    wall = [1_700_000_000.0]
+    watches = [SlowWatch(_channel(port), r, 6, HOSTS[r], comparer=r == 0, clock=clock, wall=lambda: wall[0])
+               for r in range(6)]
+    for r, w in enumerate(watches):
+        w.poll(_waits(r))
+    raw = watches[0].channel.waits(list(range(6)))  # type: ignore[attr-defined]
+    got = decode(raw, wall[0])
+    assert {(w.rank, w.host, w.share, w.per_collective_s, w.completed) for w in got} == {
+        (r, HOSTS[r], SHARE[r], PER[r], 50) for r in range(6)}
+    raw[4]["t"] = wall[0] - 60  # rank 4 stopped publishing a minute ago
+    raw[5] = json.loads('{"t": "x", "h": 5, "g": [[1, 2]]}')
+    raw[3]["g"] = [["0", "default_pg", "nan?", None, 50], ["0", "default_pg", 0.1, None, "50"]]
+    assert {w.rank for w in decode(raw, wall[0])} == {0, 1, 2}
+
+
+def test_a_window_too_short_to_compare_is_not_published(store: object) -> None:
+    """Just after start (under 10 s sampled) a rank publishes nothing rather than noise."""
+    watch = SlowWatch(_channel(store.port), 3, 6, "node1", comparer=False)  # type: ignore[attr-defined]
+    watch.poll((GroupWait("0", "default_pg", 1.0, 5, 0.5, 0.2, 5, 4.0),))
+    assert watch.channel.waits([3]) == {}  # type: ignore[attr-defined]
