@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import random
 from datetime import timedelta
 
 import pytest
 
+from fr_otel.agent.recorder import Counters
 from fr_otel.agent.slow_watch import FORGET_AFTER_S, LOG_AFTER_S, PUBLISH_EVERY_S, SlowWatch, decode
-from fr_otel.agent.state import GroupWait
+from fr_otel.agent.state import GroupStatus
+from fr_otel.agent.wait_sampler import WaitSampler, group_waits
 from fr_otel.diagnosis.lateness import Holdup, RankWait
 from fr_otel.testing.ports import unused_tcp_port
 
@@ -22,9 +26,18 @@ LINE = ("node1 (ranks 2-3) has held up default_pg (group 0) for 15 s: peers wait
         "0.02 s (92% and 3% of their time)")
 
 
-def _waits(rank: int, share: float | None = None) -> tuple[GroupWait, ...]:
-    s = SHARE[rank] if share is None else share
-    return (GroupWait("0", "default_pg", 100.0, 500, s, PER[rank], 50, 30.0),)
+STATUSES = (GroupStatus("0", "default_pg", tuple(range(6)), 0, 500, 500),)
+
+
+def _sampler(rank: int, seconds: float = 31.0) -> WaitSampler:
+    """A real wait sampler fed ``seconds`` of a rank waiting SHARE[rank] of every 0.6 s step."""
+    sampler = WaitSampler(0.1, enqueue_is_start=True, rng=random.Random(rank))
+    t, period, wait = 0.0, 0.6, SHARE[rank] * 0.6
+    while t < seconds:
+        k = math.floor(t / period)
+        sampler.sample({0: Counters(k + 1, -1, k + 1 if t - k * period >= wait else k)}, int(t * 1e9))
+        t += sampler.gap_s()
+    return sampler
 
 
 def _rank_waits(slow: bool = True) -> list[RankWait]:
@@ -105,20 +118,40 @@ def test_every_rank_publishes_through_the_store_and_rank_0_reads_them_all(store:
     wall = [1_700_000_000.0]
     watches = [SlowWatch(_channel(port), r, 6, HOSTS[r], comparer=r == 0, clock=clock, wall=lambda: wall[0])
                for r in range(6)]
+    samplers = [_sampler(r) for r in range(6)]
     for r, w in enumerate(watches):
-        w.poll(_waits(r))
+        w.poll(samplers[r], STATUSES)
     raw = watches[0].channel.waits(list(range(6)))  # type: ignore[attr-defined]
     got = decode(raw, wall[0])
-    assert {(w.rank, w.host, w.share, w.per_collective_s, w.completed) for w in got} == {
-        (r, HOSTS[r], SHARE[r], PER[r], 50) for r in range(6)}
+    measured = {r: group_waits(samplers[r], STATUSES)[0] for r in range(6)}
+    assert {(w.rank, w.host, w.share, w.per_collective_s, w.completed, w.in_flight_s) for w in got} == {
+        (r, HOSTS[r], round(m.recent_share, 4), round(m.recent_wait_s, 4), m.recent_completed, 0.0)  # type: ignore[arg-type]
+        for r, m in measured.items()}
+    assert all(abs(m.recent_share - SHARE[r]) < 0.08 for r, m in measured.items())
     raw[4]["t"] = wall[0] - 60  # rank 4 stopped publishing a minute ago
     raw[5] = json.loads('{"t": "x", "h": 5, "g": [[1, 2]]}')
-    raw[3]["g"] = [["0", "default_pg", "nan?", None, 50], ["0", "default_pg", 0.1, None, "50"]]
+    raw[3]["g"] = [["0", "default_pg", "nan?", None, 50, 0], ["0", "default_pg", 0.1, None, "50", 0]]
     assert {w.rank for w in decode(raw, wall[0])} == {0, 1, 2}
 
 
 def test_a_window_too_short_to_compare_is_not_published(store: object) -> None:
     """Just after start (under 10 s sampled) a rank publishes nothing rather than noise."""
     watch = SlowWatch(_channel(store.port), 3, 6, "node1", comparer=False)  # type: ignore[attr-defined]
-    watch.poll((GroupWait("0", "default_pg", 1.0, 5, 0.5, 0.2, 5, 4.0),))
+    watch.poll(_sampler(3, seconds=4.0), STATUSES)
     assert watch.channel.waits([3]) == {}  # type: ignore[attr-defined]
+
+
+def test_a_group_stalled_now_is_not_slow_even_with_completions_in_the_window() -> None:
+    """Rank 2 hung 15 s ago: the window still counts the collectives completed before; the waiting
+    ranks' collective in flight past the stall floor says hang (the incidents' business), not slowness."""
+    hung = [RankWait(r, HOSTS[r], "0", "default_pg", 0.0 if r == 2 else 0.5, None, 20, 0.0 if r == 2 else 15.0)
+            for r in range(6)]
+    said: dict[float, list[str]] = {5.0: [], math.inf: []}
+    for floor in said:
+        clock = Clock()
+        watch = SlowWatch(None, 0, 6, "node0", comparer=True, stalled_after_s=floor, clock=clock)  # type: ignore[arg-type]
+        for _ in range(6):
+            said[floor] += watch.judge(hung, clock.t)
+            clock.t += PUBLISH_EVERY_S
+    assert said[5.0] == [] and said[math.inf] == ["rank 2 (node1) has held up default_pg (group 0) for 15 s: peers "
+                                                  "wait 50% of their time, it waits 0%"]

@@ -189,8 +189,7 @@ class Agent:
                     self.tick()
 
     def _sample_waits(self, otherwise_s: float) -> float:
-        """One sample of the progress counters for the wait sampler; returns the gap to the next
-        (``otherwise_s`` while there is no sampler: no extra wake-ups)."""
+        """One sample for the wait sampler; the gap to the next (``otherwise_s`` without a sampler)."""
         sampler, recorder = self.waits, self.recorder
         if sampler is None or recorder is None:
             return otherwise_s
@@ -246,7 +245,7 @@ class Agent:
                     self.incidents.me.hosts.poll(time.time_ns())
                 if self.slow is not None and self.waits is not None:
                     with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
-                        self.slow.poll(group_waits(self.waits, self.tracker.statuses))
+                        self.slow.poll(self.waits, self.tracker.statuses)
             self.incidents.poll(self.tracker.stalls(time.time_ns(), self.config.stall_seconds))
 
     def _may_read_full(self) -> bool:
@@ -321,7 +320,8 @@ class Agent:
                 self.incidents = IncidentRunner(me, self.tracker)
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
-                                          recent_op=recorder.recent_op, on_holdup=incident_for_holdups(self.incidents))
+                                          stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
+                                          on_holdup=incident_for_holdups(self.incidents))
                 log.debug("incidents through %s, job id %s", channel.how, job_id)
         if local_rank() in (0, None):  # one line per host, not one per rank
             with self.health.guard("start-up line"):

@@ -31,7 +31,8 @@ from ..common.ranks import compress_ranks
 from ..diagnosis.lateness import Holdup, RankWait, holdups
 from .channel import IncidentChannel
 from .incident_runner import IncidentRunner
-from .state import GroupWait
+from .state import GroupStatus, GroupWait
+from .wait_sampler import WaitSampler, group_waits
 
 __all__ = ["FORGET_AFTER_S", "LOG_AFTER_S", "MAX_INCIDENTS", "PUBLISH_EVERY_S", "SlowWatch", "describe",
            "incident_for_holdups"]
@@ -55,7 +56,7 @@ class SlowWatch:
     """One rank's part: publish its waits; on the comparer (rank 0), judge everyone's and say so."""
 
     def __init__(self, channel: IncidentChannel, rank: int, world_size: int, host: str, *, comparer: bool,
-                 recent_op: Callable[[str], str | None] = lambda _: None,
+                 stalled_after_s: float = math.inf, recent_op: Callable[[str], str | None] = lambda _: None,
                  on_holdup: Callable[[Holdup, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.channel = channel
@@ -63,6 +64,8 @@ class SlowWatch:
         self.world_size = world_size
         self.host = host
         self.comparer = comparer
+        #: A group with a collective in flight this long is stalled (the incidents' business), not slow.
+        self.stalled_after_s = stalled_after_s
         self._recent_op = recent_op
         self._on_holdup = on_holdup
         self._clock = clock
@@ -74,12 +77,14 @@ class SlowWatch:
         self._said: set[tuple[str, str]] = set()
         self.incidents = 0
 
-    def poll(self, waits: tuple[GroupWait, ...]) -> None:
+    def poll(self, sampler: WaitSampler, statuses: tuple[GroupStatus, ...]) -> None:
         """One poll's part (store errors propagate: the caller guards)."""
         now = self._clock()
         if now >= self._next_publish:
             self._next_publish = now + PUBLISH_EVERY_S
-            summary = encode(waits, self.host, self._wall())
+            wall = self._wall()
+            ages = {g.name: g.age_s(int(wall * 1e9)) for g in statuses}
+            summary = encode(group_waits(sampler, statuses), ages, self.host, wall)
             if summary is not None:
                 self.channel.publish_waits(self.rank, summary)
         if self.comparer and now >= self._next_compare:
@@ -90,7 +95,7 @@ class SlowWatch:
         """Compare everyone's waits; log (and return) a line for each holdup seen long enough, and
         for each one that ended."""
         lines = []
-        found = {h.key: h for h in holdups(waits)}
+        found = {h.key: h for h in holdups(waits, self.stalled_after_s)}
         for key, h in found.items():
             self._seen[key] = now
             since = self._since.setdefault(key, now)
@@ -130,16 +135,19 @@ def describe(h: Holdup, held_s: float, op: str | None) -> str:
     group = f"{h.pg_desc} (group {h.pg_name})" if h.pg_desc else f"group {h.pg_name}"
     shares = f"{h.median_share:.0%} and {h.share:.0%} of their time"
     if h.peers_wait_s is None or h.wait_s is None:
-        return f"{who} has held up {group} for {held_s:.0f} s: peers wait {shares}"
+        return (f"{who} has held up {group} for {held_s:.0f} s: peers wait {h.median_share:.0%} of their time, "
+                f"it waits {h.share:.0%}")
     return (f"{who} has held up {group} for {held_s:.0f} s: peers wait {h.peers_wait_s:.2f} s per "
             f"{op or 'collective'}, it waits {h.wait_s:.2f} s ({shares})")
 
 
-def encode(waits: tuple[GroupWait, ...], host: str, wall_s: float) -> dict[str, Any] | None:
+def encode(waits: tuple[GroupWait, ...], ages: dict[str, float], host: str, wall_s: float) -> dict[str, Any] | None:
     """What a rank publishes: its host, the time, and per group its recent share, wait per
-    collective and collectives completed (None while the window is too short to compare)."""
+    collective, collectives completed and how long its oldest collective there has been in flight
+    (None while the window is too short to compare)."""
     groups = [[w.name, w.desc, round(w.recent_share, 4),
-               None if w.recent_wait_s is None else round(w.recent_wait_s, 4), w.recent_completed]
+               None if w.recent_wait_s is None else round(w.recent_wait_s, 4), w.recent_completed,
+               round(ages.get(w.name, 0.0), 1)]
               for w in waits if w.recent_s >= _MIN_WINDOW_S]
     return {"t": round(wall_s, 1), "h": host, "g": groups} if groups else None
 
@@ -155,12 +163,12 @@ def decode(raw: dict[int, dict[str, Any]], wall_s: float) -> list[RankWait]:
         host = d.get("h") if isinstance(d.get("h"), str) else ""
         for g in d.get("g") or ():
             try:
-                name, desc, share, per, done = g
-                share = float(share)
+                name, desc, share, per, done, age = g
+                share, age = float(share), float(age)
                 per = None if per is None else float(per)
                 if not (math.isfinite(share) and isinstance(done, int)):
                     continue
-                out.append(RankWait(rank, host, str(name), str(desc), share, per, done))
+                out.append(RankWait(rank, host, str(name), str(desc), share, per, done, age))
             except (TypeError, ValueError):
                 continue
     return out
