@@ -155,3 +155,22 @@ def test_a_group_stalled_now_is_not_slow_even_with_completions_in_the_window() -
             clock.t += PUBLISH_EVERY_S
     assert said[5.0] == [] and said[math.inf] == ["rank 2 (node1) has held up default_pg (group 0) for 15 s: peers "
                                                   "wait 50% of their time, it waits 0%"]
+
+
+def test_rank_0_spaces_its_comparisons_by_what_they_cost(store: object) -> None:
+    """Comparisons that take 0.1 s each (16k ranks take ~0.4 s) come every 20 s, not every 5 s: at
+    most 0.5 % of rank 0's time."""
+    clock, timer = Clock(), [0.0]
+
+    def slow_timer() -> float:
+        timer[0] += 0.1  # each comparison reads it twice: it costs 0.1 s
+        return timer[0]
+
+    watch = SlowWatch(_channel(store.port), 0, 6, "node0", comparer=True, clock=clock,  # type: ignore[attr-defined]
+                      timer=slow_timer)
+    sampler = _sampler(0)
+    for _ in range(12):  # 60 s of polls every 5 s
+        clock.t += PUBLISH_EVERY_S
+        watch.poll(sampler, STATUSES)
+    assert watch.compare_s == pytest.approx(0.1)
+    assert timer[0] == pytest.approx(0.2 * 3)  # three comparisons in 60 s (at 5, 25 and 45 s), not twelve
