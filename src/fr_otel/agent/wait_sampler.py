@@ -95,7 +95,7 @@ class WaitSampler:
         self._last: dict[int, _Last] = {}
         self._totals: dict[int, SlotWait] = {}
         self._checkpoints: deque[tuple[int, dict[int, SlotWait]]] = deque()
-        #: Samples taken, and seconds spent in them (reading the counters included, when the caller adds it).
+        #: Samples taken, and the CPU seconds spent in them (the counters' read included: the agent adds it).
         self.samples = 0
         self.cost_s = 0.0
         #: True once collectives completed where no wait can be measured (NCCL without timing):
