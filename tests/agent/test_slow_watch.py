@@ -174,3 +174,21 @@ def test_rank_0_spaces_its_comparisons_by_what_they_cost(store: object) -> None:
         watch.poll(sampler, STATUSES)
     assert watch.compare_s == pytest.approx(0.1)
     assert timer[0] == pytest.approx(0.2 * 3)  # three comparisons in 60 s (at 5, 25 and 45 s), not twelve
+
+
+def test_a_rank_publishes_the_longest_wait_its_polls_saw_in_the_window(store: object) -> None:
+    """A collective in flight 8 s twenty seconds ago is still in the publication (a one-off hold-up is
+    not slowness); once it has left the 30 s window it is not."""
+    clock, wall = Clock(), [1_700_000_000.0]
+    watch = SlowWatch(_channel(store.port), 1, 6, "node0", comparer=False, clock=clock,  # type: ignore[attr-defined]
+                      wall=lambda: wall[0])
+    sampler = _sampler(1)
+    stuck = (GroupStatus("0", "default_pg", tuple(range(6)), 0, 501, 500, 501, int((wall[0] - 8) * 1e9)),)
+    watch.poll(sampler, stuck)
+    published = []
+    for _ in range(8):
+        clock.t += PUBLISH_EVERY_S
+        wall[0] += PUBLISH_EVERY_S
+        watch.poll(sampler, STATUSES)
+        published.append(watch.channel.waits([1])[1]["g"][0][5])  # type: ignore[attr-defined]
+    assert published == [8.0] * 6 + [0.0] * 2

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from ..diagnosis.lateness import Holdup, RankWait, holdups
 from .channel import IncidentChannel
 from .incident_runner import IncidentRunner
 from .state import GroupStatus, GroupWait
-from .wait_sampler import WaitSampler, group_waits
+from .wait_sampler import WINDOW_S, WaitSampler, group_waits
 
 __all__ = ["FORGET_AFTER_S", "LOG_AFTER_S", "MAX_INCIDENTS", "PUBLISH_EVERY_S", "SlowWatch", "describe",
            "incident_for_holdups"]
@@ -69,7 +70,8 @@ class SlowWatch:
         self.world_size = world_size
         self.host = host
         self.comparer = comparer
-        #: A group with a collective in flight this long is stalled (the incidents' business), not slow.
+        #: A group with a collective in flight this long within the window stalled (the incidents'
+        #: business, or a one-off hold-up: a checkpoint), it is not slow.
         self.stalled_after_s = stalled_after_s
         self._recent_op = recent_op
         self._on_holdup = on_holdup
@@ -83,15 +85,21 @@ class SlowWatch:
         self._said: set[tuple[str, str]] = set()
         self.incidents = 0
         self.compare_s = 0.0  # what the last comparison cost (fetch, decode, judge)
+        self._ages: deque[tuple[float, dict[str, float]]] = deque()  # per poll: each group's in-flight age
 
     def poll(self, sampler: WaitSampler, statuses: tuple[GroupStatus, ...]) -> None:
         """One poll's part (store errors propagate: the caller guards)."""
-        now = self._clock()
+        now, wall = self._clock(), self._wall()
+        self._ages.append((now, {g.name: g.age_s(int(wall * 1e9)) for g in statuses}))
+        while self._ages and now - self._ages[0][0] > WINDOW_S:
+            self._ages.popleft()
         if now >= self._next_publish:
             self._next_publish = now + PUBLISH_EVERY_S
-            wall = self._wall()
-            ages = {g.name: g.age_s(int(wall * 1e9)) for g in statuses}
-            summary = encode(group_waits(sampler, statuses), ages, self.host, wall)
+            longest: dict[str, float] = {}
+            for _, ages in self._ages:
+                for name, age in ages.items():
+                    longest[name] = max(longest.get(name, 0.0), age)
+            summary = encode(group_waits(sampler, statuses), longest, self.host, wall)
             if summary is not None:
                 self.channel.publish_waits(self.rank, summary)
         if self.comparer and now >= self._next_compare:
@@ -154,8 +162,8 @@ def describe(h: Holdup, held_s: float, op: str | None) -> str:
 
 def encode(waits: tuple[GroupWait, ...], ages: dict[str, float], host: str, wall_s: float) -> dict[str, Any] | None:
     """What a rank publishes: its host, the time, and per group its recent share, wait per
-    collective, collectives completed and how long its oldest collective there has been in flight
-    (None while the window is too short to compare)."""
+    collective, collectives completed and the longest a collective there was in flight in the
+    window, as its polls saw it (None while the window is too short to compare)."""
     groups = [[w.name, w.desc, round(w.recent_share, 4),
                None if w.recent_wait_s is None else round(w.recent_wait_s, 4), w.recent_completed,
                round(ages.get(w.name, 0.0), 1)]

@@ -8,8 +8,9 @@ waiting in the group's collectives, minus the share the rank spends itself: the 
 group's time spent waiting for it. A rank is **slow** when its lateness is at least
 :data:`LATENESS_MIN` and it completed collectives in the window (a hang is not slowness: the
 stall rules name that). Ranks that merely wait have a lateness of zero or less and are never
-named, and a group with a collective in flight for long is stalled, not slow. A **host** is slow
-in a group when every one of its ranks there is.
+named, and a group with a collective in flight for long within the window stalled (a hang, or one
+hold-up such as a checkpoint), it is not slow. A **host** is slow in a group when every one of its
+ranks there is.
 
 Lateness, not "waits far less than its peers" as a ratio: where collectives run on the CPU
 (gloo), a throttled host slows its own part of every collective too, so its ranks still spend
@@ -47,7 +48,7 @@ class RankWait:
     share: float  # of its recent time spent waiting in the group's collectives
     per_collective_s: float | None  # seconds waited per collective completed (None: none completed)
     completed: int  # collectives completed in the window
-    in_flight_s: float = 0.0  # how long its oldest collective in the group has been in flight now
+    in_flight_s: float = 0.0  # the longest one of its collectives in the group was in flight in the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +78,9 @@ def _slow(w: RankWait, median: float) -> bool:
 
 def holdups(waits: Iterable[RankWait], stalled_after_s: float = math.inf) -> list[Holdup]:
     """Per group, its slow hosts (every rank of the host there slow) and the slow ranks on other hosts.
-    A group where a member's collective has been in flight ``stalled_after_s`` is stalled, not slow:
-    the window's completions may still be from before the hang."""
+    A group where a member's collective was in flight ``stalled_after_s`` within the window stalled
+    (a hang, whose window still holds the completions from before it; or one hold-up, a
+    checkpoint written by one rank), it is not slow."""
     groups: dict[str, list[RankWait]] = {}
     for w in waits:
         groups.setdefault(w.pg_name, []).append(w)
