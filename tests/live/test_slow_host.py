@@ -72,7 +72,8 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
         tmp_path: Path) -> None:
     """Two healthy minutes: no slow alert, no line. Then node1 at 5 % of a CPU (the job >= 1.3x slower):
     within 60 s FrOtelSlowHost names node1, FrOtelSlowRank ranks 2 and 3 only, rank 0's agent logs one
-    line naming node1 (ranks 2-3), and the incident it raises gets the offline verdict: stragglers 2, 3."""
+    line naming node1 (ranks 2-3), and the incident it raises gets the offline verdict, stragglers 2 and 3,
+    and its trace id is the exemplar on the ranks' wait counters."""
     out = tmp_path / "out"
     with Lab(3, log_dir=tmp_path) as lab:
         job = lab.torchrun(TRAIN_LOOP, 2, _env(out), wrap=fr_otel_run())
@@ -105,8 +106,15 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
             slow_rate = _step_rate(job, 15)
             wait_for(lambda: len(prom.firing("FrOtelSlowRank")) >= 2, 15, 1.0)
             alerts = prom.firing(SLOW_ALERTS)
-        incident = wait_for(lambda: list(out.glob("node0/dumps/*/incident.json")), 60, 0.5)
-        summary = json.loads(next(out.glob("node0/dumps/*/incident.json")).read_text())["summary"] if incident else {}
+            assert wait_for(lambda: list(out.glob("node0/dumps/*/incident.json")), 60, 0.5), job.logs()
+            incident = json.loads(next(out.glob("node0/dumps/*/incident.json")).read_text())
+
+            def exemplar_traces() -> set[str]:
+                found = prom.exemplars("fr_collective_wait_seconds_total", time.time() - 600, time.time() + 60)
+                return {e.labels.get("trace_id", "") for e in found}
+
+            wait_for(lambda: incident["trace_id"] in exemplar_traces(), 20, 1.0)
+            traces = exemplar_traces()
         lines = _held_up_lines(lab)
     print(f"healthy: {healthy_rate:.1f} steps/s, max lateness {lateness:.3f}; slowed: {slow_rate:.1f} steps/s; "
           f"FrOtelSlowHost after {alerted:.0f} s, the log line after {logged:.0f} s")
@@ -114,5 +122,7 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
     assert {(a["alertname"], a.get("host"), a.get("rank")) for a in alerts} == {
         ("FrOtelSlowHost", "node1", None), ("FrOtelSlowRank", "node1", "2"), ("FrOtelSlowRank", "node1", "3")}
     assert [(host, rank, who) for host, rank, who, _ in lines] == [("node0", "0", "node1 (ranks 2-3)")], lines
-    assert summary.get("verdict") == "straggler", summary
+    summary = incident["summary"]
+    assert summary["verdict"] == "straggler", summary
     assert {c["rank"] for c in summary["culprits"]} == {2, 3}, summary["culprits"]
+    assert traces == {incident["trace_id"]}, "the wait counters' exemplar is the slow host's incident trace"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from support.lab_ns import NETNS_RUN
 
-from fr_otel.testing.prometheus import PrometheusServer, Sample
+from fr_otel.testing.prometheus import Exemplar, PrometheusServer, Sample
 
 if TYPE_CHECKING:
     from support.lab import Lab
@@ -75,6 +75,9 @@ class LabPrometheus:
 
     def query(self, expr: str) -> list[Sample]:
         return self._call(self.server.query, expr)
+
+    def exemplars(self, expr: str, start: float, end: float) -> list[Exemplar]:
+        return self._call(self.server.exemplars, expr, start, end)
 
     def wait_for_targets(self, up: int | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
         return self._call(self.server.wait_for_targets, up, timeout)

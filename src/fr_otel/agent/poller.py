@@ -109,10 +109,6 @@ class ProgressTracker:
         floor = self._done_floor.get(slot)
         return max(completed, floor) if floor is not None and floor <= enqueued else completed
 
-    def carries_p2p(self, slot: int) -> bool:
-        """The slot's counters count this rank's own send/recv: not comparable across ranks."""
-        return slot in self._p2p_slots
-
     def _p2p_waits(self, slot: int, g: GroupInfo) -> tuple[P2PWait, ...]:
         """Pending send/recv with the peer's global rank (group-local rank -> member list)."""
         out = []

@@ -86,6 +86,7 @@ class SlowWatch:
         self.incidents = 0
         self.compare_s = 0.0  # what the last comparison cost (fetch, decode, judge)
         self._ages: deque[tuple[float, dict[str, float]]] = deque()  # per poll: each group's in-flight age
+        self._ops: dict[str, str | None] = {}  # group -> the op its collectives are, for the line
 
     def poll(self, sampler: WaitSampler, statuses: tuple[GroupStatus, ...]) -> None:
         """One poll's part (store errors propagate: the caller guards)."""
@@ -120,7 +121,9 @@ class SlowWatch:
             since = self._since.setdefault(key, now)
             if key not in self._said and now - since >= LOG_AFTER_S:
                 self._said.add(key)
-                line = describe(h, now - since, self._recent_op(h.pg_name))
+                if h.pg_name not in self._ops:  # one full read of this rank's recorder per group, ever
+                    self._ops[h.pg_name] = self._recent_op(h.pg_name)
+                line = describe(h, now - since, self._ops[h.pg_name])
                 log.warning("%s", line)
                 lines.append(line)
                 if self._on_holdup is not None and self.incidents < MAX_INCIDENTS:
