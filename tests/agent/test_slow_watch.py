@@ -11,7 +11,13 @@ from datetime import timedelta
 import pytest
 
 from fr_otel.agent.recorder import Counters
-from fr_otel.agent.slow_watch import FORGET_AFTER_S, LOG_AFTER_S, PUBLISH_EVERY_S, SlowWatch, decode
+from fr_otel.agent.slow_watch import (
+    FORGET_AFTER_S,
+    LOG_AFTER_S,
+    PUBLISH_EVERY_S,
+    SlowWatch,
+    decode,
+)
 from fr_otel.agent.state import GroupStatus
 from fr_otel.agent.wait_sampler import WaitSampler, group_waits
 from fr_otel.diagnosis.lateness import Holdup, RankWait
@@ -153,8 +159,8 @@ def test_a_group_stalled_now_is_not_slow_even_with_completions_in_the_window() -
         for _ in range(6):
             said[floor] += watch.judge(hung, clock.t)
             clock.t += PUBLISH_EVERY_S
-    assert said[5.0] == [] and said[math.inf] == ["rank 2 (node1) has held up default_pg (group 0) for 15 s: peers "
-                                                  "wait 50% of their time, it waits 0%"]
+    assert said[5.0] == [] and said[math.inf] == [("rank 2 (node1) has held up default_pg (group 0) for 15 s: peers "
+                                                   "wait 50% of their time, it waits 0%")]
 
 
 def test_rank_0_spaces_its_comparisons_by_what_they_cost(store: object) -> None:

@@ -107,7 +107,7 @@ def test_the_waits_are_two_counters_per_group_with_the_incident_trace_as_exempla
     snap = Snapshot(ProcessInfo("3", "1", "node1", "2.13.0", "gloo", "6", "2000"), True, health=health, waits=waits)
     lines = [line for line in text(snap).splitlines() if "fr_collective" in line and not line.startswith("#")]
     assert lines == [
-        'fr_collective_wait_seconds_total{pg_desc="default_pg",pg_name="0",rank="3"} 512.25 '
-        '# {trace_id="8148d8a67990f3e495f51437477419ba"} 0.917 1699999990.5',
+        ('fr_collective_wait_seconds_total{pg_desc="default_pg",pg_name="0",rank="3"} 512.25 '
+         '# {trace_id="8148d8a67990f3e495f51437477419ba"} 0.917 1699999990.5'),
         'fr_collectives_completed_total{pg_desc="default_pg",pg_name="0",rank="3"} 900.0']
     assert "fr_collective" not in text(Snapshot(snap.info, True, health=health))

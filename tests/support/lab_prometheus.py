@@ -20,9 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from support.lab_ns import NETNS_RUN
-
 from fr_otel.testing.prometheus import Exemplar, PrometheusServer, Sample
+from support.lab_ns import NETNS_RUN
 
 if TYPE_CHECKING:
     from support.lab import Lab

@@ -49,8 +49,8 @@ from .recorder import (
     warn_recorder_off,
 )
 from .role import launcher_name, rank_variables
-from .slow_watch import SlowWatch, incident_for_holdups
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
+from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
 from .state import ProcessInfo, Snapshot
 from .step_counter import COUNTER

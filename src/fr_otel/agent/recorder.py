@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUFFER_SIZE_ENV",
-    "Counters",
     "DEFAULT_CAPACITY",
     "OLD_BUFFER_SIZE_ENV",
+    "Counters",
     "GroupInfo",
     "InFlightEntry",
     "P2PInFlightEntry",

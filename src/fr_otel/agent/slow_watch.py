@@ -182,7 +182,8 @@ def decode(raw: dict[int, dict[str, Any]], wall_s: float) -> list[RankWait]:
         t = d.get("t")
         if not isinstance(t, (int, float)) or not wall_s - t < _STALE_AFTER_S:
             continue
-        host = d.get("h") if isinstance(d.get("h"), str) else ""
+        host = d.get("h")
+        host = host if isinstance(host, str) else ""
         for g in d.get("g") or ():
             try:
                 name, desc, share, per, done, age = g
