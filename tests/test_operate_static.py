@@ -48,6 +48,8 @@ CONTRACT_METRICS = {
     "fr_inflight_p2p_age_seconds": {"rank", "pg_name", "pg_desc", "op", "peer"},
     "fr_last_enqueued_seq": {"rank", "pg_name", "pg_desc"},
     "fr_last_completed_seq": {"rank", "pg_name", "pg_desc"},
+    "fr_collective_wait_seconds_total": {"rank", "pg_name", "pg_desc"},
+    "fr_collectives_completed_total": {"rank", "pg_name", "pg_desc"},
     "fr_incidents_total": {"rank"},
     "fr_info": {"rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity"},
     "fr_agent_polls_total": {"rank"},

@@ -126,6 +126,14 @@ def build() -> Board:
         timeseries("Ranks the others wait for, per host",
                    [((f"count by (host) (count by (job, training_job, rank, host) ({job('rank_pg:fr_behind:lag')} "
                       f"* {per_host} {ranks_on('fr_info')}))"), "{{host}}")], unit="none"),
+        timeseries("Who everyone waits for, per host",
+                   [(ranks_on("host_pg:fr_lateness:ratio"), "{{host}} {{pg_desc}} ({{pg_name}}) {{training_job}}")],
+                   unit="percentunit", threshold=0.1, w=24,
+                   description="Per host and group, the least late of its ranks (host_pg:fr_lateness:ratio): the "
+                               "share of its time the group's typical member spends waiting for every rank of that "
+                               "host. A host above the dashed line (the FrOtelSlowHost threshold, "
+                               "threshold:fr_slow_rank_lateness:ratio, 10 %) runs the whole job at its pace: look at "
+                               "its CPU, GPU clocks and NICs below."),
     )
     board.row("GPU (DCGM exporter, names before and after 4.9)", *gpu_panels())
     board.row(

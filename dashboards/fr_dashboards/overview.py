@@ -176,6 +176,24 @@ def build() -> Board:
                                "and follow 'Open incident trace' (Prometheus needs "
                                "--enable-feature=exemplar-storage)."),
     )
+    board.row(
+        "Slow ranks (no hang): who everyone waits for",
+        timeseries("Who everyone waits for, per group",
+                   [(f"{pg('rank_pg:fr_lateness:ratio')} > 0", "rank {{rank}} " + GROUP_LEGEND)],
+                   unit="percentunit", threshold=0.1,
+                   description="Each rank's lateness (rank_pg:fr_lateness:ratio): the share of its time its group's "
+                               "typical member spends waiting for it in the group's collectives (the group's median "
+                               "wait minus its own). The rank everyone waits for is on top; ranks that merely wait "
+                               "are below 0 and not drawn. The dashed line is the FrOtelSlowRank threshold "
+                               "(threshold:fr_slow_rank_lateness:ratio, 10 %)."),
+        timeseries("Time waiting in collectives, per rank",
+                   [(pg("rank_pg:fr_collective_wait:ratio"), "rank {{rank}} " + GROUP_LEGEND),
+                    (pg("pg:fr_collective_wait_ratio:median"), "median " + GROUP_LEGEND)],
+                   unit="percentunit", overrides=[series("^median .*", dashed=True)],
+                   description="The share of its time each rank spends waiting in each group's collectives "
+                               "(fr_collective_wait_seconds_total, sampled by the agent), and the group's median "
+                               "(dashed). A slow rank waits least: it arrives last."),
+    )
     per_rank = "job, training_job, instance, rank"
     board.row(
         "Training steps",

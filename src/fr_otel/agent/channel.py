@@ -20,6 +20,7 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
     term/count          add() counter of ranks that received SIGTERM
     term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
+    w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
 
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
@@ -131,6 +132,14 @@ class IncidentChannel:
             if text.isdigit():
                 out[rank] = int(text)
         return out
+
+    # -- who holds the job up without hanging it ----------------------------------------------
+    def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
+        self.store.set(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
+
+    def waits(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
+        """What each of ``ranks`` last published of its waits (ranks that have not yet are left out)."""
+        return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
 
     def publish_files(self, k: int, files: bytes) -> None:
         self.store.set(f"i/{k}/files", files)

@@ -49,6 +49,7 @@ __all__ = [
     "FR_OTEL_RECORDER_CAPACITY",
     "FR_OTEL_STALL_SECONDS",
     "FR_OTEL_SUSPECT_SECONDS",
+    "FR_OTEL_WAIT_SAMPLE_INTERVAL",
     "OPTIONS",
     "AgentConfig",
     "Option",
@@ -70,6 +71,9 @@ FR_OTEL_STALL_SECONDS = "FR_OTEL_STALL_SECONDS"
 #: A collective in flight this long costs one full recorder read, to learn its op, timeout
 #: and exact age (never more than half the stall threshold).
 FR_OTEL_SUSPECT_SECONDS = "FR_OTEL_SUSPECT_SECONDS"
+#: Mean seconds between two samples of the progress counters that measure how long this rank
+#: waits in collectives (the slow-rank signal, :mod:`fr_otel.agent.wait_sampler`); ``off`` disables.
+FR_OTEL_WAIT_SAMPLE_INTERVAL = "FR_OTEL_WAIT_SAMPLE_INTERVAL"
 #: Base port of ``/metrics``; each rank serves ``base + LOCAL_RANK``. ``off`` disables it,
 #: ``0`` picks a free port (logged).
 FR_OTEL_METRICS_PORT = "FR_OTEL_METRICS_PORT"
@@ -147,6 +151,12 @@ def _count(value: Any) -> int:
     return int(float(value))
 
 
+def _interval_or_off(value: Any) -> float | None:
+    if value is None or str(value).strip().lower() in ("off", "none", "false"):
+        return None
+    return _positive(value)
+
+
 def _port(value: Any) -> int | None:
     if value is None or str(value).strip().lower() in ("off", "none", "false", "-1", ""):
         return None
@@ -200,6 +210,7 @@ class AgentConfig:
     poll_interval: float = 1.0
     stall_seconds: float = DEFAULT_STALL_S
     suspect_seconds: float = 5.0
+    wait_sample_interval: float | None = 0.1
     metrics_port: int | None = DEFAULT_METRICS_PORT
     metrics_addr: str | None = DEFAULT_METRICS_ADDR
     recorder_capacity: int | None = None
@@ -256,6 +267,9 @@ OPTIONS: tuple[Option, ...] = (
            "in flight longer than min(this, half its timeout): incident", "SECONDS"),
     Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", _positive,
            "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS"),
+    Option("wait_sample_interval", FR_OTEL_WAIT_SAMPLE_INTERVAL, "--wait-sample-interval", _interval_or_off,
+           "mean seconds between samples of the progress counters that measure each rank's wait in collectives "
+           "(the slow-rank signal); off disables", "SECONDS"),
     Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", _port,
            "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT"),
     Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", _text,

@@ -50,10 +50,12 @@ from .recorder import (
 )
 from .role import launcher_name, rank_variables
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
+from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
 from .state import ProcessInfo, Snapshot
 from .step_counter import COUNTER
 from .store_link import StoreUnavailable
+from .wait_sampler import WaitSampler, enqueue_is_start, group_waits
 
 __all__ = ["Agent", "in_launcher"]
 
@@ -81,7 +83,9 @@ class Agent:
         self.world_size: int | None = None
         self.recorder: Recorder | None = None
         self.recorder_enabled = False
+        self.waits: WaitSampler | None = None  # None: not ready, off, or a recorder that cannot tell a wait
         self.incidents: IncidentRunner | None = None  # None: incidents off, or not ready yet
+        self.slow: SlowWatch | None = None  # needs the store (incidents) and the wait sampler
         self.info = ProcessInfo()
         self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
@@ -150,8 +154,10 @@ class Agent:
     def snapshot(self) -> Snapshot | None:
         if self.rank is None:
             return None
-        return Snapshot(self.info, self.recorder_enabled, self.tracker.statuses, self.health.snapshot(),
-                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns)
+        statuses = self.tracker.statuses
+        return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
+                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns,
+                        group_waits(self.waits, statuses) if self.waits is not None else ())
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
@@ -159,13 +165,14 @@ class Agent:
     # -- the poll -----------------------------------------------------------------------
     def _run(self) -> None:
         interval = self.config.poll_interval
-        next_poll = time.monotonic() + interval
+        next_poll = next_sample = time.monotonic() + interval
         arm_fast_until = time.monotonic() + _ARM_WINDOW_S
         while True:
             # Until the step hook is in, look for torch.optim often (one dict lookup): the
             # first training steps must count. The poll itself keeps its interval, and
             # after the start-up window the poll alone looks (tick arms the hook too).
-            wait = next_poll - time.monotonic()
+            # Between polls, the wait sampler reads the progress counters at random gaps.
+            wait = min(next_poll, next_sample) - time.monotonic()
             arming = self._step_hook is None and time.monotonic() < arm_fast_until
             if arming:
                 wait = min(wait, _ARM_POLL_S)
@@ -174,10 +181,26 @@ class Agent:
             if arming:
                 with self.health.guard("registering the step hook"):
                     self._arm_steps()
+            if time.monotonic() >= next_sample:
+                next_sample = time.monotonic() + self._sample_waits(interval)
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + interval
                 with self.health.guard("poll"):
                     self.tick()
+
+    def _sample_waits(self, otherwise_s: float) -> float:
+        """One sample for the wait sampler; the gap to the next (``otherwise_s`` without a sampler)."""
+        sampler, recorder = self.waits, self.recorder
+        if sampler is None or recorder is None:
+            return otherwise_s
+        with self.health.guard("sampling the progress counters"):
+            t0 = time.thread_time()  # CPU, the GIL's share: not the wait for it
+            sampler.sample(recorder.counters(), time.monotonic_ns(), self.tracker.completed)
+            sampler.cost_s += time.thread_time() - t0
+        if sampler.blind:  # said once by the sampler
+            self.waits = None
+            return otherwise_s
+        return sampler.gap_s()
 
     def _arm_steps(self) -> None:
         """Count training steps with no code change: PyTorch's global optimizer post-step hook,
@@ -220,6 +243,9 @@ class Agent:
             if self.incidents.reachable():
                 with self.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
                     self.incidents.me.hosts.poll(time.time_ns())
+                if self.slow is not None and self.waits is not None:
+                    with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
+                        self.slow.poll(self.waits, self.tracker.statuses)
             self.incidents.poll(self.tracker.stalls(time.time_ns(), self.config.stall_seconds))
 
     def _may_read_full(self) -> bool:
@@ -273,6 +299,9 @@ class Agent:
             world_size=str(self.world_size),
             recorder_capacity=str(max(capacity, 0)),
         )
+        if self.recorder_enabled and self.config.wait_sample_interval is not None:
+            self.waits = WaitSampler(self.config.wait_sample_interval,
+                                     enqueue_is_start=enqueue_is_start(recorder.backend))
         self._refresh_groups()
         if self.config.metrics_port is not None:
             from .metrics import FrCollector
@@ -289,6 +318,10 @@ class Agent:
                 me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts)
                 self.incidents = IncidentRunner(me, self.tracker)
+                if self.waits is not None:
+                    self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
+                                          stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
+                                          on_holdup=incident_for_holdups(self.incidents))
                 log.debug("incidents through %s, job id %s", channel.how, job_id)
         if local_rank() in (0, None):  # one line per host, not one per rank
             with self.health.guard("start-up line"):

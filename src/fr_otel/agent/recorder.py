@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..read.dump import op_name
 
@@ -36,6 +36,7 @@ __all__ = [
     "BUFFER_SIZE_ENV",
     "DEFAULT_CAPACITY",
     "OLD_BUFFER_SIZE_ENV",
+    "Counters",
     "GroupInfo",
     "InFlightEntry",
     "P2PInFlightEntry",
@@ -143,6 +144,14 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class Counters(NamedTuple):
+    """One recorder slot's progress counters (``pg_status``): collective sequence numbers."""
+
+    enqueued: int
+    started: int  # -1: not recorded (NCCL without TORCH_NCCL_ENABLE_TIMING, gloo)
+    completed: int
+
+
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
     """A process group this rank belongs to; ``local_id`` is its recorder slot (``pg_id``)."""
@@ -245,13 +254,18 @@ class Recorder:
                 error = exc
         raise RuntimeError(f"{self.entry_point} accepts none of the known keyword spellings: {error}")
 
+    def counters(self) -> dict[int, Counters]:
+        """local slot -> its progress counters: the ~10 us read (no entries)."""
+        raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
+        out: dict[int, Counters] = {}
+        for key, st in (raw.get("pg_status") or {}).items():
+            out[int(key)] = Counters(int(st["last_enqueued_collective"]), int(st.get("last_started_collective", -1)),
+                                     int(st["last_completed_collective"]))
+        return out
+
     def progress(self) -> dict[int, tuple[int, int]]:
         """local slot -> (last enqueued, last completed) collective seq: the ~0 ms read."""
-        raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
-        out: dict[int, tuple[int, int]] = {}
-        for key, st in (raw.get("pg_status") or {}).items():
-            out[int(key)] = (int(st["last_enqueued_collective"]), int(st["last_completed_collective"]))
-        return out
+        return {slot: (c.enqueued, c.completed) for slot, c in self.counters().items()}
 
     def full_bytes(self, *, stacks: bool = True, only_active: bool = False) -> bytes:
         """The whole dump as torch pickles it (the bytes NCCL would write to its dump file)."""
@@ -274,6 +288,16 @@ class Recorder:
             raw = pickle.loads(data)  # our own process's bytes, not a file from a shared disk
         entries = raw.get("entries") or []
         return (*scan_entries(entries), scan_p2p(entries))
+
+
+    def recent_op(self, pg_name: str, last: int = 32) -> str | None:
+        """The op most of this rank's last ``last`` collectives in group ``pg_name`` were (one full
+        read, no stacks: for a rare log line); None when the recorder holds none of that group."""
+        with gc_paused():
+            entries = pickle.loads(self.full_bytes(stacks=False)).get("entries") or []  # our own process's bytes
+        ops = [op_name(str(e.get("profiling_name", ""))) for e in entries
+               if not e.get("is_p2p") and (e.get("process_group") or ("",))[0] == pg_name][-last:]
+        return max(set(ops), key=ops.count) if ops else None
 
 
 def entry_completed(e: dict[str, Any]) -> bool:
