@@ -128,11 +128,12 @@ def test_offline_analysis_of_the_incident_folder_says_what_the_live_stall_verdic
         tmp_path: Path, run_cli, root: tuple[tuple[str, object], ...], verdict: str) -> None:
     """`fr-otel analyze` of the dumps with the incident.json a stall incident leaves (reason and threshold)
     names rank 2 as the live agent did; another reason, or no threshold, is weighed as a snapshot."""
+    from fr_otel.common.ids import trace_id_for
     from fr_otel.incident.files import write_identity
     from fr_otel.read.incident_file import IncidentIdentity
 
     _late_start_stall(tmp_path)
-    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id="ab" * 16,
+    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
                                               root_attributes=root))
     proc = run_cli("analyze", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr

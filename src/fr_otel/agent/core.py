@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from contextlib import suppress
@@ -48,16 +47,16 @@ from .recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
-from .role import launcher_name, rank_variables
+from .role import in_launcher, rank_words
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
 from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
 from .state import ProcessInfo, Snapshot
-from .step_counter import COUNTER
+from .step_counter import COUNTER, optimizer_step_hook
 from .store_link import StoreUnavailable
 from .wait_sampler import WaitSampler, enqueue_is_start, group_waits
 
-__all__ = ["Agent", "in_launcher"]
+__all__ = ["Agent"]
 
 log = logging.getLogger("fr_otel.agent")
 
@@ -120,7 +119,7 @@ class Agent:
                 log.debug("hooks installed: %s", ", ".join(installed) or "none")
         _watch_forks(self)
         log.debug("agent started in pid %d (%s); it serves /metrics once this process has a process group",
-                  self.pid, _rank_words())
+                  self.pid, rank_words())
 
     def stop(self, timeout: float = 5.0, *, close_server: bool = True) -> None:
         """Stop polling and serving, remove the hooks; no flush (see :meth:`flush`).
@@ -203,19 +202,8 @@ class Agent:
         return sampler.gap_s()
 
     def _arm_steps(self) -> None:
-        """Count training steps with no code change: PyTorch's global optimizer post-step hook,
-        registered as soon as the application has imported ``torch.optim`` (never imported here)."""
-        if self._step_hook is not None:
-            return
-        mod = sys.modules.get("torch.optim.optimizer")
-        if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
-            return
-        register = getattr(mod, "register_optimizer_step_post_hook", None)
-        if register is None:
-            self._step_hook = False  # this torch has no global hook: fr_otel.step(n) still works
-            return
-        COUNTER.arm()
-        self._step_hook = register(COUNTER.optimizer_stepped)
+        if self._step_hook is None:
+            self._step_hook = optimizer_step_hook()
 
     def tick(self) -> None:
         """One poll; the thread calls it every ``poll_interval``."""
@@ -269,7 +257,7 @@ class Agent:
                     "init_process_group. If this process is not a training rank (a launcher or helper that "
                     "inherited a rank's variables), start the agent with fr_otel.start() in the training script "
                     "instead of fr-otel run; if it is a rank that is slow to start, raise %s.",
-                    waited, self.pid, _rank_words(), FR_OTEL_PG_WARN_SECONDS)
+                    waited, self.pid, rank_words(), FR_OTEL_PG_WARN_SECONDS)
 
     def _on_ready(self, dist: Any) -> None:
         import torch
@@ -378,16 +366,6 @@ class Agent:
             self.incidents.at_sigterm(self.exit_deadline())
 
 
-def in_launcher() -> bool:
-    """True in a launcher (torchrun...): it starts the ranks and is none of them, so it runs no
-    agent; said at debug level only (its ranks run their own)."""
-    name = launcher_name()
-    if name is not None:
-        log.debug("pid %d runs %s, a launcher, not a rank: no agent here; the ranks it starts run their own",
-                  os.getpid(), name)
-    return name is not None
-
-
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever
 
 
@@ -395,8 +373,3 @@ def _watch_forks(agent: Agent) -> None:
     if not _fork_watch and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _fork_watch[0]._after_fork_in_child())
     _fork_watch[:] = [agent]
-
-
-def _rank_words() -> str:
-    """The rank variables that made this process look like a rank, for a log line."""
-    return ", ".join(f"{k}={v}" for k, v in rank_variables(os.environ).items()) or "no rank variable set"

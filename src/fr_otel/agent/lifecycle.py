@@ -41,7 +41,8 @@ def start(**options: Any) -> Any:
         with _lock:
             if _agent is not None and _agent.running and _agent.pid == os.getpid():
                 return _agent
-            from .core import Agent, in_launcher  # loaded only when an agent starts
+            from .core import Agent  # loaded only when an agent starts
+            from .role import in_launcher
 
             config, problems = resolve_config(options)
             configure_logging(config.log_level)
