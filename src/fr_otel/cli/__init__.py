@@ -2,8 +2,9 @@
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and
 sets ``func`` (``args -> exit code``). Only the module of the command being run is
-imported when the command comes first (the others get a parser with their summary, for
-``--help``): ``fr-otel analyze`` does not load the agent, the watcher or the demo. Subcommands turn flags into plain
+imported (the others get a parser with their summary, for ``--help``): ``fr-otel analyze``
+does not load the agent, the watcher or the demo, and ``fr-otel --help`` or ``--version``
+loads no subcommand at all (they start in the time of a bare interpreter). Subcommands turn flags into plain
 arguments for the library and print what it returns; no analysis happens here.
 """
 
@@ -13,11 +14,11 @@ import argparse
 import os
 import sys
 from importlib import import_module
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..version import __version__
-from ._common import EXIT_LOST, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_STATUS_HELP, EXIT_UNUSABLE
 from .commands import COMMANDS
+from .exit_codes import EXIT_LOST, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_STATUS_HELP, EXIT_UNUSABLE
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED", "EXIT_LOST"]
 
@@ -27,9 +28,10 @@ _COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
 GRPC_VERBOSITY = "GRPC_VERBOSITY"
 
 
-def _parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every command's full parser; with ``only`` (a command name), just that command's, and a
-    summary-only parser for each other command."""
+def _parser(only: str | None = "") -> argparse.ArgumentParser:
+    """Every command's full parser (``only=""``, the default: tests read them all); with ``only``
+    a command name, just that command's, and a summary-only parser for each other command;
+    with None, summary-only parsers for all (``fr-otel --help``, ``--version``)."""
     parser = argparse.ArgumentParser(
         prog="fr-otel",
         description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
@@ -38,7 +40,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fr-otel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    wanted = {c.module for c in COMMANDS if only is None or c.name == only}
+    wanted = {c.module for c in COMMANDS if only == "" or c.name == only}
     registered: set[str] = set()
     for command in COMMANDS:
         if command.module in registered:
@@ -69,9 +71,12 @@ def _quiet_grpc() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # The command's own parser only when the command comes first; anything else (an option first,
-    # `--help`) gets every full parser, as argparse may still pick a command after it.
-    named = argv[0] if argv and argv[0] in _COMMAND_NAMES else None
+    # Only the named command's parser (the others get a summary-only one): `fr-otel analyze`
+    # imports neither the agent nor the exporter, and `--help` or `--version` (no command)
+    # nothing but argparse. fr-otel's own options take no value, so the command is the first
+    # word that is not an option, wherever it stands (`fr-otel -q analyze --help`).
+    named = next((a for a in argv if not a.startswith("-")), None)
+    named = named if named in _COMMAND_NAMES else None
     parser = _parser(only=named)
     if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
         from .run import launch

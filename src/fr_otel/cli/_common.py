@@ -1,4 +1,5 @@
-"""What several subcommands share: exit codes, input and export flags, loading dumps."""
+"""What several subcommands share: input and export flags, loading dumps (and the exit codes, from
+:mod:`.exit_codes`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ from ..otlp.config import (
 from ..otlp.tls_files import check_tls_files
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..trace.options import TraceOptions
+from .exit_codes import (
+    EXIT_FAILED,
+    EXIT_LOST,
+    EXIT_NOT_DELIVERED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_UNUSABLE,
+)
 
 __all__ = [
     "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
@@ -37,22 +46,6 @@ __all__ = [
     "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
     "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
-
-EXIT_OK = 0  # analysed, whatever the verdict
-EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
-EXIT_UNUSABLE = 2  # no usable dump, bad configuration or bad usage
-EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or refusing) or partly rejected
-EXIT_LOST = 4  # analysed, but (some of) the trace is lost: neither delivered, written nor spooled (full --out)
-
-#: What each exit status means, for ``fr-otel --help`` (README says the same).
-EXIT_STATUS_HELP = (
-    "exit status: 0 done (analysed, whatever the verdict; the trace delivered or written); "
-    "1 the command could not do its job (e.g. the HTML report could not be written); "
-    "2 no usable dump, bad usage or bad configuration; "
-    "3 the trace is spooled for `fr-otel replay` (collector down or refusing) or partly rejected by the collector; "
-    "4 the trace is lost: neither delivered, written nor spooled (a full or read-only --out)."
-)
-
 
 def error(message: str) -> None:
     """One printable line on stderr (file names and dump text may hold control characters)."""
