@@ -55,10 +55,10 @@ def test_help_without_a_command_loads_no_subcommand_module() -> None:
 def test_the_public_api_still_comes_from_the_package_root() -> None:
     """`from fr_otel import read_dumps, build_job, analyze, ...` works, and `__all__` is that API, every name resolvable."""
     import fr_otel
+    import fr_otel.diagnosis.analysis as its_home
     from fr_otel import Verdict, analyze, build_job, read_dumps
-    from fr_otel.diagnosis.analysis import analyze as home
 
-    assert analyze is home and callable(read_dumps) and callable(build_job) and Verdict.__name__ == "Verdict"
+    assert analyze is its_home.analyze and callable(read_dumps) and callable(build_job) and Verdict.__name__ == "Verdict"
     assert {"analyze", "build_job", "read_dumps", "start", "stop", "step", "Verdict", "__version__"} <= set(fr_otel.__all__)
     assert all(getattr(fr_otel, name) is not None for name in fr_otel.__all__)
     assert set(fr_otel.__all__) <= set(dir(fr_otel))
