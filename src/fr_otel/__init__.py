@@ -14,8 +14,6 @@ even for logging: its ``NullHandler`` comes with the first module that logs,
 :mod:`fr_otel.common.log`.)
 """
 
-from __future__ import annotations
-
 from importlib import import_module as _import_module
 
 from .version import __version__

@@ -18,7 +18,7 @@ LIGHT = {"fr_otel", "fr_otel.version", "fr_otel.cli", "fr_otel.cli.commands", "f
 def _loaded(code: str) -> tuple[set[str], set[str]]:
     """(fr_otel modules, heavy stdlib modules) a fresh interpreter holds after ``code``."""
     probe = (f"{code}\nimport sys\nprint(' '.join(m for m in sys.modules if m.startswith('fr_otel')))\n"
-             "print(' '.join(m for m in ('logging', 'dataclasses', 'typing', 'inspect') if m in sys.modules))")
+             "print(' '.join(m for m in ('logging', 'dataclasses', 'typing', 'inspect', 'argparse', 'shutil') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -38,8 +38,19 @@ def test_importing_fr_otel_loads_no_analysis_module_nor_logging() -> None:
     assert heavy == set()
 
 
+def test_version_prints_what_argparse_printed() -> None:
+    """The fast path's answer is argparse's: `fr-otel VERSION` on stdout, exit 0, anywhere among the options."""
+    from fr_otel.version import __version__
+
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for argv in (["--version"], ["--version", "analyze"]):
+        proc = subprocess.run([sys.executable, "-m", "fr_otel.cli", *argv], capture_output=True, text=True, env=env,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"fr-otel {__version__}\n", ""), argv
+
+
 def test_version_loads_no_analysis_and_no_subcommand() -> None:
-    """`fr-otel --version` imports only the CLI's table of commands and its exit codes."""
+    """`fr-otel --version` imports only the CLI's table of commands and its exit codes (not even argparse)."""
     ours, heavy = _loaded(_cli("--version"))
     assert ours <= LIGHT, sorted(ours - LIGHT)
     assert heavy == set()
@@ -49,7 +60,21 @@ def test_help_without_a_command_loads_no_subcommand_module() -> None:
     """`fr-otel --help` lists every command from the table, importing none of their modules."""
     ours, heavy = _loaded(_cli("--help"))
     assert ours <= LIGHT, sorted(ours - LIGHT)
-    assert "logging" not in heavy
+    assert heavy == {"argparse"}
+
+
+def test_help_is_laid_out_as_argparse_lays_it_out(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The top-level help, formatted without shutil, is the text argparse's own formatter gives, at any width."""
+    import argparse
+
+    from fr_otel.cli import _parser
+
+    for columns in ("60", "100", "200"):
+        monkeypatch.setenv("COLUMNS", columns)
+        ours = _parser(only=None)
+        theirs = _parser(only=None)
+        theirs.formatter_class = argparse.HelpFormatter
+        assert ours.format_help() == theirs.format_help()
 
 
 def test_the_public_api_still_comes_from_the_package_root() -> None:

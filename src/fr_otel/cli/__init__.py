@@ -10,15 +10,18 @@ arguments for the library and print what it returns; no analysis happens here.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from importlib import import_module
-from collections.abc import Sequence
 
 from ..version import __version__
 from .commands import COMMANDS
 from .exit_codes import EXIT_LOST, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_STATUS_HELP, EXIT_UNUSABLE
+
+TYPE_CHECKING = False  # typing itself is a few ms of `fr-otel --version`
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 __all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED", "EXIT_LOST"]
 
@@ -32,8 +35,11 @@ def _parser(only: str | None = "") -> argparse.ArgumentParser:
     """Every command's full parser (``only=""``, the default: tests read them all); with ``only``
     a command name, just that command's, and a summary-only parser for each other command;
     with None, summary-only parsers for all (``fr-otel --help``, ``--version``)."""
+    import argparse  # here: `fr-otel --version` needs no parser
+
     parser = argparse.ArgumentParser(
         prog="fr-otel",
+        formatter_class=_help_formatter,
         description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
         "verdict, OpenTelemetry traces and Prometheus metrics.",
         epilog=EXIT_STATUS_HELP,
@@ -49,11 +55,35 @@ def _parser(only: str | None = "") -> argparse.ArgumentParser:
             import_module(f"{__name__}.{command.module}").register(sub)
             registered.add(command.module)
         else:
-            sub.add_parser(command.name, help=command.summary)
+            sub.add_parser(command.name, help=command.summary, add_help=False)  # its summary only: never parses
     return parser
 
 
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter, told the terminal's width: left to itself it imports shutil for
+    that alone (with bz2, lzma and zlib), a sixth of ``fr-otel --help``."""
+    import argparse
+
+    return argparse.HelpFormatter(prog, width=_columns() - 2)  # argparse keeps 2 columns free
+
+
+def _columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else the terminal's width, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    import argparse
+
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices[name]
 
@@ -71,6 +101,9 @@ def _quiet_grpc() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # argparse's answer, without argparse and the regex engine it loads
+        print(f"fr-otel {__version__}")
+        return EXIT_OK
     # Only the named command's parser (the others get a summary-only one): `fr-otel analyze`
     # imports neither the agent nor the exporter, and `--help` or `--version` (no command)
     # nothing but argparse. fr-otel's own options take no value, so the command is the first
