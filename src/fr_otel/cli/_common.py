@@ -7,30 +7,20 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident.pipeline import (
     IncidentPlan,
     IncidentResult,
     evidence_from_files,
     run_incident,
 )
-from ..incident.sinks import IncidentSink
-from ..otlp.config import (
-    DEFAULT_TIMEOUT_S,
-    PROTOCOLS,
-    ExportConfig,
-    resolve_export_config,
-)
-from ..otlp.tls_files import check_tls_files
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
-from ..trace.options import TraceOptions
 from .exit_codes import (
     EXIT_FAILED,
     EXIT_LOST,
@@ -39,6 +29,11 @@ from .exit_codes import (
     EXIT_STATUS_HELP,
     EXIT_UNUSABLE,
 )
+
+if TYPE_CHECKING:  # the export's modules load only for the commands that export (not `analyze`)
+    from ..incident.sinks import IncidentSink
+    from ..otlp.config import ExportConfig
+    from ..trace.options import TraceOptions
 
 __all__ = [
     "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
@@ -188,6 +183,9 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
     """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint)."""
+    from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
+    from ..otlp.config import DEFAULT_TIMEOUT_S, PROTOCOLS
+
     where = ("required, here or in the variable" if replay else "none: write a local OTLP JSON Lines file")
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint: http://HOST:4317 (gRPC, plaintext), "
                         "https://HOST:4317, or http(s)://HOST:4318/v1/traces for OTLP/HTTP (default: "
@@ -210,6 +208,9 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
 def export_config(args: argparse.Namespace) -> ExportConfig | None:
     """Flags over the standard OTEL_* variables; None (after saying why) on a bad flag or setting.
     A bad inherited timeout or insecure variable is a warning and its default is used."""
+    from ..otlp.config import resolve_export_config
+    from ..otlp.tls_files import check_tls_files
+
     warnings: list[str] = []
     try:
         config = resolve_export_config(
