@@ -326,13 +326,14 @@ def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_b
     assert so.points[1].before_ns == peers_next
     bound = format_clock(peers_next)
     text = render_verdict(v)
-    assert ("ranks 3 and 7 stopped at the same point: last enqueued #3 on TENSOR_MODEL_PARALLEL_GROUP (1, 2); "
-            "which stopped first is unknown (no recorded activity dates their stop); "
-            f"both before {bound}, when their peers entered #4 (peers' clocks)") in text
+    assert ("  ranks 3 and 7 stopped at the same point: last enqueued #3 on TENSOR_MODEL_PARALLEL_GROUP (1, 2)\n"
+            "  which stopped first is unknown: no recorded activity dates their stops\n"
+            f"  both stopped before {bound}, when their peers entered #4 (peers' clocks)\n") in text
     assert "stopped first," not in text
     out = v.to_dict()["stop_order"]
     assert out["same_point"] is True and out["first"] is None and out["program_first"] is None
-    assert out["points"][0] == {"rank": 3, "process_group": "1", "last_enqueued": 3, "before_ns": peers_next}
+    assert out["points"][0] == {"rank": 3, "process_group": {"name": "1", "desc": "TENSOR_MODEL_PARALLEL_GROUP"},
+                                "last_enqueued": 3, "before_ns": peers_next}
 
 
 def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp_path: Path) -> None:
@@ -344,10 +345,10 @@ def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp
     assert so is not None and not so.ordered and so.first is None and not so.same_point
     assert so.program_first == 3
     text = render_verdict(v)
-    assert ("rank 3 stopped first in program order: its last enqueued is #3 on TENSOR_MODEL_PARALLEL_GROUP (1), "
-            "the others got further (rank 7 #5 on TENSOR_MODEL_PARALLEL_GROUP (2)); no recorded activity dates "
-            "the stops") in text
-    assert "rank 3 before " in text and "(peers entered #6 on TENSOR_MODEL_PARALLEL_GROUP (2))" in text
+    assert ("  rank 3 stopped first in program order: its last enqueued is #3 on TENSOR_MODEL_PARALLEL_GROUP (1)\n"
+            "  rank 7 got further: #5 on TENSOR_MODEL_PARALLEL_GROUP (2)\n"
+            "  no recorded activity dates the stops\n") in text
+    assert "rank 3 stopped before " in text and "when its peers entered #6 on TENSOR_MODEL_PARALLEL_GROUP (2)" in text
     assert v.to_dict()["stop_order"]["program_first"] == 3
 
 
@@ -360,10 +361,11 @@ def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> No
 
     job = build_job(read_dumps(nvrx / "lock_gil_1st"))
     v = analyze(job)
-    sentence = ("ranks 9 and 14 stopped at the same point: last enqueued #88683 on TENSOR_MODEL_PARALLEL_GROUP "
-                "(37, 38); which stopped first is unknown (no recorded activity dates their stop); both before "
-                "22:47:17.550 UTC, when their peers entered #88684 (peers' clocks)")
-    assert sentence in render_verdict(v)
+    lines = ["ranks 9 and 14 stopped at the same point: last enqueued #88683 on TENSOR_MODEL_PARALLEL_GROUP (37, 38)",
+             "which stopped first is unknown: no recorded activity dates their stops",
+             "both stopped before 22:47:17.550 UTC, when their peers entered #88684 (peers' clocks)"]
+    sentence = "; ".join(lines)  # the trace's attribute: the lines in one string
+    assert "".join(f"  {line}\n" for line in lines) in render_verdict(v)
     assert v.stop_order is not None and v.stop_order.first is None
     assert [p.before_ns for p in v.stop_order.points] == [1758581237549773782, 1758581237549794504]
     assert "ranks 9 and 14 stopped at the same point" in render(job, v)

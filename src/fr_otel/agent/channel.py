@@ -31,19 +31,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from ..common.log import logger
 from .store_link import STORE_TIMEOUT_S, StoreLink
 
 __all__ = ["IncidentChannel", "connect_channel"]
 
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 class _LinkedStore:

@@ -18,7 +18,6 @@ hooks, and those are bounded by ``flush_timeout``.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -26,6 +25,7 @@ from contextlib import suppress
 from functools import partial
 from typing import Any
 
+from ..common.log import logger
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
 from .channel import connect_channel
@@ -58,7 +58,7 @@ from .wait_sampler import WaitSampler, enqueue_is_start, group_waits
 
 __all__ = ["Agent"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 _EXIT_STORE_TIMEOUT_S = 2.0
 _ARM_POLL_S = 0.05

@@ -16,11 +16,11 @@ first.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..common.log import logger
 from ..read.rank_map import RANKS_FILE, read_host_map, write_host_map
 from ..read.rank_process import RankProcess, process_from_raw
 from .channel import IncidentChannel
@@ -28,7 +28,7 @@ from .reachability import holds_address
 
 __all__ = ["GATHER_TRIES", "HostMapKeeper"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 #: How many times a node leader looks for ranks that have not said where they run yet.
 GATHER_TRIES = 12

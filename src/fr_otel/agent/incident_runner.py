@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any
 
+from ..common.log import logger
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
@@ -30,7 +31,7 @@ from .store_link import StoreUnavailable
 
 __all__ = ["ENDING_WINDOW_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 #: A crash this soon after taking part in an incident is most likely its sequel, even when the
 #: collectives it covered moved on.

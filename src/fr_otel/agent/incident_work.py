@@ -16,10 +16,10 @@ bounded by a deadline.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..common.log import logger
 from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
 from ..incident.sinks import sink_for
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["FINAL_ENTRIES", "conclude", "flush_incident", "own_part", "publish_final"]
 
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, ...]) -> tuple[bytes, bool]:

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..common.log import logger
 from .config import FR_OTEL_AUTOSTART, AgentConfig, resolve_config
 from .logs import configure_logging
 from .recorder import prepare_recorder
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["current", "export_config_for", "flush", "start", "stop"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 _lock = threading.Lock()
 _agent: Any = None  # core.Agent, imported lazily

@@ -19,12 +19,12 @@ dump folder instead, which is on their own node:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.ids import trace_id_for
 from ..common.ranks import compress_ranks
@@ -40,7 +40,7 @@ __all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
 LOCAL_PAYLOAD = ".rank_{}.payload"
 _POLL_S = 0.05
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,

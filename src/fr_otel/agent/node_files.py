@@ -11,12 +11,12 @@ folder already has them (a shared file system) writes nothing.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import zlib
 from pathlib import Path
 
+from ..common.log import logger
 from ..common.files import atomic_write
 from ..incident.files import INCIDENT_FILE, REPORT_FILE
 from ..read.rank_map import RANKS_FILE
@@ -32,7 +32,7 @@ FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
 MAX_FILES_BYTES = 16 << 20
 _POLL_S = 0.5
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def publish_files(me: IncidentRank, k: int, folder: Path) -> None:

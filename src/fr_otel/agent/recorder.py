@@ -16,7 +16,6 @@ second thread while the main thread imports it is asking for trouble).
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import pickle
 import re
@@ -27,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..common.log import logger
 from ..read.dump import op_name
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ __all__ = [
     "warn_recorder_off",
 ]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 BUFFER_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
 OLD_BUFFER_SIZE_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"

@@ -17,7 +17,6 @@ gzip come from prometheus_client, as its server would choose them.
 from __future__ import annotations
 
 import gzip
-import logging
 import os
 import selectors
 import socket
@@ -30,10 +29,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
+from ..common.log import logger
+
 __all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsServer", "local_rank", "port_for",
            "start_metrics_server"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 #: Open connections at once; a new one closes the longest idle (a scrape sends its request at once).
 MAX_CONNECTIONS = 32

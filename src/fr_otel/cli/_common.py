@@ -1,4 +1,5 @@
-"""What several subcommands share: exit codes, input and export flags, loading dumps."""
+"""What several subcommands share: input and export flags, loading dumps (and the exit codes, from
+:mod:`.exit_codes`)."""
 
 from __future__ import annotations
 
@@ -6,30 +7,33 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident.pipeline import (
     IncidentPlan,
     IncidentResult,
     evidence_from_files,
     run_incident,
 )
-from ..incident.sinks import IncidentSink
-from ..otlp.config import (
-    DEFAULT_TIMEOUT_S,
-    PROTOCOLS,
-    ExportConfig,
-    resolve_export_config,
-)
-from ..otlp.tls_files import check_tls_files
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
-from ..trace.options import TraceOptions
+from .exit_codes import (
+    EXIT_FAILED,
+    EXIT_LOST,
+    EXIT_NOT_DELIVERED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_UNUSABLE,
+)
+
+if TYPE_CHECKING:  # the export's modules load only for the commands that export (not `analyze`)
+    from ..incident.sinks import IncidentSink
+    from ..otlp.config import ExportConfig
+    from ..trace.options import TraceOptions
 
 __all__ = [
     "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
@@ -37,22 +41,6 @@ __all__ = [
     "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
     "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
-
-EXIT_OK = 0  # analysed, whatever the verdict
-EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
-EXIT_UNUSABLE = 2  # no usable dump, bad configuration or bad usage
-EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or refusing) or partly rejected
-EXIT_LOST = 4  # analysed, but (some of) the trace is lost: neither delivered, written nor spooled (full --out)
-
-#: What each exit status means, for ``fr-otel --help`` (README says the same).
-EXIT_STATUS_HELP = (
-    "exit status: 0 done (analysed, whatever the verdict; the trace delivered or written); "
-    "1 the command could not do its job (e.g. the HTML report could not be written); "
-    "2 no usable dump, bad usage or bad configuration; "
-    "3 the trace is spooled for `fr-otel replay` (collector down or refusing) or partly rejected by the collector; "
-    "4 the trace is lost: neither delivered, written nor spooled (a full or read-only --out)."
-)
-
 
 def error(message: str) -> None:
     """One printable line on stderr (file names and dump text may hold control characters)."""
@@ -196,6 +184,9 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, out: bool = True) -> None:
     """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint;
     ``out=False``: the command says itself where its files go)."""
+    from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
+    from ..otlp.config import DEFAULT_TIMEOUT_S, PROTOCOLS
+
     where = ("required, here or in the variable" if replay else "none: write a local OTLP JSON Lines file")
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint: http://HOST:4317 (gRPC, plaintext), "
                         "https://HOST:4317, or http(s)://HOST:4318/v1/traces for OTLP/HTTP (default: "
@@ -218,6 +209,9 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, ou
 def export_config(args: argparse.Namespace) -> ExportConfig | None:
     """Flags over the standard OTEL_* variables; None (after saying why) on a bad flag or setting.
     A bad inherited timeout or insecure variable is a warning and its default is used."""
+    from ..otlp.config import resolve_export_config
+    from ..otlp.tls_files import check_tls_files
+
     warnings: list[str] = []
     try:
         config = resolve_export_config(

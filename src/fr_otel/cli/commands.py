@@ -7,16 +7,18 @@ the demo): a command's module loads only when that command is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 __all__ = ["COMMANDS", "Command", "command"]
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    name: str
-    module: str  # fr_otel.cli.<module> has register(subparsers), which adds this command's parser
-    summary: str  # its line in `fr-otel --help`
+# A named tuple, not a dataclass: `fr-otel --help` reads this table, and dataclasses (with the
+# inspect module it imports) would be most of its start-up after argparse.
+class Command(namedtuple("Command", ("name", "module", "summary"))):
+    """``name``; ``module``: fr_otel.cli.<module> has register(subparsers), which adds this
+    command's parser; ``summary``: its line in ``fr-otel --help``."""
+
+    __slots__ = ()
 
     @property
     def description(self) -> str:

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..incident.delivery import ExportOutcome, ExportStatus, export_hint, replay_command
+from ..incident.delivery import ExportOutcome, ExportStatus, export_fix, replay_command
 from ..incident.pipeline import IncidentResult
 from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
@@ -162,8 +162,12 @@ def run_replay(args: argparse.Namespace) -> int:
     if result.ok:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
         return EXIT_OK
-    hint = export_hint(result.error, config)
+    fix = export_fix(result.error, config)
+    hint = f"; {fix.hint}" if fix is not None else ""
+    left = [name for name in args.files if os.path.isfile(name)]
+    if fix is not None and left and (fix.endpoint or fix.protocol or fix.insecure):
+        hint += f"; run: {replay_command(left, config, fix)}"  # the command that finishes the job
     rejected = f", {result.spans_rejected} rejected by the collector" if result.spans_rejected else ""
     error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent{rejected}, {result.spans_spooled} "
-          f"still in their files ({result.error}){'; ' + hint if hint else ''}")
+          f"still in their files ({result.error}){hint}")
     return EXIT_NOT_DELIVERED

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 __all__ = ["PLACEHOLDER_COLLECTOR", "py_spy_command_line", "replay_command_line", "shown_endpoint"]
 
@@ -25,17 +25,18 @@ PLACEHOLDER_COLLECTOR = "http://COLLECTOR:4317"
 
 
 def replay_command_line(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     endpoint: str | None = None,
     protocol: str = "grpc",
     insecure: bool = False,
     header_names: Iterable[str] = (),
 ) -> str:
-    """A complete ``fr-otel replay`` command line that sends ``path`` (made absolute: it may be
-    run from anywhere) to ``endpoint`` (a placeholder collector when None). Headers and query
-    strings may hold secrets: only their names appear, each with a ``<value>`` to fill in."""
-    words = ["fr-otel", "replay", os.path.abspath(path) if str(path) else str(path)]
+    """A complete ``fr-otel replay`` command line that sends ``path`` (or several; made absolute:
+    it may be run from anywhere) to ``endpoint`` (a placeholder collector when None). Headers and
+    query strings may hold secrets: only their names appear, each with a ``<value>`` to fill in."""
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    words = ["fr-otel", "replay", *(os.path.abspath(p) if str(p) else str(p) for p in paths)]
     if endpoint is None:
         words += ["--endpoint", PLACEHOLDER_COLLECTOR]
     else:

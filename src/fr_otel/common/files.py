@@ -18,17 +18,17 @@ one output (``-o``, ``--html``) is followed to its target (``follow_links=True``
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import tempfile
 from pathlib import Path
 
+from .log import logger
 from .text import printable
 
 __all__ = ["OutputRefused", "atomic_write", "check_output_dir", "check_output_file", "file_kind", "own_folder"]
 
-_log = logging.getLogger("fr_otel.files")
+_log = logger("fr_otel.files")
 
 
 class OutputRefused(OSError):

@@ -17,14 +17,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..common.ranks import compress_ranks
-from ..read.dump import op_name
-from ..read.frame import Frame, is_user_frame
-from ..read.live_stack import LiveStacks
-from ..read.rank_process import RankProcess
 from .cascade import explained_absences, waiting_on
+from .culprit_record import culprit_record
 from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
+from .mixed_incidents import mixed_incidents
 from .p2p import add_p2p_waits
 from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
@@ -131,7 +129,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         notes.append("no rank is waiting on another in the recorded collectives")
 
     unknown = _explained_absences(job, graph, chosen, clock) if verdict in ("hang", "desync") else {}
-    culprits = [_culprit(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
+    culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
     blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
@@ -157,7 +155,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         culprits=culprits,
         ranks_loaded=len(job.dumps),
         world_size=job.world_size,
-        problems=list(job.problems),
+        problems=[*job.problems, *filter(None, [mixed_incidents(job.dumps)])],
         notes=_dedupe(notes),
         groups=states,
         missing_ranks=job.missing_ranks,
@@ -171,6 +169,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         steps=steps,
         ages=clock.summary(),
         waiting=waiting,
+        job_ended=options.ending,
     )
 
 
@@ -318,83 +317,3 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
         unknown=unknown,
     )
     return state
-
-
-# ---------------------------------------------------------------------------
-# Culprit records
-
-
-def _culprit(job: Job, rank: int, evidence: list[Evidence], explained: tuple[int, str] | None = None) -> Culprit:
-    """The rank's record, strongest evidence first; ``explained``: (culprit, why) for an absent rank
-    whose silence that culprit explains (kind ``unknown``)."""
-    ordered = sorted(
-        evidence,
-        key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, -len(e.waiting), e.seq or 0),
-    )
-    if explained is not None:
-        head = ordered[0]
-        ordered.insert(0, Evidence("unknown", head.group, head.seq, explained[1], head.waiting, op=head.op,
-                                   peer=head.peer))
-    primary = ordered[0]
-    pg = job.groups.get(primary.group)
-    op = primary.op
-    if op is None and primary.seq is not None:
-        for r in (rank, *primary.waiting):
-            found = job.entries_at(r, primary.group, primary.seq)
-            if found:
-                op = found[0].profiling_name
-                break
-    process = job.processes.get(rank)
-    dump = job.dumps.get(rank)
-    now = dump.now if dump is not None else None
-    text = primary.text
-    if now is not None and now.where is not None:
-        text += " " + _now_sentence(rank, process, now, primary.kind, op, primary.seq)
-    return Culprit(
-        rank=rank,
-        kind=primary.kind,
-        group_name=primary.group,
-        group_desc=pg.desc if pg else "",
-        collective_seq_id=primary.seq,
-        evidence=text,
-        op=op,
-        waiting_ranks=primary.waiting,
-        last_frame=_last_user_frame(job, rank),
-        related=tuple(_dedupe_evidence(ordered[1:])),
-        peer=primary.peer,
-        process=process,
-        now=now,
-        waits_on=(explained[0],) if explained is not None else (),
-    )
-
-
-def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind: str, op: str | None,
-                  seq: int | None) -> str:
-    """"Now rank 2 (host vm, pid 4242) is in time.sleep at train.py:27 in main, not in all_reduce #26." """
-    who = f"rank {rank} ({process.label})" if process is not None and process.label else f"rank {rank}"
-    text = f"Now {who} is {now.describe()}"
-    if kind == "not_enqueued" and op and now.in_collective is None:
-        text += f", not in {op_name(op)}" + (f" #{seq}" if seq is not None else "")
-    return text + "."
-
-
-def _dedupe_evidence(items: list[Evidence]) -> list[Evidence]:
-    seen = set()
-    out = []
-    for e in items:
-        key = (e.kind, e.group, e.seq)
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return out
-
-
-def _last_user_frame(job: Job, rank: int) -> Frame | None:
-    """The innermost frame outside torch of the rank's newest entry: where the user's code was."""
-    dump = job.dumps.get(rank)
-    if dump is None or not dump.has_frames:
-        return None
-    for e in reversed(dump.tail):  # the tail holds the newest entries
-        if e.frames:
-            return next((f for f in e.frames if is_user_frame(f.filename)), e.frames[0])
-    return None

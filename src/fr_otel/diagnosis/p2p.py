@@ -192,7 +192,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
                 "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
         for who, other in ((s, r), (r, s)):
             found.mismatches.append((who.rank, Evidence("mismatch", pg.name, None, text, (other.rank,), False, True,
-                                                        op=_profiling(job, who), peer=other.rank)))
+                                                        op=_profiling(job, who), peer=other.rank, p2p=True)))
     if s.done and r.done:
         return
     if s.done != r.done:
@@ -204,7 +204,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
             "not_completed", pg.name, None,
             f"rank {stuck.rank} posted {stuck.name} on {pg.label} but has not completed it, while rank "
             f"{other.rank} completed the matching {other.name}: its device or network stalled",
-            (), True, True, op=_profiling(job, stuck), peer=other.rank))
+            (), True, True, op=_profiling(job, stuck), peer=other.rank, p2p=True))
         return
     both = max(s.created_ns, r.created_ns)  # the transfer could start once both were posted
     if not clock.stuck(both, s.rank, clock.earliest((r.rank,)), what=f"{s.name} / {r.name} on {pg.label}"):
@@ -215,7 +215,8 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
             "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
             "out a rank")
     for me, other in ((s, r), (r, s)):
-        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note)
+        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note,
+                         op={s.rank: _profiling(job, s), r.rank: _profiling(job, r)})
 
 
 def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: WaitGraph,

@@ -27,13 +27,13 @@ from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, r
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
-from ..report.trace_section import TraceDelivery
-from ..trace.options import TraceOptions
-from .delivery import ExportOutcome, ExportStatus
-from .sinks import IncidentSink
 
-if TYPE_CHECKING:  # the SDK loads only when a trace is built
+if TYPE_CHECKING:  # the SDK loads only when a trace is built; the export's types only when one runs
+    from ..report.trace_section import TraceDelivery
+    from ..trace.options import TraceOptions
     from ..trace.spans import IncidentTrace
+    from .delivery import ExportOutcome
+    from .sinks import IncidentSink
 
 __all__ = ["IncidentPlan", "IncidentResult", "evidence_from_dumps", "evidence_from_files", "run_incident"]
 
@@ -80,6 +80,8 @@ class IncidentResult:
         if self.trace is not None and self.outcome is not None and config is not None:
             return self.outcome.for_page(self.trace.trace_id_hex, len(self.trace.spans), config)
         if self.identity is not None:
+            from ..report.trace_section import TraceDelivery
+
             return TraceDelivery.recorded(self.identity.trace_id, self.identity.summary)
         return None
 
@@ -168,6 +170,8 @@ def _write_files(result: IncidentResult, plan: IncidentPlan) -> None:
     from .files import write_incident_files
 
     assert plan.files_to is not None and result.trace is not None and plan.sink is not None
+    from .delivery import ExportOutcome, ExportStatus
+
     outcome = result.outcome or ExportOutcome(ExportStatus.FAILED, "not delivered", None, None)
     try:
         result.files = write_incident_files(plan.files_to, result.job, result.verdict, result.trace, outcome,

@@ -35,7 +35,6 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import time
 import uuid
@@ -46,6 +45,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from ..common.log import logger
 from ..common.text import one_line
 from .chunks import Chunk, SpansOrRequests, encoded_chunks, repack
 from .config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
@@ -61,7 +61,7 @@ from .transport import Sender
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "ExportResult", "export_spans", "replay", "write_embedded"]
 
-_logger = logging.getLogger("fr_otel")
+_logger = logger("fr_otel")
 
 
 @dataclasses.dataclass(frozen=True)

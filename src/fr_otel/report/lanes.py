@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ..common.ranks import compress_ranks
 from ..common.text import clip
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import UNKNOWN_STALL
 from ..read.dump import MAX_ESTIMATED_END_NS, Entry, op_interval
 from .facts import Facts, history_at
 from .markup import fmt_duration, fmt_rel
@@ -214,7 +215,9 @@ def _op_title(f: Facts, rank: int | None, o: Op, ref: int) -> str:
     num = f"#{o.seq}" if not o.p2p else f"p2p #{o.seq}"
     lines = [f"{who}{o.name} {num} on {f.group_label(o.group)}", f"enqueued {fmt_rel(o.created - ref)}"]
     if o.open:
-        lines.append(f"in flight, never completed ({fmt_duration(ref - o.created)} at the reference time)")
+        age = f.verdict.age_ns(o.created)
+        lines.append(f"in flight, never completed ({fmt_duration(age)} when dumped)" if age is not None else
+                     f"in flight, never completed; {UNKNOWN_STALL}")
     elif o.est:
         lines.append(f"done; end estimated at {fmt_rel(o.end - ref)} (no completion time recorded: the next "
                      f"enqueue here or in the group, at most {fmt_duration(MAX_ESTIMATED_END_NS)})")

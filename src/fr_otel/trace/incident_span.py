@@ -74,7 +74,8 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
     events = [
         Event(
             "culprit",
-            A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": c.evidence,
+            A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, A.PG_DESC: c.group_desc,
+                       "message": c.evidence,
                        **now_attributes(c.process, c.now, max_frames)}),
             timestamp=frame.now,
         )

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from ..common.ranks import compress_ranks
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.focus import incident_focus
-from ..diagnosis.verdict import Verdict
+from ..diagnosis.verdict import UNKNOWN_STALL, Verdict
 from ..read.dump import Entry
 from ..read.frame import is_user_frame
 from . import attributes as A
@@ -123,18 +123,23 @@ class RankSpans:
         status = Status(StatusCode.UNSET)
         if not e.completed:
             attrs[A.IN_FLIGHT] = True
-            age_ms = (self.frame.now - e.time_created_ns) / 1e6
-            events.append(Event("never completed", {"fr_otel.age_ms": age_ms}, timestamp=end))
+            # Its age when dumped; undated dumps leave it unknown (UNKNOWN_STALL), never a few ms to
+            # the newest activity. Past the timeout even then when that lower bound already is.
+            age_ns = self.frame.verdict.age_ns(e.time_created_ns)
+            at_least_ms = (self.frame.now - e.time_created_ns) / 1e6
+            events.append(Event("never completed", {"fr_otel.age_ms": age_ns / 1e6} if age_ns is not None else {},
+                                timestamp=end))
             stuck = self.stuck.get((e.pg_name, e.collective_seq_id)) if not e.is_p2p else None
-            if e.timeout_ms and age_ms > e.timeout_ms:
+            in_flight = f"in flight {age_ns / 1e9:.1f} s" if age_ns is not None else UNKNOWN_STALL
+            if e.timeout_ms and at_least_ms > e.timeout_ms:
                 attrs[A.PAST_TIMEOUT] = True
                 attrs[A.ERROR_TYPE] = "timeout"
-                status = Status(StatusCode.ERROR,
-                                f"in flight {age_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
+                status = Status(StatusCode.ERROR, f"in flight {'' if age_ns is not None else 'over '}"
+                                f"{at_least_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
             elif stuck is not None:
                 # The incident is the reason: no need to wait for the 30-minute timeout to say so.
                 attrs[A.ERROR_TYPE] = self.frame.verdict.verdict
-                status = Status(StatusCode.ERROR, f"in flight {age_ms / 1e3:.1f} s: {stuck}")
+                status = Status(StatusCode.ERROR, f"{in_flight}: {stuck}")
             if stuck is not None:
                 attrs[A.STUCK] = True
         culprit = self.culprits.get(rank)

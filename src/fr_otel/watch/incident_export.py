@@ -10,12 +10,12 @@ watcher retries it).
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from ..common.log import logger
 from ..common.names import host_name
 from ..common.progress import TerminalProgress
 from ..diagnosis.verdict import AnalysisOptions
@@ -38,7 +38,7 @@ from .state import Incident
 
 __all__ = ["IncidentExport"]
 
-_log = logging.getLogger("fr_otel.watch")
+_log = logger("fr_otel.watch")
 
 
 class IncidentExport:

@@ -15,7 +15,6 @@ stragglers, not a new incident.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
@@ -23,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..common.log import logger
 from ..common.progress import TerminalProgress
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
@@ -46,7 +46,7 @@ from .state import (
 
 __all__ = ["DumpWatcher"]
 
-_log = logging.getLogger("fr_otel.watch")
+_log = logger("fr_otel.watch")
 
 
 @dataclass(slots=True)
