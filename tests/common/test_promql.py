@@ -6,24 +6,19 @@ import re
 from pathlib import Path
 
 import pytest
+from support.rules import groupings
 
 from fr_otel.common.promql import GROUP_LABELS, culprit_query
 from fr_otel.common.stall import DEFAULT_STALL_S
 
 REPO = Path(__file__).resolve().parents[2]
-_GROUPING = re.compile(r"\b(?:by|on)\s*\(([^)]*)\)")
-
-
-def _groupings(query: str) -> list[tuple[str, ...]]:
-    return [tuple(label.strip() for label in clause.split(",")) for clause in _GROUPING.findall(query)]
-
 
 def test_the_culprit_query_tells_groups_apart_by_the_group_labels() -> None:
     """Every by/on of the query is GROUP_LABELS (job, training_job, pg_name), as in the rules: two
     training jobs' group "0" are never compared with each other."""
     assert GROUP_LABELS == ("job", "training_job", "pg_name")
-    groupings = _groupings(culprit_query())
-    assert len(groupings) == 7 and set(groupings) == {GROUP_LABELS}
+    clauses = groupings(culprit_query())
+    assert len(clauses) == 7 and set(clauses) == {GROUP_LABELS}
 
 
 def test_the_culprit_query_calls_stalled_what_the_product_does() -> None:
@@ -42,7 +37,7 @@ def test_the_culprit_query_calls_stalled_what_the_product_does() -> None:
 def test_the_job_label_replaces_or_adds_to_job_and_names_no_label_twice(
         job_label: str, expected: tuple[str, ...]) -> None:
     """job_label stands in for ``job`` (one label, or several comma-separated); the other group labels stay."""
-    assert set(_groupings(culprit_query(job_label=job_label))) == {expected}
+    assert set(groupings(culprit_query(job_label=job_label))) == {expected}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/agent.md"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from support.rules import RULES_FILE
+from support.rules import RULES_FILE, groupings
 
 from fr_otel.common.promql import BLAME_FLOOR_S, GROUP_DESCRIPTION, GROUP_LABELS
 from fr_otel.common.stall import DEFAULT_STALL_S
@@ -25,7 +25,6 @@ BEHIND = "threshold:fr_blame_floor:seconds"
 #: Labels a grouping of a process group may add to its identity on purpose: its description, and
 #: the finer rows some rules and panels keep (per rank, per peer, per host, per op).
 ON_PURPOSE = {GROUP_DESCRIPTION, "rank", "instance", "peer", "host", "op"}
-_GROUPING = re.compile(r"\b(?:by|on)\s*\(([^)]*)\)")
 
 
 def _rules() -> list[dict[str, Any]]:
@@ -86,12 +85,12 @@ def test_every_grouping_of_a_process_group_holds_its_identity() -> None:
         exprs += [(path.name, e) for e in _dashboard_exprs(json.loads(path.read_text(encoding="utf-8")))]
     checked, wrong = 0, []
     for where, expr in exprs:
-        for clause in _GROUPING.findall(expr):
-            labels = {label.strip() for label in clause.split(",") if label.strip()}
+        for clause in groupings(expr):
+            labels = set(clause)
             if "pg_name" not in labels:
                 continue
             checked += 1
             if not set(GROUP_LABELS) <= labels or labels - set(GROUP_LABELS) - ON_PURPOSE:
-                wrong.append(f"{where}: ({clause})")
+                wrong.append(f"{where}: ({', '.join(clause)})")
     assert checked > 30
     assert not wrong, "groupings of a process group without its identity:\n" + "\n".join(wrong)

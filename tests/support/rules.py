@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["EVERY_ALERT", "RULES_FILE", "lowered_rules", "write_lowered_rules"]
+__all__ = ["EVERY_ALERT", "RULES_FILE", "groupings", "lowered_rules", "write_lowered_rules"]
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "fr-otel-rules.yml"
 #: A key of ``fors`` that sets the ``for:`` of every alert without one of its own in ``fors``.
@@ -22,6 +22,12 @@ EVERY_ALERT = "*"
 _ALERT = re.compile(r"\s*- alert: (\S+)\s*$")
 _RECORD = re.compile(r"\s*- record: ")
 _FOR = re.compile(r"^(\s+for: )\S+(\s*)$")
+_GROUPING = re.compile(r"\b(?:by|on)\s*\(([^)]*)\)")
+
+
+def groupings(expr: str) -> list[tuple[str, ...]]:
+    """The labels of every ``by (...)`` and ``on(...)`` in a PromQL expression, in order."""
+    return [tuple(label.strip() for label in clause.split(",") if label.strip()) for clause in _GROUPING.findall(expr)]
 
 
 def _lower_thresholds(text: str, thresholds: Mapping[str, float | str]) -> str:
