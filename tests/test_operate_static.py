@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 import pytest
 import yaml
+from support.rules import RULES_FILE, write_lowered_rules
 
 from fr_otel.trace import attributes
 
@@ -32,7 +33,6 @@ DASHBOARD_DIR = REPO / "dashboards"
 DASHBOARD_FILES = sorted(DASHBOARD_DIR.glob("*.json"))
 DEPLOY = REPO / "deploy"
 PROM_DIR = DEPLOY / "prometheus"
-RULES_FILE = PROM_DIR / "fr-otel-rules.yml"
 RULES_TEST_FILE = PROM_DIR / "rules.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
@@ -382,9 +382,9 @@ def test_alerts_on_recorded_series_are_evaluated_after_them_in_one_group() -> No
     assert checked >= 10
 
 
-LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_rank_lagging:seconds": "20",
-           "threshold:fr_collective_near_timeout:ratio": "0.5", "threshold:fr_agent_stale:seconds": "30",
-           "threshold:fr_blame_floor:seconds": "5", "threshold:fr_node_lost:ratio": "0.5"}
+LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_collective_near_timeout:ratio": "0.5",
+           "threshold:fr_agent_stale:seconds": "30", "threshold:fr_blame_floor:seconds": "5",
+           "threshold:fr_node_lost:ratio": "0.5"}
 
 
 def _lowered_rules_test() -> dict:
@@ -404,6 +404,9 @@ def _lowered_rules_test() -> dict:
         inputs.append(series("fr_inflight_collective_age_seconds", "0+15x40" if stuck else "0x40", rank, **group))
         inputs.append(series("fr_inflight_collective_timeout_seconds", "600x40" if stuck else "0x40", rank, **group))
     inputs.append(series("fr_agent_last_poll_timestamp_seconds", "0+15x10 150x30", "1"))
+    # A pipeline group: rank 1 waits in its send to rank 2, which waits in no send/recv.
+    pipe = {"pg_name": "43", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP"}
+    inputs.append(series("fr_inflight_p2p_age_seconds", "0+15x40", "1", **pipe, op="send", peer="2"))
     # Host node-x: rank 11's agent stops answering at 1m, rank 10's answers; node-y's rank 12 too.
     for rank, host, up in (("10", "node-x", "1x40"), ("11", "node-x", "1x3 0x36"), ("12", "node-y", "1x40")):
         inputs.append(series("up", up, rank, instance=f"{host}:{9740 + int(rank)}"))
@@ -424,7 +427,7 @@ def _lowered_rules_test() -> dict:
             "interval": "15s",
             "input_series": inputs,
             "alert_rule_test": [
-                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 120 s: from 3m15s).
+                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 60 s: from 2m15s).
                 case("1m30s", "FrOtelCollectiveStalled", []),
                 case("2m", "FrOtelCollectiveStalled", [{"exp_labels": pg_labels, "exp_annotations": {
                     "summary": "A collective has been in flight for over 30s in group 0 of training job llama-7b",
@@ -432,15 +435,24 @@ def _lowered_rules_test() -> dict:
                                    "llama-7b has waited 2m 0s (threshold 30s). Its members are blocked; see "
                                    "FrOtelRankLagging for the rank(s) they wait for.",
                     "runbook_url": url + "frotelcollectivestalled"}}]),
-                # age > 20 from 30s, for 1m: firing from 1m30s (the shipped 60 s: from 2m15s).
-                case("1m15s", "FrOtelRankLagging", []),
-                case("1m45s", "FrOtelRankLagging", [{
+                # The same threshold, the same times: one meaning of stalled.
+                case("1m30s", "FrOtelRankLagging", []),
+                case("2m", "FrOtelRankLagging", [{
                     "exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"}, "exp_annotations": {
                     "summary": "Rank 2 is holding up process group 0 of training job llama-7b",
                     "description": "Rank 2 (node-a:9742) of training job llama-7b has enqueued 1 collective(s) fewer "
                                    "than the most advanced member of process group 0 (default_pg), whose other "
-                                   "members have waited over 20s: they are waiting for rank 2.",
+                                   "members have waited over 30s: they are waiting for rank 2.",
                     "runbook_url": url + "frotelranklagging"}}]),
+                case("1m30s", "FrOtelSendRecvStalled", []),
+                case("2m", "FrOtelSendRecvStalled", [{
+                    "exp_labels": {**pg_labels, **pipe, "peer": "2"}, "exp_annotations": {
+                    "summary": "Rank 2 is holding up send/recv in group 43 of training job llama-7b",
+                    "description": "Ranks of process group 43 (PIPELINE_MODEL_PARALLEL_GROUP) in training job "
+                                   "llama-7b have waited 2m 0s in send/recv on rank 2, which is not itself waiting "
+                                   "in a send/recv (threshold 30s): it never posted the matching op, or it is stuck "
+                                   "elsewhere.",
+                    "runbook_url": url + "frotelsendrecvstalled"}}]),
                 # age / 600 > 0.5 from 5m15s, for 30s: firing from 5m45s (the shipped 80 %: from 8m45s).
                 case("5m30s", "FrOtelCollectiveNearTimeout", []),
                 case("6m", "FrOtelCollectiveNearTimeout", [{"exp_labels": {**pg_labels, "severity": "critical"},
@@ -481,11 +493,7 @@ def _lowered_rules_test() -> dict:
 def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(tmp_path: Path) -> None:
     """Lower each threshold in its one place (the threshold:* rule), as the rules header invites:
     the alerts fire earlier and their annotations print the new values."""
-    text = RULES_FILE.read_text(encoding="utf-8")
-    for name, value in LOWERED.items():
-        text, n = re.subn(rf"(- record: {re.escape(name)}\n\s+expr: )vector\([^)]*\)", rf"\g<1>vector({value})", text)
-        assert n == 1, name
-    (tmp_path / "fr-otel-rules.yml").write_text(text, encoding="utf-8")
+    write_lowered_rules(tmp_path, LOWERED)
     (tmp_path / "lowered.test.yml").write_text(yaml.safe_dump(_lowered_rules_test(), sort_keys=False), encoding="utf-8")
     result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -493,8 +501,8 @@ def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(t
     (tmp_path / "fr-otel-rules.yml").write_text(RULES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
     result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
     assert result.returncode != 0
-    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelCollectiveNearTimeout", "FrOtelAgentStale",
-                  "FrOtelNodeLost"):
+    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelSendRecvStalled", "FrOtelCollectiveNearTimeout",
+                  "FrOtelAgentStale", "FrOtelNodeLost"):
         assert f"alertname: {alert}" in result.stdout + result.stderr, alert
 
 

@@ -6,6 +6,8 @@ DCGM (either side of its 4.9 renames), ``node_uname_info{nodename}`` for node-ex
 
 from __future__ import annotations
 
+from fr_otel.common.stall import DEFAULT_STALL_S
+
 from . import links
 from .board import Board, annotation, job_annotations, job_variables, query_variable
 from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns
@@ -122,7 +124,7 @@ def build() -> Board:
         "Communication",
         timeseries("Oldest in-flight collective per host",
                    [((f"max by (host) ({job('fr_inflight_collective_age_seconds')} * {per_host} "
-                      f"{ranks_on('fr_info')})"), "{{host}}")], unit="s", threshold=120),
+                      f"{ranks_on('fr_info')})"), "{{host}}")], unit="s", threshold=DEFAULT_STALL_S),
         timeseries("Ranks the others wait for, per host",
                    [((f"count by (host) (count by (job, training_job, rank, host) ({job('rank_pg:fr_behind:lag')} "
                       f"* {per_host} {ranks_on('fr_info')}))"), "{{host}}")], unit="none"),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import stat as stat_builder
 
+from fr_otel.common.promql import BLAME_FLOOR_S
+from fr_otel.common.stall import DEFAULT_STALL_S
+
 from . import links
 from .board import Board, job_annotations, job_variables, query_variable
 from .kit import (
@@ -42,15 +45,16 @@ def now() -> list[stat_builder.Panel]:
              f"count(count by (job, training_job, rank) ({pg('rank_pg:fr_behind:lag')})) or vector(0)",
              unit="none", steps=RED_FROM_ONE, decimals=0,
              description="Ranks whose last enqueued collective is the lowest of a group that has waited at least "
-                         "the blame floor (threshold:fr_blame_floor:seconds, 10 s): the ranks the others wait for "
-                         "(recording rule rank_pg:fr_behind:lag)."),
+                         f"the blame floor (threshold:fr_blame_floor:seconds, {BLAME_FLOOR_S:g} s as shipped): the "
+                         "ranks the others wait for (recording rule rank_pg:fr_behind:lag). Behind is not stalled: "
+                         "a group stalls at threshold:fr_collective_stalled:seconds."),
         stat("Groups stalled",
              f"count({pg('pg:fr_inflight_collective_age_seconds:max')} > on() group_left() "
              "threshold:fr_collective_stalled:seconds) or vector(0)",
              unit="none", steps=RED_FROM_ONE, decimals=0,
-             description="Process groups whose oldest in-flight collective is older than the "
-                         "FrOtelCollectiveStalled alert's threshold (the threshold:fr_collective_stalled:seconds "
-                         "rule, 120 s as shipped)."),
+             description="Process groups whose oldest in-flight collective is stalled: older than the "
+                         "threshold the stall alerts compare against (the threshold:fr_collective_stalled:seconds "
+                         f"rule, {DEFAULT_STALL_S:g} s as shipped, as the agent's incidents)."),
         stat("Incidents in range",
              f"round(sum(max by (job, training_job) (increase({job('fr_incidents_total')}[$__range])))) "
              "or vector(0)",
@@ -89,10 +93,11 @@ def who_is_behind() -> Panel:
                 field("waited for", mappings=[yes_between(1, 1e12)], background=True)],
         links=[links.all_incidents()],
         description="Ranks behind the most advanced member of a group that has waited at least the blame floor "
-                    "(threshold:fr_blame_floor:seconds, 10 s). 'enqueued lag' counts collectives the rank has not "
-                    "issued yet (CPU side: data loader, other code path); 'completed lag' collectives it issued and "
-                    "did not finish (device or network). 'waited for' marks the rank(s) the group waits on (lowest "
-                    "enqueued). Click a rank for its incident traces or its drill-down.")
+                    f"(threshold:fr_blame_floor:seconds, {BLAME_FLOOR_S:g} s as shipped). 'enqueued lag' counts "
+                    "collectives the rank has not issued yet (CPU side: data loader, other code path); 'completed "
+                    "lag' collectives it issued and did not finish (device or network). 'waited for' marks the "
+                    "rank(s) the group waits on (lowest enqueued). Click a rank for its incident traces or its "
+                    "drill-down.")
 
 
 def lost_hosts() -> Panel:
@@ -137,9 +142,11 @@ def build() -> Board:
     board.row(
         "Process groups",
         timeseries("Oldest in-flight collective per group",
-                   [(pg("pg:fr_inflight_collective_age_seconds:max"), GROUP_LEGEND)], unit="s", threshold=120,
+                   [(pg("pg:fr_inflight_collective_age_seconds:max"), GROUP_LEGEND)], unit="s",
+                   threshold=DEFAULT_STALL_S,
                    description="Per process group, the age of its oldest in-flight collective (0 when none). The "
-                               "dashed line is the FrOtelCollectiveStalled threshold (120 s)."),
+                               "dashed line is where it counts as stalled (threshold:fr_collective_stalled:seconds, "
+                               f"{DEFAULT_STALL_S:g} s as shipped)."),
         timeseries("Ranks behind, per group", [(f"count by ({GROUP}) ({pg('rank_pg:fr_behind:lag')})", GROUP_LEGEND)],
                    unit="none", description="How many ranks each waiting group is waiting for."),
     )

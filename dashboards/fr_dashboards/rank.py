@@ -159,7 +159,7 @@ def build() -> Board:
     board.row(
         "Send/recv",
         timeseries("Pending send/recv of rank $rank, by peer",
-                   [(f"max by (op, peer, pg_name, pg_desc) ({rank('fr_inflight_p2p_age_seconds')})",
+                   [(f"max by ({GROUP}, op, peer) ({rank('fr_inflight_p2p_age_seconds')})",
                      "{{op}} peer {{peer}} on {{pg_desc}} ({{pg_name}})")],
                    unit="s", w=24,
                    description="Age of the rank's oldest pending send or recv to each peer (global rank; 'any' for "

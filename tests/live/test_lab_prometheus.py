@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from support.lab import Lab, lab_unavailable
 from support.lab_job import fr_otel_run
+from support.rules import write_lowered_rules
 from test_operate_static import (
-    RULES_FILE,
     iter_panels,
     load_dashboards,
     substitute,
@@ -36,16 +35,6 @@ pytestmark = [
 TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
 BASE_PORT = 9740  # the agent's default: rank LOCAL_RANK serves base + LOCAL_RANK
 FOR = "5s"  # FrOtelNodeLost's `for:` here (1m as shipped)
-
-
-def _rules_with_a_short_for(folder: Path) -> Path:
-    """The shipped rules file with FrOtelNodeLost's ``for:`` lowered to FOR; everything else as is."""
-    rules = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
-    (alert,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "FrOtelNodeLost"]
-    alert["for"] = FOR
-    path = folder / "fr-otel-rules.yml"
-    path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -88,7 +77,7 @@ def test_a_partitioned_then_a_frozen_node_are_each_named_by_the_node_lost_alert_
     with Lab(3, log_dir=tmp_path) as lab:
         targets = [f"{ip}:{BASE_PORT + local}" for ip in lab.ips for local in range(2)]
         with lab.prometheus(0, targets, labels={"training_job": "lab"}, scrape_interval="1s",
-                            rule_files=[_rules_with_a_short_for(tmp_path)], workdir=tmp_path / "prometheus") as prom:
+                            rule_files=[write_lowered_rules(tmp_path, fors={"FrOtelNodeLost": FOR})], workdir=tmp_path / "prometheus") as prom:
             job = lab.torchrun(TRAIN_LOOP, 2, _env(tmp_path), wrap=fr_otel_run("--stall-seconds", "10"))
             try:
                 prom.wait_for("count(rank:fr_agent_up:last_info == 1) == 6", timeout=150)

@@ -15,6 +15,7 @@ import pytest
 from support.lab import Lab, lab_unavailable
 from support.lab_job import LabJob, fr_otel_run
 from support.lab_prometheus import LabPrometheus
+from support.rules import EVERY_ALERT, write_lowered_rules
 
 from fr_otel.testing.otlp import wait_for
 from fr_otel.testing.prometheus import find_prometheus
@@ -28,7 +29,6 @@ pytestmark = [
 ]
 
 TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "fr-otel-rules.yml"
 HEALTHY_S = 120.0
 SLOW_NODE, CPU_FRACTION = 1, 0.05  # node1's processes together get 5 % of one CPU: the job runs ~4x slower
 NAMED_WITHIN_S = 60.0
@@ -41,13 +41,6 @@ def _env(out: Path) -> dict[str, str]:
     env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_GLOO_TIMEOUT="120",
                FR_OTEL_OUT_DIR=str(out / "{node}"), FR_OTEL_LOG_LEVEL="info")
     return env
-
-
-def _test_rules(tmp: Path) -> Path:
-    """The shipped rules with every ``for:`` at 10 s (the thresholds and windows as shipped)."""
-    path = tmp / "fr-otel-rules.yml"
-    path.write_text(re.sub(r"(\n\s+for: )\d+[smh]", r"\g<1>10s", RULES.read_text()))
-    return path
 
 
 def _held_up_lines(lab: Lab) -> list[tuple[str, str, str, str]]:
@@ -79,7 +72,7 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
         job = lab.torchrun(TRAIN_LOOP, 2, _env(out), wrap=fr_otel_run())
         targets = [f"{ip}:{9740 + local}" for ip in lab.ips for local in range(2)]
         job.wait_step(10, timeout=180)
-        with LabPrometheus(lab, 0, targets, scrape_interval="1s", rule_files=[_test_rules(tmp_path)],
+        with LabPrometheus(lab, 0, targets, scrape_interval="1s", rule_files=[write_lowered_rules(tmp_path, fors={EVERY_ALERT: "10s"})],
                            workdir=tmp_path / "prometheus", startup_timeout=60) as prom:
             prom.wait_for_targets(up=6, timeout=60)
             began = time.monotonic()
