@@ -488,7 +488,7 @@ def _lowered_rules_test() -> dict:
                                    "died. The job's other ranks will wait for them in their next collective until its "
                                    "timeout. A host is lost when at least 50% of its ranks stop answering while "
                                    "another host of the job answers, or when they stopped over 2 scrape intervals "
-                                   "(15s) plus 1s before the job's last host, and at most half the job's hosts did.",
+                                   "(15s) plus 2s before the job's last host and over one before its median host.",
                     "runbook_url": url + "frotelnodelost"}}]),
             ],
         }],
