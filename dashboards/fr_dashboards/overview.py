@@ -102,31 +102,33 @@ def who_is_behind() -> Panel:
 
 def lost_hosts() -> Panel:
     """The ranks whose agents stopped answering, one row each, with their host (from the last
-    fr_info each served) and whether the whole host is down: the host FrOtelNodeLost names."""
+    fr_info each served) and whether FrOtelNodeLost names that host: the alert's own verdict, so
+    the table and the alert never disagree (a crashed host is lost, its survivors only silent)."""
     row = "job, training_job, host, rank, instance"
     down = f"({job('rank:fr_agent_up:last_info')} == 0)"
     per_host = "on(job, training_job, host) group_left()"
+    named = 'max by (job, training_job, host) (ALERTS{alertname="FrOtelNodeLost", alertstate="firing"})'
     return table(
         "Lost ranks and hosts",
         [f"max by ({row}) ({down} + {per_host} host:fr_agents_down:ratio)",
-         (f"max by ({row}) ({down} + {per_host} "
-          "(host:fr_agents_down:ratio >= bool on() group_left() threshold:fr_node_lost:ratio))"),
+         f"max by ({row}) (({down} + {per_host} {named}) or {down})",
          (f"max by ({row}) (time() - {job('rank:fr_agent_heard:last_timestamp')} "
           f"and on(job, training_job, instance) {down})")],
         unit="none",
         columns=Columns(order=["host", "rank", "training_job", "Value #A", "Value #B", "Value #C", "instance"],
-                        rename={"Value #A": "host's ranks down", "Value #B": "whole host",
+                        rename={"Value #A": "host's ranks down", "Value #B": "host lost",
                                 "Value #C": "silent for"}),
         sort="host's ranks down",
         fields=[field("rank", links=links.rank_links()), field("host's ranks down", unit="percentunit"),
-                field("whole host", mappings=[yes_between(1, 1)], background=True),
+                field("host lost", mappings=[yes_between(1, 1)], background=True),
                 field("silent for", unit="s")],
         links=[links.all_incidents()],
         description="Ranks whose fr-otel agent Prometheus can no longer scrape, each with the host its last fr_info "
                     "named (remembered for an hour), the share of that host's ranks that are down, and how long it "
-                    "has been silent. 'whole host' marks a host with at least threshold:fr_node_lost:ratio of its "
-                    "ranks down (all, as shipped): a lost node (down, cut off or frozen), which FrOtelNodeLost names "
-                    "while another host of the job still answers. Empty while every agent answers.")
+                    "has been silent. 'host lost' marks the hosts FrOtelNodeLost names (firing): down, cut off or "
+                    "frozen while another host of the job answers, or silent well before the rest of the job, "
+                    "which then ended (a crash). After a crash every rank is silent, and only the host that went "
+                    "first is lost. Empty while every agent answers.")
 
 
 def build() -> Board:

@@ -341,6 +341,14 @@ class Lab:
         kill_pids(pids, signal.SIGKILL)
         return pids
 
+    def crash(self, node: int) -> float:
+        """SIGKILL every process of host ``node``, its torchrun too: the host crashed (nothing of it
+        outlives the fault, unlike :meth:`crash_workers`). Returns the fault's time."""
+        self.pids(node)  # tracked: leftovers() names any that survive
+        t = self._fault(f"crash {self.hostnames[node]}")
+        kill_namespace(self.namespaces[node])
+        return t
+
     def slow(self, node: int, cpu_fraction: float) -> str:
         """Hold host ``node``'s processes (together, children too) to ``cpu_fraction`` of one CPU.
 
