@@ -136,10 +136,11 @@ def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProc
                    store_host: str | None = None) -> Path | None:
     """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
     ``processes`` does not name (several nodes write the same folder). An existing map that
-    cannot be read is left alone (None: it may be newer than this reader); raises OSError."""
+    cannot be read is left alone (None: it may be newer than this reader); raises OSError. A link
+    planted in its place is never read: it is replaced, its target untouched."""
     path = Path(folder) / RANKS_FILE
     merged = dict(processes)
-    if path.is_file():
+    if path.is_file() and not path.is_symlink():
         seen: list[str] = []
         old = read_host_map(str(path), seen)
         if old is None or seen:
