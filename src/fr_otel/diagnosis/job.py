@@ -23,7 +23,7 @@ from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 
-__all__ = ["Job", "ProcessGroup", "build_job", "group_label"]
+__all__ = ["Job", "ProcessGroup", "build_job", "group_label", "split_group_key"]
 
 
 def group_label(name: str, desc: str) -> str:
@@ -218,6 +218,14 @@ def _order_key(pg: ProcessGroup) -> tuple[int, str]:
     return (1 << 60 if created is None else created, pg.name)
 
 
+def split_group_key(name: str, ranks: tuple[int, ...]) -> str:
+    """The key of one of several groups recorded under one name (user-named split groups, older
+    torch): the name with its members, ``3[0-1,4]``, as PyTorch's analyzer keys them. This key is
+    the group's identity everywhere downstream (verdict, trace span ids, report); the recorded
+    name stays in :attr:`ProcessGroup.recorded_name` for what the metrics and rules label."""
+    return f"{name}[{compress_ranks(ranks)}]"
+
+
 def _rename_split_group(
     name: str, sets: dict[tuple[int, ...], str], dumps: dict[int, RankDump], problems: list[str]
 ) -> None:
@@ -233,7 +241,7 @@ def _rename_split_group(
             problems.append(f"{dump.path}: rank {rank} recorded group {name}, but no member set of that name "
                             "holds it; left unpaired")
             continue
-        key = f"{name}[{compress_ranks(ranks)}]"
+        key = split_group_key(name, ranks)
         if name in dump.histories:
             dump.histories[key] = dump.histories.pop(name)
             dump.histories[key].name = key
@@ -270,7 +278,7 @@ def build_job(read: ReadResult) -> Job:
         # One name, several member sets (user-named split groups, older torch): distinct
         # groups, as PyTorch's analyzer keys them (name + members); never merged.
         for ranks, desc in sets.items():
-            key = f"{name}[{compress_ranks(ranks)}]"
+            key = split_group_key(name, ranks)
             configs[key] = (desc, ranks)
             recorded[key] = name
         _rename_split_group(name, sets, dumps, problems)

@@ -24,9 +24,11 @@ __all__ = ["EntriesByCollective", "collective_span_id", "collective_spans"]
 EntriesByCollective = dict[tuple[str, int], list[tuple[int, Entry, int]]]
 
 
-def collective_span_id(frame: TraceFrame, name: str, desc: str, seq: int) -> int:
-    """The collective span's id, the same from every rank's side."""
-    return frame.span_id("collective", name, desc, seq)
+def collective_span_id(frame: TraceFrame, group: str, seq: int) -> int:
+    """The collective span's id, the same from every rank's side: the group as the job model keys
+    it (its name, or :func:`~fr_otel.diagnosis.job.split_group_key` where one name holds several
+    groups) and the sequence number. The desc is a label, not identity: it is not in the id."""
+    return frame.span_id("collective", group, seq)
 
 
 def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Iterable[ReadableSpan]:
@@ -78,7 +80,7 @@ def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Ite
             status = Status(StatusCode.ERROR, f"never arrived: ranks {compress_ranks(missing)}")
         yield ReadableSpan(
             name=span_name(e0),
-            context=frame.context(collective_span_id(frame, group, e0.pg_desc, seq)),
+            context=frame.context(collective_span_id(frame, group, seq)),
             parent=frame.context(frame.root_id),
             resource=frame.job_resource,
             attributes=A.bounded(attrs),

@@ -55,7 +55,7 @@ class RankSpans:
             links = []
             if not e.is_p2p:
                 self.collectives.setdefault((e.pg_name, e.collective_seq_id), []).append((rank, e, end))
-                collective = collective_span_id(frame, e.pg_name, e.pg_desc, e.collective_seq_id)
+                collective = collective_span_id(frame, e.pg_name, e.collective_seq_id)
                 links.append(Link(frame.context(collective), {"fr_otel.link": "collective"}))
             out.append(self._entry_span(rank, e, span_id, rank_span_id, resource, end, estimated, links))
         out.insert(0, self._rank_span(rank, rank_span_id, resource, chosen, start))
