@@ -16,6 +16,7 @@ from fr_otel.read.frame import Frame
 from fr_otel.common.ids import trace_id_for
 from fr_otel.incident.files import write_identity
 from fr_otel.read.incident_file import IncidentIdentity
+from fr_otel.read.rank_map import write_host_map
 from fr_otel.agent.stack_capture import capture_stacks, collective_of
 from fr_otel.read.live_stack import LiveStacks, ThreadStack, stacks_from_raw
 from fr_otel.otlp.jsonl import read_jsonl
@@ -142,11 +143,11 @@ def live_incident(nvrx: Path, tmp_path: Path) -> tuple[Path, IncidentIdentity]:
         job_id="torchelastic:run-7/restart-0", incident="3",
         trace_id=f"{trace_id_for('torchelastic:run-7/restart-0', '3'):032x}",
         root_attributes=(("fr_otel.incident.number", 3), ("fr_otel.incident.reason", "stall")),
-        processes={r: RankProcess(host=f"node{r // 8}", pid=4000 + r, local_rank=r % 8, source="agent")
-                   for r in range(16)},
         stacks={9: STALLED},
     )
     write_identity(folder, identity)
+    write_host_map(folder, {r: RankProcess(host=f"node{r // 8}", pid=4000 + r, local_rank=r % 8, source="agent")
+                            for r in range(16)}, 16)
     return folder, identity
 
 

@@ -111,9 +111,6 @@ BY_NAME: dict[str, dict[str, tuple[Maker, str]]] = {
         "20000 root attributes": (_json(valid_incident(root_attributes=[[f"fr_otel.incident.x{i}", "v" * 50]
                                                                           for i in range(20000)])),
                                   "root attributes: 19936 ignored"),
-        "shell in a host name": (_json(valid_incident(ranks={"3": {"host": INJECTED_HOST.format(marker="PWNED"),
-                                                                   "pid": 4243}})),
-                                 "1 host or node name that is not a host name"),
     },
 }
 

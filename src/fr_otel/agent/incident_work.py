@@ -24,7 +24,7 @@ from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
-from ..read.incident_file import REASON_ATTRIBUTE
+from ..read.incident_file import DETECTED_KEYS, DETECTED_PREFIX, REASON_ATTRIBUTE
 from ..read.reader import ReadResult
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
@@ -99,9 +99,7 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     ]
     if local:
         root.append(("fr_otel.incident.local_to", me.process.host or ""))
-    for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
-        if key in meta:
-            root.append((f"fr_otel.incident.detected.{key}", meta[key]))
+    root.extend((DETECTED_PREFIX + key, meta[key]) for key in DETECTED_KEYS if key in meta)
     folder = dump_path(me, trace_hex).parent
     mine = False  # files beside the dumps: only into a folder that is really ours
     with me.health.guard("checking the incident's folder"):

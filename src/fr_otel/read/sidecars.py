@@ -84,13 +84,11 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
     identity = find_identity(folders, problems)
     stale = identity.stale_for(dumps) if identity is not None else None
     if identity is not None and stale:
-        problems.append(f"{identity.path}: {stale}; not using its trace id, hosts or stacks")
+        problems.append(f"{identity.path}: {stale}; not using its trace id or stacks")
         identity = None
     if identity is not None:
         facts.identity = identity
         facts.network = identity.network
-        for rank, process in identity.processes.items():
-            facts.processes.setdefault(rank, process)
         for rank, now in identity.stacks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.now is None:
