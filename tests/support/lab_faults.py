@@ -161,14 +161,13 @@ def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
     for path in sorted(tmp.glob("node*/out/**/incident.json")):
         try:
             raw = json.loads(path.read_text())
-            ranks, summary = raw.get("ranks") or {}, raw.get("summary") or {}
+            summary = raw.get("summary") or {}
             root = _root_span(path.parents[2] / f"fr-otel-trace-{raw.get('trace_id')}.jsonl")
             page = path.with_name("incident.html")
             found.append({
                 "file": str(path.relative_to(tmp)), "incident": raw.get("incident"), "verdict": summary.get("verdict"),
                 "written_s": path.stat().st_mtime - fault_time,
-                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"),
-                              "host": (ranks.get(str(c.get("rank"))) or {}).get("host")}
+                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"), "host": c.get("host")}
                              for c in summary.get("culprits", [])],
                 "hosts": summary.get("hosts", []),
                 "html": page.read_text(errors="replace") if page.is_file() else "",
