@@ -18,13 +18,13 @@ live agent's own recorder reads, the payload it sends, and the analysis of send/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ..common.text import printable
 
-__all__ = ["DEFAULT_PG_DESC", "P2PName", "backend_of", "completed", "done_flags", "is_default_group", "p2p_name",
-           "raw_completed", "unnamed_world"]
+__all__ = ["DEFAULT_PG_DESC", "P2PName", "backend_of", "completed", "completion_rule", "done_flags",
+           "is_default_group", "p2p_name", "raw_completed", "unnamed_world"]
 
 DEFAULT_PG_DESC = "default_pg"
 _P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+|\?)$")
@@ -47,6 +47,13 @@ def completed(state: Any, retired: Any, gloo: bool) -> bool:
 def raw_completed(entry: Mapping[str, Any], gloo: bool) -> bool:
     """:func:`completed` for an entry as the recorder returns it (a dict)."""
     return completed(entry.get("state", "scheduled"), entry.get("retired", False), gloo)
+
+
+def completion_rule(entries: Iterable[Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """:func:`raw_completed` for the entries of one recorder (one backend, decided as a dump's
+    is by :func:`backend_of`): what the live agent asks of its own recorder's entries."""
+    gloo = backend_of(entries) == "gloo"
+    return lambda entry: raw_completed(entry, gloo)
 
 
 def done_flags(values: Iterable[Any], gloo: bool) -> bytes:
