@@ -188,8 +188,9 @@ def read_groups(dist: Any) -> tuple[tuple[GroupInfo, ...], int]:
     """This rank's groups in creation order, with the recorder slot each got; and the world size.
 
     The recorder numbers a process's groups in the order they were created (non-member
-    groups get no slot): verified on torch 2.13 gloo, and corrected from entries whenever
-    a full read names them (:meth:`Recorder.learn_slots`).
+    groups get no slot; the rule's home: :func:`fr_otel.read.entry_rules.creation_order`):
+    verified on torch 2.13 gloo, and corrected from entries whenever a full read names them
+    (:meth:`Recorder.learn_slots`).
     """
     c10d = dist.distributed_c10d
     world = c10d._world

@@ -18,7 +18,7 @@ from operator import not_
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
-from ..read.entry_rules import is_default_group, unnamed_world
+from ..read.entry_rules import creation_order, is_default_group, unnamed_world
 from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
@@ -209,12 +209,8 @@ def _progress_from_entries(h: GroupHistory) -> Progress:
     return Progress(enqueued=max(seqs), started=-1, completed=completed)
 
 
-def _creation_key(name: str) -> int | None:
-    return int(name) if name.isdigit() else None
-
-
 def _order_key(pg: ProcessGroup) -> tuple[int, str]:
-    created = _creation_key(pg.recorded_name or pg.name)
+    created = creation_order(pg.recorded_name or pg.name)
     return (1 << 60 if created is None else created, pg.name)
 
 
@@ -375,7 +371,7 @@ def _pair_local_ids(
 ) -> dict[int, tuple[int, ...]]:
     """Name every pg_status slot: from entries, else by creation order (checked)."""
     unnamed: dict[int, tuple[int, ...]] = {}
-    orderable = all(_creation_key(pg.recorded_name or pg.name) is not None for pg in groups.values())
+    orderable = all(creation_order(pg.recorded_name or pg.name) is not None for pg in groups.values())
     by_rank: dict[int, list[ProcessGroup]] = {}
     for pg in groups.values():
         for r in pg.ranks:
@@ -388,7 +384,7 @@ def _pair_local_ids(
             continue
         member_of = by_rank.get(rank, [])
         if orderable and len(member_of) == len(slots):
-            ordered = sorted(member_of, key=lambda pg: _creation_key(pg.recorded_name or pg.name) or 0)
+            ordered = sorted(member_of, key=lambda pg: creation_order(pg.recorded_name or pg.name) or 0)
             pairing = dict(zip(slots, ordered))
             if all(pairing[s].name == n for s, n in known.items()):
                 for slot, pg in pairing.items():
