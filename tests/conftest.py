@@ -52,7 +52,7 @@ def scenario_dumps(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
     """Run a real gloo hang scenario once per session; returns its dump folder (pickle/, json/)."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("real gloo jobs need the torch extra")
-    from fr_otel.testing.gloo_jobs import make_dumps
+    from fr_otel.scenarios import make_dumps
 
     def get(name: str) -> Path:
         if name not in _scenario_cache:

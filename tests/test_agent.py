@@ -23,8 +23,8 @@ from fr_otel.otlp.jsonl import read_jsonl
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, wait_for
-from fr_otel.testing.ports import free_port_block, unused_tcp_port
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from fr_otel.common.ports import free_port_block, unused_tcp_port
+from support.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,

@@ -32,7 +32,7 @@ LAYERS = ["common", "read", "diagnosis", "report", "trace", "otlp", "incident"]
 #: Everything that is not a layer, and what it may import besides itself and ``fr_otel.version``
 #: ("fr_otel" is the package's own __init__, the public API). The CLI sits on top of everything;
 #: the agent, the watcher and the scenarios stand on layers only; the demo runs scenarios; the
-#: test kit runs scenarios and starts the agent through ``fr_otel.start()`` (testing/train_loop).
+#: users' test kit (receivers, dump builder, spans) stands on layers only.
 ROOT = "fr_otel"
 APPLICATIONS: dict[str, set[str]] = {
     ROOT: {*LAYERS, "agent"},
@@ -41,7 +41,7 @@ APPLICATIONS: dict[str, set[str]] = {
     "watch": set(LAYERS),
     "demo": {*LAYERS, "scenarios"},
     "scenarios": set(LAYERS),
-    "testing": {*LAYERS, ROOT, "scenarios"},
+    "testing": set(LAYERS),
     "version": set(),
 }
 

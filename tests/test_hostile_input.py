@@ -313,14 +313,8 @@ _PLAIN_WRITE = re.compile(
 _NOT_ATOMIC = {
     ("otlp/jsonl.py", "os.O_APPEND"):
         "--jsonl appends one line per request to a file that may already hold earlier exports",
-    ("testing/prometheus.py", '"prometheus.log", "wb"'):
-        "Prometheus' own log, streamed by the child process while it runs",
     ("demo/job.py", 'open(plan.log, "wb")'):
         "the demo job's output (torchrun and the agents' lines), streamed by the child processes while they run",
-    ("testing/train_loop.py", ".write_text("):
-        "torchrun payload script that never imports fr_otel; its marker files are polled by tests",
-    ("testing/train_loop.py", "os.replace(tmp"):
-        "the same script's markers, each renamed into place so a polling test never reads half of one",
 }
 
 
@@ -520,7 +514,7 @@ def test_a_dead_store_does_not_flood_stderr(tmp_path: Path) -> None:
         "import torch.distributed as dist\n"
         "from fr_otel.agent.channel import IncidentChannel\n"
         "from fr_otel.agent.store_link import StoreUnavailable\n"
-        "from fr_otel.testing.ports import unused_tcp_port\n"
+        "from fr_otel.common.ports import unused_tcp_port\n"
         "logging.basicConfig(level=logging.WARNING, format='%(name)s: %(message)s')\n"
         "port = unused_tcp_port()\n"
         "server = dist.TCPStore('127.0.0.1', port, is_master=True, timeout=timedelta(seconds=2))\n"

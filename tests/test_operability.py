@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.common.progress import DELAY_S
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
