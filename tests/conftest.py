@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
@@ -12,6 +13,20 @@ from typing import Callable
 import pytest
 
 from support.jobs import Job
+
+# The checkout is the user's: the session fails, naming them, if tests leave paths in it.
+pytest_plugins = ["support.checkout_guard"]
+
+try:  # hypothesis keeps its example database and constants cache under a temporary home, not ./.hypothesis
+    from hypothesis import settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+except ImportError:  # pragma: no cover - the test extra installs it
+    pass
+else:
+    _HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix="fr-otel-hypothesis-")
+    set_hypothesis_home_dir(_HYPOTHESIS_HOME.name)
+    settings.register_profile("fr-otel", database=None)
+    settings.load_profile("fr-otel")
 
 REPO = Path(__file__).resolve().parents[1]
 NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
