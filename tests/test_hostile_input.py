@@ -25,7 +25,7 @@ from fr_otel.trace.spans import build_trace
 from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
 from fr_otel.report.text import render_verdict
-from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
+from support.hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
 
 CLI = [sys.executable, "-m", "fr_otel.cli"]
 

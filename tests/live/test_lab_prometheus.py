@@ -17,7 +17,7 @@ import pytest
 from support.lab import Lab, lab_unavailable
 from support.lab_job import fr_otel_run
 from support.rules import write_lowered_rules
-from test_operate_static import (
+from support.operate import (
     iter_panels,
     load_dashboards,
     substitute,

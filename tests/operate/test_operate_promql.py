@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from support.rules import write_lowered_rules
-from test_operate_static import (
+from support.operate import (
     CONTRACT_METRICS,
     RULES_FILE,
     alert_rules,
@@ -276,7 +276,7 @@ def test_fr_otel_expressions_return_data_for_a_hung_job(prometheus_url: str, sce
     Left out: expressions over GPU/host/NIC data (none here) and the alerts (tested below)."""
     infra = allow_listed_metrics() - {"up"}
     infra |= {name for name, expr in rule_exprs() if metric_names(expr) & infra}  # host_gpu:* rules
-    # Gloo records no send/recv: p2p series are empty here by design (tests/test_operate_p2p_promql.py).
+    # Gloo records no send/recv: p2p series are empty here by design (tests/operate/test_operate_p2p_promql.py).
     infra |= {"fr_inflight_p2p_age_seconds"}
     infra |= {name for name, expr in rule_exprs() if metric_names(expr) & infra}
     alerts = {f"rule {rule['alert']}" for rule in alert_rules()}
@@ -415,7 +415,7 @@ def test_the_exposition_is_the_contract(prometheus_url: str, scenario: Scenario)
     """Keep the data honest: Prometheus sees exactly the contract's metrics, with its labels
     (OpenMetrics counters' `_created` series aside)."""
     names = {s["metric"]["__name__"] for s in _result(prometheus_url, '{job="fr-otel", __name__=~"fr_.*"}')}
-    # Gloo records no send/recv: the p2p series are checked in tests/test_operate_p2p_promql.py.
+    # Gloo records no send/recv: the p2p series are checked in tests/operate/test_operate_p2p_promql.py.
     assert {n for n in names if not n.endswith("_created")} == set(CONTRACT_METRICS) - {"fr_inflight_p2p_age_seconds"}
     target_labels = {"job", "instance", *scenario.labels}
     for name, labels in CONTRACT_METRICS.items():

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_operate_static import (
+from support.operate import (
     CONTRACT_METRICS,
     RULES_FILE,
     alert_rules,

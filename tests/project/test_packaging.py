@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Signs of a browser driver: a hand-written DevTools WebSocket client, or Playwright.
 BROWSER_DRIVER_MARKS = ("Sec-WebSocket-Key", "Page.navigate", "Runtime.evaluate", "playwright")
 

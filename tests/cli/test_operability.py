@@ -20,7 +20,7 @@ import pytest
 from fr_otel.common.progress import DELAY_S
 from fr_otel.common.ports import unused_tcp_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 
 

@@ -34,7 +34,7 @@ def test_verdict_types_are_imported_from_their_one_home() -> None:
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     imports = re.compile(r"diagnosis\.analysis import \(?([^)\n]*)")
     offenders = [
         f"{path.relative_to(root)}: {names.strip()}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "fr_otel"
 
 #: Modules allowed over ~400 lines, each with the one concept that needs the room.
