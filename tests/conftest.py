@@ -51,6 +51,14 @@ def run_cli():
 
 
 @pytest.fixture
+def job_folder(tmp_path: Path) -> Path:
+    """The small 4-rank NCCL-shaped hang of ``support.hostile_dumps`` (rank 3 never enqueues), as pickles."""
+    from support.hostile_dumps import write_job
+
+    return write_job(tmp_path / "dumps")
+
+
+@pytest.fixture
 def jobs() -> Iterator[list[Job]]:
     """Jobs a test starts (``support.jobs.Job``): each is ended whole (launcher, session, ranks) at the end."""
     started: list[Job] = []
