@@ -378,7 +378,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(world: int, args: argparse.Namespace, poll_scale: float = 1.0, incident: bool = True) -> dict[str, Any]:
     from fr_otel.testing.otlp import OtlpGrpcReceiver
-    from fr_otel.testing.ports import unused_tcp_port
+    from fr_otel.common.ports import unused_tcp_port
 
     ctx = mp.get_context("spawn")
     port = unused_tcp_port()

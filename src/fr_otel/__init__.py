@@ -1,11 +1,13 @@
 """fr-otel: make hangs in distributed PyTorch training obvious.
 
 Reads PyTorch Flight Recorder dumps (never importing torch), ties them into one
-job model, and names the culprit ranks with evidence::
+job model, and names the culprit ranks with evidence, as ``fr-otel analyze`` does::
 
-    from fr_otel import read_dumps, build_job, analyze
-    verdict = analyze(build_job(read_dumps("dumps/")))
-    print(verdict.verdict, [c.rank for c in verdict.culprits])
+    import fr_otel
+    result = fr_otel.analyze_incident("dumps/")   # result.to_json() is `fr-otel analyze dumps/ --json`
+    print(result.verdict.verdict, [c.rank for c in result.verdict.culprits])
+
+``__all__`` below is the public API (README lists it); every other module is internal.
 
 Every name is imported on first use (module ``__getattr__``): ``fr-otel --version`` and
 ``--help`` import this package and must start as fast as a bare interpreter, and a
@@ -33,6 +35,9 @@ _HOMES = {
     "Progress": ".read.dump",
     "RankDump": ".read.dump",
     "Frame": ".read.frame",
+    "IncidentResult": ".incident.pipeline",
+    "NoUsableDump": ".incident.pipeline",
+    "analyze_incident": ".incident.pipeline",
     "ReadResult": ".read.reader",
     "read_dumps": ".read.reader",
     "start": ".agent",  # the live agent's, imported only when asked for
@@ -62,7 +67,9 @@ __all__ = [
     "Entry",
     "Frame",
     "GroupState",
+    "IncidentResult",
     "Job",
+    "NoUsableDump",
     "PgConfig",
     "ProcessGroup",
     "Progress",
@@ -70,6 +77,7 @@ __all__ = [
     "ReadResult",
     "Verdict",
     "analyze",
+    "analyze_incident",
     "build_job",
     "read_dumps",
     "start",

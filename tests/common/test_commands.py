@@ -115,7 +115,7 @@ def test_query_string_secrets_are_masked_like_header_values(tmp_path: Path) -> N
 def test_an_endpoint_token_reaches_no_line_page_or_log_of_a_failed_export(tmp_path: Path, run_cli) -> None:
     """A collector that is down, an endpoint with ?api_key=…: the printed line, the replay command,
     the HTML report and the JSON output never hold the token."""
-    from fr_otel.testing.ports import unused_tcp_port
+    from fr_otel.common.ports import unused_tcp_port
 
     folder = small_job(tmp_path / "dumps")
     url = f"http://127.0.0.1:{unused_tcp_port()}/v1/traces?api_key=s3cret-TOKEN"

@@ -17,14 +17,14 @@ import pytest
 from support.lab import Lab, lab_unavailable
 from support.lab_job import fr_otel_run
 from support.rules import write_lowered_rules
-from test_operate_static import (
+from support.operate import (
     iter_panels,
     load_dashboards,
     substitute,
     variable_values,
 )
 
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from support.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,
@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.skipif(find_prometheus() is None, reason="needs the prometheus binary (Debian's prometheus)"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 BASE_PORT = 9740  # the agent's default: rank LOCAL_RANK serves base + LOCAL_RANK
 FOR = "5s"  # FrOtelNodeLost's `for:` here (1m as shipped)
 # A crash's survivors stop answering up to 4.5 s apart here (their exit paths): under a 5 s `for:`

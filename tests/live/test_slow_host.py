@@ -18,7 +18,7 @@ from support.lab_prometheus import LabPrometheus
 from support.rules import EVERY_ALERT, write_lowered_rules
 
 from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.prometheus import find_prometheus
+from support.prometheus import find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,
@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(find_prometheus() is None, reason="needs Debian's prometheus (scripts/setup-system.sh)"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 HEALTHY_S = 120.0
 SLOW_NODE, CPU_FRACTION = 1, 0.05  # node1's processes together get 5 % of one CPU: the job runs ~4x slower
 NAMED_WITHIN_S = 60.0

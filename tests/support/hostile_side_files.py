@@ -13,7 +13,7 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 
-from hostile_dumps import WORLD, nccl_dump
+from support.hostile_dumps import WORLD, nccl_dump
 
 __all__ = ["ANY_SIDE_FILE", "BY_NAME", "INJECTED_HOST", "SIDE_FILES", "plant", "small_job", "valid_incident"]
 

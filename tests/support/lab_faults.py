@@ -1,7 +1,7 @@
 """Multi-node fault classes on a 3-host lab, and one run of a fault with or without fr-otel.
 
 Each :class:`Fault` knows its truth (the host and ranks at fault) and how to inject it at a
-training step; :func:`run_case` runs ``fr_otel.testing.train_loop`` on 3 hosts x 2 ranks (gloo),
+training step; :func:`run_case` runs ``support.train_loop`` on 3 hosts x 2 ranks (gloo),
 injects the fault once every rank has entered the step, and records when each process exits
 (seconds after the fault), what each torchrun printed, and, under ``fr-otel run``, what the
 agent logged and wrote. Processes still alive at the cap print their Python stacks (SIGUSR1)
@@ -35,7 +35,7 @@ from support.lab_job import LabJob, fr_otel_run
 __all__ = ["CONTROL_EXIT", "FAULTS", "CaseResult", "ControlExit", "Fault", "control_exit_bound", "job_env",
            "run_case"]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 NPROC = 2
 HOSTS = 3
 

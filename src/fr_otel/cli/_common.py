@@ -13,13 +13,8 @@ from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
-from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident.pipeline import (
-    IncidentPlan,
-    IncidentResult,
-    evidence_from_files,
-    run_incident,
-)
+from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S
+from ..incident.pipeline import IncidentResult, NoUsableDump, analyze_incident
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from .exit_codes import (
     EXIT_FAILED,
@@ -37,7 +32,7 @@ if TYPE_CHECKING:  # the export's modules load only for the commands that export
 
 __all__ = [
     "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
-    "add_export_args", "add_input_args", "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
+    "add_export_args", "add_input_args", "add_quiet_arg", "byte_size", "count", "error",
     "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
     "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
@@ -155,10 +150,6 @@ def outputs_ok(args: argparse.Namespace) -> bool:
     return True
 
 
-def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
-    return AnalysisOptions(straggler_threshold_s=args.straggler_threshold)
-
-
 def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
     """Progress bars on stderr when it is a terminal, unless ``--quiet``."""
     return TerminalProgress(enabled=False if getattr(args, "quiet", False) else None)
@@ -169,16 +160,15 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
     """The dumps (and side files) named on the command line through the incident pipeline with the
     command's options: analysed, and with ``trace``/``sink`` traced and delivered. None (after
     saying why) when not a single dump could be read."""
-    progress = terminal_progress(args)
-    evidence = evidence_from_files(args.paths, prefix=args.prefix, workers=args.workers,
-                                   max_file_bytes=args.max_file_size, progress=progress)
-    if not evidence.dumps:
-        for line in evidence.problems:
+    try:
+        return analyze_incident(args.paths, prefix=args.prefix, straggler_threshold_s=args.straggler_threshold,
+                                workers=args.workers, max_file_bytes=args.max_file_size, trace=trace, sink=sink,
+                                progress=terminal_progress(args))
+    except NoUsableDump as exc:
+        for line in exc.problems:
             error(line)
-        error("no usable Flight Recorder dump")
+        error(str(exc))
         return None
-    plan = IncidentPlan(analysis=analysis_options(args), trace=trace, sink=sink, progress=progress)
-    return run_incident(evidence, plan)
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, out: bool = True) -> None:

@@ -12,7 +12,7 @@ a collector::
         export_spans(synthetic_spans(1000), config, deadline_s=5, spool_dir=tmp)  # testing.spans
         assert len(set(rx.span_ids())) == 1000
 
-An unbound port (:func:`fr_otel.testing.ports.unused_tcp_port`) stands in for a collector that is down.
+An unbound port (:func:`fr_otel.common.ports.unused_tcp_port`) stands in for a collector that is down.
 """
 
 from __future__ import annotations

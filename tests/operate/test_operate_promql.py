@@ -1,6 +1,6 @@
 """Every PromQL expression of the dashboards and rules, run on a real Prometheus.
 
-A real Prometheus (Debian's 2.42, started by fr_otel.testing.prometheus on a free loopback port)
+A real Prometheus (Debian's 2.42, started by support.prometheus on a free loopback port)
 loads deploy/prometheus/fr-otel-rules.yml, its stall threshold lowered from 60 s to
 STALL_THRESHOLD_S so that the job need not hang a minute (promtool tests the shipped numbers), and
 scrapes every rank's agent (OpenMetrics, with a trace_id exemplar on fr_incidents_total). Then:
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from support.rules import write_lowered_rules
-from test_operate_static import (
+from support.operate import (
     CONTRACT_METRICS,
     RULES_FILE,
     alert_rules,
@@ -53,8 +53,9 @@ from test_operate_static import (
 from fr_otel.common.promql import BLAME_FLOOR_S
 from fr_otel.scenarios.job import gloo_on_loopback
 from fr_otel.testing.otlp import OtlpGrpcReceiver, wait_for
-from fr_otel.testing.ports import free_port_block
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from fr_otel.common.ports import free_port_block
+from support.jobs import TRAIN_LOOP
+from support.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = pytest.mark.gloo
 TRAINING_JOB = "promql-test"
@@ -75,7 +76,6 @@ class Scenario:
 # ------------------------------------------------------------------------------------------------
 # the data: a real 4-rank gloo training job under torchrun with the agent on; rank 2 stalls
 # ------------------------------------------------------------------------------------------------
-TRAIN_LOOP = Path(__file__).resolve().parents[1] / "src" / "fr_otel" / "testing" / "train_loop.py"
 STALL_RANK, WORLD = 2, 4
 #: What "stalled" means to the Prometheus here (threshold:fr_collective_stalled:seconds; 60 s as
 #: shipped): past the blame floor (10 s), so the data holds a group behind but not stalled first.
@@ -276,7 +276,7 @@ def test_fr_otel_expressions_return_data_for_a_hung_job(prometheus_url: str, sce
     Left out: expressions over GPU/host/NIC data (none here) and the alerts (tested below)."""
     infra = allow_listed_metrics() - {"up"}
     infra |= {name for name, expr in rule_exprs() if metric_names(expr) & infra}  # host_gpu:* rules
-    # Gloo records no send/recv: p2p series are empty here by design (tests/test_operate_p2p_promql.py).
+    # Gloo records no send/recv: p2p series are empty here by design (tests/operate/test_operate_p2p_promql.py).
     infra |= {"fr_inflight_p2p_age_seconds"}
     infra |= {name for name, expr in rule_exprs() if metric_names(expr) & infra}
     alerts = {f"rule {rule['alert']}" for rule in alert_rules()}
@@ -415,7 +415,7 @@ def test_the_exposition_is_the_contract(prometheus_url: str, scenario: Scenario)
     """Keep the data honest: Prometheus sees exactly the contract's metrics, with its labels
     (OpenMetrics counters' `_created` series aside)."""
     names = {s["metric"]["__name__"] for s in _result(prometheus_url, '{job="fr-otel", __name__=~"fr_.*"}')}
-    # Gloo records no send/recv: the p2p series are checked in tests/test_operate_p2p_promql.py.
+    # Gloo records no send/recv: the p2p series are checked in tests/operate/test_operate_p2p_promql.py.
     assert {n for n in names if not n.endswith("_created")} == set(CONTRACT_METRICS) - {"fr_inflight_p2p_age_seconds"}
     target_labels = {"job", "instance", *scenario.labels}
     for name, labels in CONTRACT_METRICS.items():

@@ -1,6 +1,6 @@
 """The HTML incident report, rendered and then loaded in a real headless Chromium.
 
-The system browser is driven by Playwright (tests/headless_chromium.py), so every claim is
+The system browser is driven by Playwright (tests/support/headless_chromium.py), so every claim is
 observed, not assumed: console errors and uncaught exceptions, every network request the page
 makes (none may leave the file), JavaScript dialogs (an escaping bug would open one),
 ``document.body.innerText`` (the culprit ranks must be there, with and without JavaScript),
@@ -26,9 +26,9 @@ import pytest
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.report.html import render, write_report
-from headless_chromium import Chromium, Page, find_chromium
+from support.headless_chromium import Chromium, Page, find_chromium
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "html-report"
 BENCH_GENERATOR = REPO / "bench" / "make_scaled_dumps.py"
 HAS_TORCH = importlib.util.find_spec("torch") is not None

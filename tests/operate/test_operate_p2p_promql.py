@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_operate_static import (
+from support.operate import (
     CONTRACT_METRICS,
     RULES_FILE,
     alert_rules,
@@ -26,7 +26,7 @@ from test_operate_static import (
 from fr_otel.agent.metrics import FrCollector
 from fr_otel.agent.server import start_metrics_server
 from fr_otel.agent.state import GroupStatus, P2PWait, ProcessInfo, Snapshot
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from support.prometheus import PrometheusServer, find_prometheus
 
 PIPE = ("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 1, 2, 3))
 WAIT_S = 200  # past the stall threshold (60 s) from the first scrape on

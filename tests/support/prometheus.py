@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..common.files import atomic_write
-from .ports import unused_tcp_port
+from fr_otel.common.files import atomic_write
+from fr_otel.common.ports import unused_tcp_port
 
 __all__ = ["Exemplar", "PrometheusError", "PrometheusServer", "Sample", "find_prometheus"]
 

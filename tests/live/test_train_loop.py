@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 pytestmark = [
     pytest.mark.gloo,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 
 
 def test_a_stalled_rank_prints_its_stack_on_sigusr1_then_a_rank_told_to_exit_leaves_at_its_step(

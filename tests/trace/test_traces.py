@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.trace.spans import TraceOptions, build_trace
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 pytestmark = pytest.mark.gloo
 

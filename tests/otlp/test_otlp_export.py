@@ -21,7 +21,7 @@ from fr_otel.otlp.chunks import chunk_requests, to_requests
 from fr_otel.otlp.export import ExportResult, export_spans, replay, write_embedded
 from fr_otel.otlp.jsonl import read_jsonl, request_from_json, request_to_json, write_jsonl
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 from fr_otel.testing.spans import synthetic_spans
 
 KIB = 1024

@@ -30,7 +30,7 @@ from fr_otel.read.dump_file import parse_dump_bytes
 from fr_otel.read.reader import ReadResult, read_dumps
 from fr_otel.trace.spans import build_trace
 from fr_otel.report.text import render_verdict
-from hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
+from support.hostile_dumps import STUCK, VICTIM, WORLD, nccl_dump
 
 def _deep(levels: int) -> list[Any]:
     value: list[Any] = []

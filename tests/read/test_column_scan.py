@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from fr_otel.read import columns
 from fr_otel.read.columns import summarise, summarise_in_python
-from hostile_dumps import nccl_dump
+from support.hostile_dumps import nccl_dump
 
-DATA = Path(__file__).parent / "data" / "nvrx-fr-traces"
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvrx-fr-traces"
 
 
 def test_the_compiled_scan_is_built_and_in_use() -> None:

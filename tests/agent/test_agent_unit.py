@@ -300,17 +300,6 @@ def _python(code: str, env: dict[str, str] | None = None, timeout: float = 30) -
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def test_importing_fr_otel_loads_neither_torch_nor_prometheus() -> None:
-    """`import fr_otel` and even `fr_otel.start` as an attribute stay light until start() runs."""
-    proc = _python("""
-        import sys, fr_otel
-        fr_otel.start
-        print(sorted(m for m in ("torch", "prometheus_client", "grpc") if m in sys.modules))
-    """)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
-
-
 def test_a_started_agent_loads_no_grpc_sdk_or_torch_and_flush_stays_a_function() -> None:
     """start() in a process without torch.distributed loads neither gRPC, the OTel SDK nor torch,
     and fr_otel.agent.flush is still the documented function once the agent's modules are in."""

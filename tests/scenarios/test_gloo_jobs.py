@@ -5,23 +5,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from fr_otel.testing.gloo_jobs import SCENARIOS, make_dumps
+from fr_otel.scenarios import SCENARIOS, make_dumps
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="needs the torch extra"
 )
-
-
-def test_import_does_not_load_torch() -> None:
-    """Callers (and the torch-free analyser) may import the factory without paying for torch."""
-    code = "import sys, fr_otel.testing.gloo_jobs; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=60).returncode == 0
 
 
 def test_gloo_is_pointed_at_loopback_unless_the_environment_names_an_interface() -> None:

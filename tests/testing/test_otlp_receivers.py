@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from fr_otel.otlp.jsonl import request_to_json
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, wait_for
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 from fr_otel.testing.spans import synthetic_spans
 
 SPANS = synthetic_spans(20, ranks=2)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from fr_otel.agent.channel import IncidentChannel
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 
 def test_fetch_returns_every_payload_present_in_batches_and_skips_absent_ones_at_once() -> None:

@@ -23,7 +23,7 @@ import pytest
 from fr_otel.otlp.config import ExportConfig
 from fr_otel.trace.spans import TraceOptions
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, wait_for
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 from fr_otel.watch import (
     STATE_NAME,
     DumpWatcher,

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 from support.jobs import TRAIN_LOOP, Job, job_env, torchrun, wait_file
 
+import fr_otel
 from fr_otel.diagnosis.job import build_job
 from fr_otel.otlp.jsonl import read_jsonl
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult
 from fr_otel.testing.otlp import OtlpGrpcReceiver, ReceivedSpan, wait_for
-from fr_otel.testing.ports import free_port_block, unused_tcp_port
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from fr_otel.common.ports import free_port_block, unused_tcp_port
+from support.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,
@@ -135,9 +136,10 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
 def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, jobs: list[Job], run_cli) -> None:
     """Rank 2 sleeps in time.sleep before its all_reduce: the log line, the trace (root and rank
     span), incident.json, incident.html and the JSON verdict all give its host, pid and the
-    time.sleep frame at the right file:line; exporting the dump folder afterwards gives the live
-    trace id; the stuck all_reduce's entries are ERROR with code.*, and no completed span of
-    rank 2 is stretched across the stall."""
+    time.sleep frame at the right file:line; fr_otel.analyze_incident on the folder gives the
+    CLI's JSON; exporting the dump folder afterwards gives the live trace id; the stuck
+    all_reduce's entries are ERROR with code.*, and no completed span of rank 2 is stretched
+    across the stall."""
     from fr_otel.read.dump import MAX_ESTIMATED_END_NS
 
     ws, host = 4, socket.gethostname()
@@ -193,6 +195,7 @@ def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, 
     assert out.returncode == 0, out.stderr
     verdict = json.loads(out.stdout)
     assert verdict["trace_id"] == trace_id
+    assert out.stdout == fr_otel.analyze_incident(dumps).to_json() + "\n"  # the library's answer is the CLI's
     now = verdict["culprits"][0]["now"]
     assert (now["host"], now["pid"], now["frames"][0]["line"], now["doing"]) == (host, pid, line, "time.sleep")
     assert f"Now rank 2 (host {host}, pid {pid}) is {frame}, not in all_reduce #" in verdict["culprits"][0]["evidence"]
