@@ -4,7 +4,8 @@ The system browser is driven by Playwright (tests/support/headless_chromium.py),
 observed, not assumed: console errors and uncaught exceptions, every network request the page
 makes (none may leave the file), JavaScript dialogs (an escaping bug would open one),
 ``document.body.innerText`` (the culprit ranks must be there, with and without JavaScript),
-and screenshots, kept under ``artifacts/html-report/`` (git ignores ``/artifacts/``). Inputs
+and screenshots, kept under ``$FR_OTEL_TEST_ARTIFACTS/html-report/`` (default: the temporary
+folder's ``fr-otel-test-artifacts/``; never the checkout). Inputs
 are real: hung gloo jobs run here, the 16-rank NCCL dumps from tests/data/nvrx-fr-traces, and
 a 1024-rank job scaled from a real recorded rank by the bench generator.
 """
@@ -19,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +31,9 @@ from fr_otel.report.html import render, write_report
 from support.headless_chromium import Chromium, Page, find_chromium
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "artifacts" / "html-report"
+#: Pages and screenshots to look at after a run (CI may keep the folder it names): never in the checkout.
+ARTIFACTS = Path(os.environ.get("FR_OTEL_TEST_ARTIFACTS")
+                 or Path(tempfile.gettempdir()) / "fr-otel-test-artifacts") / "html-report"
 BENCH_GENERATOR = REPO / "bench" / "make_scaled_dumps.py"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra (real gloo jobs)")
