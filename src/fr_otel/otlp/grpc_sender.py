@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 )
 
 from .config import ExportConfig
-from .transport import NOT_GRPC, USER_AGENT, Reply, Verdict, partial_success
+from .transport import NOT_GRPC, USER_AGENT, Reply, SendResult, partial_success
 
 __all__ = ["GrpcSender"]
 
@@ -74,17 +74,17 @@ class GrpcSender:
             detail = f"gRPC {code.name}: {details}".rstrip(": ")
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 if "larger than" in details or "too large" in details.lower():
-                    return Reply(Verdict.SPLIT, detail)
-                return Reply(Verdict.RETRY, detail, _grpc_retry_after(exc))
+                    return Reply(SendResult.SPLIT, detail)
+                return Reply(SendResult.RETRY, detail, _grpc_retry_after(exc))
             if _TLS_HANDSHAKE.search(details):  # TLS against plaintext (or a bad certificate): no retry mends it
-                return Reply(Verdict.FATAL, detail)
+                return Reply(SendResult.FATAL, detail)
             if _NOT_HTTP2.search(details):  # an HTTP/1.1 server (an OTLP/HTTP port): no retry mends it
-                return Reply(Verdict.FATAL, f"{NOT_GRPC}: {detail}")
+                return Reply(SendResult.FATAL, f"{NOT_GRPC}: {detail}")
             if code in _GRPC_RETRYABLE:
-                return Reply(Verdict.RETRY, detail, _grpc_retry_after(exc))
+                return Reply(SendResult.RETRY, detail, _grpc_retry_after(exc))
             if code == grpc.StatusCode.INVALID_ARGUMENT:
-                return Reply(Verdict.REJECTED, detail)
-            return Reply(Verdict.FATAL, detail)
+                return Reply(SendResult.REJECTED, detail)
+            return Reply(SendResult.FATAL, detail)
         return partial_success(response.partial_success.rejected_spans, response.partial_success.error_message)
 
     def close(self) -> None:
