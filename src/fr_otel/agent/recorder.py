@@ -21,7 +21,7 @@ import pickle
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -300,7 +300,7 @@ class Recorder:
         return max(set(ops), key=ops.count) if ops else None
 
 
-def entry_completed(e: dict[str, Any]) -> bool:
+def entry_completed(e: Mapping[str, Any]) -> bool:
     """NCCL says ``completed``; gloo never leaves ``scheduled`` and only retires entries."""
     if e.get("state") == "completed":
         return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -56,9 +57,9 @@ class GrpcSender:
             self._channel = grpc.secure_channel(address, credentials, options=options)
         else:
             self._channel = grpc.insecure_channel(address, options=options)
-        self._stub = TraceServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = TraceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # generated, no stubs
         # The same RPC for requests already serialized (no parse and re-serialise).
-        self._export_bytes = self._channel.unary_unary(
+        self._export_bytes: grpc.UnaryUnaryMultiCallable[Any, ExportTraceServiceResponse] = self._channel.unary_unary(
             _EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
         )
         self._metadata = tuple(config.headers.items())
@@ -96,7 +97,10 @@ def _grpc_retry_after(exc: grpc.RpcError) -> float | None:
     try:
         from google.rpc.error_details_pb2 import RetryInfo
 
-        raw = dict(exc.trailing_metadata() or ()).get("google.rpc.retryinfo-bin")
+        raw = None
+        for item in exc.trailing_metadata() or ():  # the last of a repeated key, as a dict keeps
+            if item.key == "google.rpc.retryinfo-bin":
+                raw = item.value
         if raw is None:
             return None
         delay = RetryInfo.FromString(raw).retry_delay

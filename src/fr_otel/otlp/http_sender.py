@@ -92,7 +92,7 @@ class HttpSender:
         except http.client.BadStatusLine as exc:
             if isinstance(exc, http.client.RemoteDisconnected):  # closed without answering: transient
                 return Reply(SendResult.RETRY, f"HTTP connection failed: {exc}")
-            return Reply(SendResult.FATAL, _not_http(exc.line))
+            return Reply(SendResult.FATAL, _not_http(exc.args[0] if exc.args else ""))  # its .line, untyped
         except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed responses
             return Reply(SendResult.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}"))
         try:

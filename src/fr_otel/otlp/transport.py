@@ -60,7 +60,7 @@ class Sender(Protocol):
 def partial_success(rejected: object, message: object) -> Reply:
     """OTLP partial success: the request went through, but the collector says it dropped some spans."""
     try:
-        count = max(int(rejected), 0)  # type: ignore[call-overload]
+        count = max(int(rejected), 0) if isinstance(rejected, (int, float, str)) else 0
     except (TypeError, ValueError):
         count = 0
     if count:
