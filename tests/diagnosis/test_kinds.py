@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.diagnosis.kinds import KIND_ORDER, KINDS, NOT_BLAMED, CulpritKind, MembershipSource, VerdictWord, check_table
+from fr_otel.diagnosis.kinds import (
+    KIND_ORDER,
+    KINDS,
+    NOT_BLAMED,
+    CulpritKind,
+    MembershipSource,
+    VerdictWord,
+    check_table,
+)
 from fr_otel.trace.attributes import bounded_value
 
 README = Path(__file__).resolve().parents[2] / "README.md"

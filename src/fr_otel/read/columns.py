@@ -236,7 +236,8 @@ def _split(
 
 
 def _from_scan(
-    raw: list[dict[str, Any]], groups: list[tuple[Any, ...]], done: bytes, latest_created: int, group_tuples: list[tuple[Any, ...]],
+    raw: list[dict[str, Any]], groups: list[tuple[Any, ...]], done: bytes, latest_created: int,
+    group_tuples: list[tuple[Any, ...]],
     ids: tuple[int, ...] | None,
 ) -> Summary | None:
     """The Summary from the compiled scan's per-group columns (see ``_column_scan.c``)."""

@@ -172,7 +172,8 @@ class RankSpans:
             instrumentation_scope=SCOPE,
         )
 
-    def _rank_span(self, rank: int, span_id: int, resource: Resource, chosen: Sequence[Entry], start: int) -> ReadableSpan:
+    def _rank_span(self, rank: int, span_id: int, resource: Resource, chosen: Sequence[Entry],
+                   start: int) -> ReadableSpan:
         dump = self.frame.job.dumps[rank]
         histories = {n: h for n, h in dump.histories.items() if h.seq}
         kept: dict[str, int] = {}
