@@ -50,8 +50,19 @@ import socket
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["main"]
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """``p``'s gradient, which ``backward()`` has just filled (an error, not a silent skip, if not)."""
+    if p.grad is None:
+        raise RuntimeError("a parameter has no gradient after backward()")
+    return p.grad
 
 
 def _env(name: str, default: str) -> str:
@@ -118,7 +129,7 @@ def main() -> int:
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = torch.cat([_grad(p).reshape(-1) for p in params])
         if rank == stall_rank and step == stall_step and stall_s > 0:
             if markers is not None:
                 markers.mkdir(parents=True, exist_ok=True)
@@ -133,7 +144,7 @@ def main() -> int:
         offset = 0
         for p in params:
             n = p.numel()
-            p.grad.copy_(flat[offset:offset + n].view_as(p))
+            _grad(p).copy_(flat[offset:offset + n].view_as(p))
             offset += n
         opt.step()
     hold = _env("HOLD", "")

@@ -104,7 +104,8 @@ class IncidentRunner:
         terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
         if terminating:
             for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
-                self._covered.add((s.group.name, s.group.inflight_seq))
+                if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
+                    self._covered.add((s.group.name, s.group.inflight_seq))
                 gone = sorted(set(s.group.ranks) & set(terminating))
                 log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident %s): "
                             "the job is ending; no new incident", s.group.op or "collective", s.group.inflight_seq,

@@ -7,7 +7,7 @@ import argparse
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.names import identity_problem
@@ -58,12 +58,15 @@ def byte_size(text: str) -> int:
     return size
 
 
-def _number(text: str, parse: Callable[[str], float], ok: Callable[[float], bool], want: str) -> Any:
+_N = TypeVar("_N", int, float)
+
+
+def _number(text: str, parse: Callable[[str], _N], ok: Callable[[_N], bool], want: str) -> _N:
     """``parse(text)`` if it gives a finite value that is ``ok``, else a usage error naming ``want``."""
     try:
         value = parse(text)
     except ValueError:
-        value = math.nan
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
     if not (math.isfinite(value) and ok(value)):
         raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
     return value
@@ -71,17 +74,17 @@ def _number(text: str, parse: Callable[[str], float], ok: Callable[[float], bool
 
 def count(text: str) -> int:
     """A whole number >= 1 (argparse type): -5 workers or spans is a usage error, not a surprise."""
-    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")  # type: ignore[no-any-return]
+    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")
 
 
 def seconds(text: str) -> float:
     """A finite number of seconds > 0 (argparse type): nan, inf and -1 are usage errors."""
-    return _number(text, float, lambda v: v > 0, "a positive, finite number of seconds")  # type: ignore[no-any-return]
+    return _number(text, float, lambda v: v > 0, "a positive, finite number of seconds")
 
 
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
-    return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")  # type: ignore[no-any-return]
+    return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")
 
 
 def job_id(text: str) -> str:

@@ -20,7 +20,7 @@ from .report import add_html_arg, write_html
 __all__ = ["register", "run"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     this = command("analyze")
     parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)

@@ -22,6 +22,7 @@ from ..read.entry_rules import creation_order, is_default_group, unnamed_world
 from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
+from .kinds import MembershipSource
 
 __all__ = ["Job", "ProcessGroup", "build_job", "group_label", "split_group_key"]
 
@@ -42,7 +43,7 @@ class ProcessGroup:
     name: str
     desc: str
     ranks: tuple[int, ...]  # global ranks, sorted
-    membership: str  # "pg_config", "entries" or "world" (the default group of an inferred world)
+    membership: MembershipSource
     local_ids: dict[int, int] = field(default_factory=dict)  # global rank -> its local pg_id
     has_p2p: bool = False  # send/recv seen: pg_status then mixes p2p and collective counters
     recorded_name: str = ""  # the name the dumps use, when ``name`` had to add the members to be unique
@@ -137,7 +138,7 @@ class Job:
             dump = self.dumps.get(rank)
             h = dump.histories.get(group) if dump is not None else None
             i = h.position(seq) if h is not None else None
-            if i is None:
+            if h is None or i is None:
                 continue
             created = h.created_ns[i]
             if created > 0 and (first is None or created < first):
@@ -280,7 +281,7 @@ def build_job(read: ReadResult) -> Job:
         _rename_split_group(name, sets, dumps, problems)
 
     groups: dict[str, ProcessGroup] = {
-        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config",
+        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership=MembershipSource.PG_CONFIG,
                            recorded_name=recorded.get(name, name))
         for name, (desc, ranks) in configs.items()
     }
@@ -315,13 +316,14 @@ def _add_inferred_groups(groups: dict[str, ProcessGroup], dumps: dict[int, RankD
             members.setdefault(name, set()).add(rank)
             pg = groups.get(name)
             if pg is None:
-                pg = groups[name] = ProcessGroup(name=name, desc=h.desc, ranks=(), membership="entries")
+                pg = groups[name] = ProcessGroup(name=name, desc=h.desc, ranks=(),
+                                                 membership=MembershipSource.ENTRIES)
             if h.p2p_count:
                 pg.has_p2p = True
             pg.local_ids[rank] = h.local_id
     for name, pg in groups.items():
         seen = members.get(name, set())
-        if pg.membership == "entries":
+        if pg.membership == MembershipSource.ENTRIES:
             pg.ranks = tuple(sorted(seen))
         elif not seen <= set(pg.ranks):
             extra = sorted(seen - set(pg.ranks))
@@ -337,7 +339,7 @@ def _world_size(
     host_map_world: int | None,
 ) -> tuple[int | None, str]:
     default = _default_group(groups)
-    if default is not None and default.membership == "pg_config":
+    if default is not None and default.membership == MembershipSource.PG_CONFIG:
         return len(default.ranks), "pg_config"
     if world_hint:
         return len(world_hint), "pg_config"
@@ -361,9 +363,10 @@ def _default_group(groups: dict[str, ProcessGroup]) -> ProcessGroup | None:
 def _complete_default_group(groups: dict[str, ProcessGroup], world_size: int | None) -> None:
     """The default group holds every rank, even those with no entries in it (or no dump)."""
     default = _default_group(groups)
-    if default is not None and world_size is not None and default.membership != "pg_config":
+    if (default is not None and world_size is not None
+            and default.membership != MembershipSource.PG_CONFIG):
         default.ranks = tuple(range(world_size))
-        default.membership = "world"
+        default.membership = MembershipSource.WORLD
 
 
 def _pair_local_ids(

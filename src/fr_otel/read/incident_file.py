@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..common.ids import trace_id_for
+from ..common.json_types import is_exact_number
 from ..common.names import identity_problem, is_trace_id
 from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
@@ -69,7 +70,7 @@ def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
     when the attributes are not a stall's or name no usable threshold."""
     attrs = dict(root_attributes)
     value = attrs.get(THRESHOLD_ATTRIBUTE)
-    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or type(value) not in (int, float) or not 0 < value < 1e9:
+    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or not is_exact_number(value) or not 0 < value < 1e9:
         return None
     return float(value)
 

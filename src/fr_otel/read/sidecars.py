@@ -95,8 +95,9 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
                 dump.now = now
         for rank, marks in identity.failed.items():
             dump = dumps.get(rank)
-            for mark in marks if dump is not None else ():
-                dump.mark_failed(mark)
+            if dump is not None:
+                for mark in marks:
+                    dump.mark_failed(mark)
     return facts
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
+from ..common.json_types import is_exact_int
 from .side_files import read_per_rank_file
 
 __all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "read_steps_file", "step_log_from_raw"]
@@ -63,8 +64,8 @@ def step_log_from_raw(value: Any) -> StepLog | None:
     return StepLog(int(current), tuple(clean), source if isinstance(source, str) else "")
 
 
-def _is_int(v: Any) -> bool:
-    return type(v) is int and abs(v) < _MAX_STEP
+def _is_int(v: Any) -> TypeGuard[int]:
+    return is_exact_int(v) and abs(v) < _MAX_STEP
 
 
 def read_steps_file(path: str, problems: list[str]) -> dict[int, StepLog]:

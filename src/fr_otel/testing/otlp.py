@@ -241,7 +241,7 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         if max_receive_message_length is not None:
             options.append(("grpc.max_receive_message_length", int(max_receive_message_length)))
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]  # generated
             _TraceService(self), self._server
         )
         self.host = address.rpartition(":")[0]
