@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the names __getattr__ serves, as a type checker (the user's
     from .read.dump import Entry, PgConfig, Progress, RankDump
     from .read.frame import Frame
     from .read.reader import ReadResult, read_dumps
+del TYPE_CHECKING  # not part of the package's namespace
 
 #: Public name -> the module that defines it (relative to this package).
 _HOMES = {

@@ -67,6 +67,11 @@ def test_wheel_ships_the_report_stylesheet_and_script(wheel_files: dict[str, byt
         assert shipped == (REPO / "src" / "fr_otel" / "report" / "assets" / name).read_bytes()
 
 
+def test_wheel_marks_the_package_typed(wheel_files: dict[str, bytes]) -> None:
+    """The wheel carries py.typed (PEP 561), so a user's type checker reads fr_otel's annotations."""
+    assert "fr_otel/py.typed" in wheel_files
+
+
 def test_wheel_ships_the_compiled_column_scan_built_from_its_source(wheel_files: dict[str, bytes]) -> None:
     """The C scan is compiled by the wheel build (the copy holds no prebuilt .so) and shipped next to
     the Python builder it speeds up."""
