@@ -17,22 +17,22 @@ import pytest
 
 dist = pytest.importorskip("torch.distributed")
 
-from fr_otel.agent.channel import IncidentChannel  # noqa: E402
-from fr_otel.agent.config import AgentConfig  # noqa: E402
-from fr_otel.agent.health import HealthTracker  # noqa: E402
-from fr_otel.agent.host_map import HostMapKeeper  # noqa: E402
-from fr_otel.agent.incident_rank import IncidentRank, dump_root  # noqa: E402
-from fr_otel.agent.incident_runner import IncidentRunner  # noqa: E402
-from fr_otel.agent.poller import ProgressTracker  # noqa: E402
-from fr_otel.agent.recorder import GroupInfo  # noqa: E402
-from fr_otel.agent.store_gather import gather  # noqa: E402
-from fr_otel.agent.store_link import StoreLink  # noqa: E402
-from fr_otel.common.ids import trace_id_for  # noqa: E402
-from fr_otel.otlp.config import ExportConfig  # noqa: E402
-from fr_otel.read.rank_process import RankProcess  # noqa: E402
-from fr_otel.testing.dump_builder import DumpBuilder  # noqa: E402
-from fr_otel.testing.otlp import wait_for  # noqa: E402
-from fr_otel.testing.ports import unused_tcp_port  # noqa: E402
+from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.config import AgentConfig
+from fr_otel.agent.health import HealthTracker
+from fr_otel.agent.host_map import HostMapKeeper
+from fr_otel.agent.incident_rank import IncidentRank, dump_root
+from fr_otel.agent.incident_runner import IncidentRunner
+from fr_otel.agent.poller import ProgressTracker
+from fr_otel.agent.recorder import GroupInfo
+from fr_otel.agent.store_gather import gather
+from fr_otel.agent.store_link import StoreLink
+from fr_otel.common.ids import trace_id_for
+from fr_otel.otlp.config import ExportConfig
+from fr_otel.read.rank_process import RankProcess
+from fr_otel.testing.dump_builder import DumpBuilder
+from fr_otel.testing.otlp import wait_for
+from fr_otel.testing.ports import unused_tcp_port
 
 JOB = "store-lost-mid-incident"
 WORLD = 6
