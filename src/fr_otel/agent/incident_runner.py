@@ -69,8 +69,9 @@ class IncidentRunner:
         """False while the channel backs off after repeated store failures (skip the store this poll)."""
         return self.me.channel.reachable()
 
-    def join_open(self) -> list[threading.Event]:
-        """Take part in every incident raised since the last look (one store round trip)."""
+    def join_open(self, deadline: float | None = None) -> list[threading.Event]:
+        """Take part in every incident raised since the last look (one store round trip); on the
+        way out, within the exit path's ``deadline``."""
         done: list[threading.Event] = []
         with self._lock:
             while True:
@@ -78,7 +79,7 @@ class IncidentRunner:
                 meta = self.me.channel.owner(k)
                 if meta is None:
                     return done
-                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
+                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank, deadline=deadline))
 
     def poll(self, stalls: list[Stall]) -> None:
         """One poll's incident work: through the store while it answers; without it, this node's own
@@ -144,7 +145,7 @@ class IncidentRunner:
                        deadline: float | None = None) -> threading.Event | None:
         """Raise the next incident (or join the one someone raised first); None when capped."""
         with self._lock:
-            self.join_open()
+            self.join_open(deadline)
             k = self._next_number()
             if k is None:
                 return None
@@ -237,7 +238,7 @@ class IncidentRunner:
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
-                    self.join_open()
+                    self.join_open(deadline)
                     if raise_new and self._known == before:
                         self.raise_incident(reason, deadline=deadline)
                 except StoreUnavailable:
