@@ -52,6 +52,8 @@ class Fault:
     inject: Callable[[Lab, LabJob], float]
     #: Extra environment of the training script (a code hang is the script's own).
     env: dict[str, str] = field(default_factory=dict)
+    #: Its host's processes never exit (stopped): a run waits for every other process, not for them.
+    stays: bool = False
 
 
 def _code_hang(lab: Lab, job: LabJob) -> float:
@@ -63,7 +65,7 @@ def _code_hang(lab: Lab, job: LabJob) -> float:
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("partition", "node1's link goes down", 1, (2, 3), lambda lab, job: lab.partition(1)),
-    Fault("freeze", "every process of node2 SIGSTOPped", 2, (4, 5), lambda lab, job: lab.freeze(2)),
+    Fault("freeze", "every process of node2 SIGSTOPped", 2, (4, 5), lambda lab, job: lab.freeze(2), stays=True),
     Fault("crash", "node1's workers SIGKILLed", 1, (2, 3),
           lambda lab, job: (lab.crash_workers(1), lab.faults[-1][0])[1]),
     Fault("store_host", "node0 (the store's host) partitioned", 0, (0, 1), lambda lab, job: lab.partition(0)),
@@ -136,7 +138,7 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
             job.wait_step(step, 120)
         t0 = fault.inject(lab, job)
         at_fault = {rank: s.step for rank, s in job.steps().items()}
-        job.wait(max(0.0, cap_s - (time.time() - t0)))
+        wait_for(lambda: _settled(job, fault), max(0.0, cap_s - (time.time() - t0)), 0.05)
         stacks = {}
         if not job.done():
             job.stacks()
@@ -152,6 +154,16 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
                       {host: _tail(text) for host, text in outputs.items()},
                       {host: _errors(text) for host, text in outputs.items()}, lines, files, _incidents(tmp, t0),
                       {host: text for host, text in stacks.items() if text})
+
+
+def _settled(job: LabJob, fault: Fault) -> bool:
+    """Every process that can exit has: all of them, or all but the stopped host's (which never will:
+    waiting for them until the cap would measure nothing and cost the cap)."""
+    if not fault.stays:
+        return job.done()
+    exits = job.worker_exit_times()
+    return (all(p.returncode is not None for p in job.launchers if p.node != fault.node)
+            and all(t is not None for rank, t in exits.items() if rank not in fault.ranks))
 
 
 def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:

@@ -71,6 +71,8 @@ class IncidentChannel:
         self.store = _LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
         self.address = address  # the job's store as host:port ("" when it is not a TCPStore)
+        #: The heartbeats last read (rank -> wall ns): what an incident still knows once the store is gone.
+        self.heard: dict[int, int] = {}
 
     def reachable(self) -> bool:
         """False while the store does not answer or the link backs off (skip the poll's store calls)."""
@@ -131,6 +133,7 @@ class IncidentChannel:
             text = _text(value)
             if text.isdigit():
                 out[rank] = int(text)
+        self.heard.update(out)
         return out
 
     # -- who holds the job up without hanging it ----------------------------------------------

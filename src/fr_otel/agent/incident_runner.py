@@ -17,13 +17,16 @@ import pickle
 import queue
 import threading
 import time
+from contextlib import suppress
 from typing import Any
 
+from ..common.ids import trace_id_for
 from ..common.log import logger
+from ..common.text import one_line
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
-from .incident_work import flush_incident, publish_final
+from .incident_work import flush_incident, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
@@ -66,8 +69,9 @@ class IncidentRunner:
         """False while the channel backs off after repeated store failures (skip the store this poll)."""
         return self.me.channel.reachable()
 
-    def join_open(self) -> list[threading.Event]:
-        """Take part in every incident raised since the last look (one store round trip)."""
+    def join_open(self, deadline: float | None = None) -> list[threading.Event]:
+        """Take part in every incident raised since the last look (one store round trip); on the
+        way out, within the exit path's ``deadline``."""
         done: list[threading.Event] = []
         with self._lock:
             while True:
@@ -75,7 +79,7 @@ class IncidentRunner:
                 meta = self.me.channel.owner(k)
                 if meta is None:
                     return done
-                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
+                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank, deadline=deadline))
 
     def poll(self, stalls: list[Stall]) -> None:
         """One poll's incident work: through the store while it answers; without it, this node's own
@@ -142,7 +146,7 @@ class IncidentRunner:
                        deadline: float | None = None) -> threading.Event | None:
         """Raise the next incident (or join the one someone raised first); None when capped."""
         with self._lock:
-            self.join_open()
+            self.join_open(deadline)
             k = self._next_number()
             if k is None:
                 return None
@@ -190,15 +194,30 @@ class IncidentRunner:
             k, meta, owner, local, deadline, done = job
             try:
                 with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
-                    if local:
-                        take_part_locally(self.me, k, meta, deadline, self.failed)
-                    else:
-                        flush_incident(self.me, k, meta, owner, deadline, self.failed)
+                    self._part(k, meta, owner, local, deadline)
             finally:
                 done.set()
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
+
+    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> None:
+        """This rank's part in incident ``k``: through the store while it answers; when it fails during
+        the incident (its host went with the fault), this node's part without it, same number."""
+        trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
+        if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
+            with self.me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
+                self.me.channel.last_heard(list(range(self.me.world_size)))
+        part = own_part(self.me, trace_hex, self.failed)
+        self.me.health.incident(trace_hex)
+        if not local:
+            try:
+                flush_incident(self.me, k, meta, owner, deadline, part)
+                return
+            except StoreUnavailable as exc:
+                log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
+                            k, one_line(exc, 200))
+        take_part_locally(self.me, k, meta, deadline, part)
 
     # -- asked for: flush, the exit hooks -----------------------------------------------
     def wait_idle(self, timeout: float) -> bool:
@@ -220,7 +239,7 @@ class IncidentRunner:
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
-                    self.join_open()
+                    self.join_open(deadline)
                     if raise_new and self._known == before:
                         self.raise_incident(reason, deadline=deadline)
                 except StoreUnavailable:

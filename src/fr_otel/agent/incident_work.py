@@ -33,11 +33,13 @@ from .payload import encode_payload, entries_per_group
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
 from .store_gather import gather
+from .store_link import StoreUnavailable
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["FINAL_ENTRIES", "conclude", "flush_incident", "own_part", "publish_final"]
+__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "await_verdict", "conclude", "flush_incident", "own_part",
+           "publish_final"]
 
 
 log = logger("fr_otel.agent")
@@ -65,23 +67,48 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
 
 
 def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   failed: tuple[FailedCollective, ...] = ()) -> None:
-    """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
+                   part: tuple[bytes, bool]) -> None:
+    """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
+    coordinator's too when ``owner``. Raises :class:`~.store_link.StoreUnavailable` when the store fails before
+    the verdict: the caller then reports this node's part without it (:mod:`.local_incident`)."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
-    payload, written = own_part(me, trace_hex, failed)
-    with me.health.guard("sending the recorder to the incident's coordinator"):
+    payload, written = part
+    try:
         me.channel.publish(k, me.rank, payload)
-    me.health.incident(trace_hex)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the store refused this one call: the coordinator goes on
+        me.health.error("sending the recorder to the incident's coordinator", exc)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        evidence = gather(me, k, deadline)
+        slow = meta.get("slow_ranks")
+        evidence = gather(me, k, deadline, [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else ())
         result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written)
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
             publish_files(me, k, folder)
             me.channel.cleanup(k, list(evidence.dumps))
-    elif me.hosts.leader:
+        return
+    if me.hosts.leader:
         fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
+    await_verdict(me, k, deadline)
+
+
+#: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
+CONCLUDE_RESERVE_S = 3.0
+
+
+def await_verdict(me: IncidentRank, k: int, deadline: float) -> None:
+    """Wait (one ``check`` per poll interval, until :data:`CONCLUDE_RESERVE_S` before ``deadline``) for
+    the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
+    its node may run, alive until the verdict exists (a rank of the store's node that exits at once
+    takes the store with it), and it is how a rank learns the store went away mid-incident (the
+    call raises :class:`~.store_link.StoreUnavailable`) while its node can still report its own part."""
+    until = deadline - CONCLUDE_RESERVE_S
+    while time.monotonic() < until:
+        if me.channel.result(k) is not None:
+            return
+        time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
 
 
 def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResult, trace_hex: str, deadline: float,

@@ -202,7 +202,7 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
             report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here, cut off from "
                               f"{call.cut_off}: its state is unknown")
         return VerdictWord.HANG, (set(here) | missing)
-    suspects = [call.store_lost] if call.store_lost is not None else list(call.lost)
+    suspects = ([call.store_lost] if call.store_lost is not None else []) + list(call.lost)
     for host in suspects:
         for rank in sorted(r for r in missing if hosts.get(r) == host):
             evidence[rank] = [Evidence(CulpritKind.MISSING_DUMP, group, seq,
