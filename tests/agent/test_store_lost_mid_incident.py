@@ -32,7 +32,7 @@ from fr_otel.otlp.config import ExportConfig
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 JOB = "store-lost-mid-incident"
 WORLD = 6
@@ -115,7 +115,8 @@ def test_a_store_that_dies_mid_incident_leaves_a_local_verdict_naming_the_lost_h
     assert (node1["state"], node1["missing"], node1["last_heard_ns"]) == ("lost", [2, 3], stall - 4 * 10**9)
     assert {c["rank"] for c in summary["culprits"] if c["kind"] == "missing_dump"} >= {2, 3}
     assert not {c["rank"] for c in summary["culprits"] if c["kind"] != "unknown"} & {4, 5}
-    assert sorted(incident["ranks"]) == [str(r) for r in range(WORLD)]
+    where = json.loads((tmp_path / "out" / "dumps" / trace / "ranks.json").read_text())["ranks"]
+    assert sorted(where) == [str(r) for r in range(WORLD)] and where["2"]["host"] == "node1"  # every rank's host
     assert (tmp_path / "out" / "dumps" / trace / "fr_trace_rank_5").is_file()
     assert any("went away during it" in r.getMessage() for r in caplog.records)
     assert took < 20, f"the incident took {took:.1f} s"

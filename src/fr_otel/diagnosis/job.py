@@ -11,7 +11,6 @@ in only-active dumps), by creation order, checked against every known pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import partial
 from itertools import compress
 from operator import not_
 
@@ -23,8 +22,9 @@ from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from .kinds import MembershipSource
+from .split_groups import rename_split_group, split_group_key
 
-__all__ = ["Job", "ProcessGroup", "build_job", "group_label", "split_group_key"]
+__all__ = ["Job", "ProcessGroup", "build_job", "group_label"]
 
 
 def group_label(name: str, desc: str) -> str:
@@ -215,40 +215,6 @@ def _order_key(pg: ProcessGroup) -> tuple[int, str]:
     return (1 << 60 if created is None else created, pg.name)
 
 
-def split_group_key(name: str, ranks: tuple[int, ...]) -> str:
-    """The key of one of several groups recorded under one name (user-named split groups, older
-    torch): the name with its members, ``3[0-1,4]``, as PyTorch's analyzer keys them. This key is
-    the group's identity everywhere downstream (verdict, trace span ids, report); the recorded
-    name stays in :attr:`ProcessGroup.recorded_name` for what the metrics and rules label."""
-    return f"{name}[{compress_ranks(ranks)}]"
-
-
-def _rename_split_group(
-    name: str, sets: dict[tuple[int, ...], str], dumps: dict[int, RankDump], problems: list[str]
-) -> None:
-    """Give each rank's records of a shared group name the key of the member set it belongs to."""
-    for rank, dump in dumps.items():
-        if name not in dump.histories and not any(e.pg_name == name for e in dump.tail):
-            continue
-        own = dump.pg_config.get(name)
-        ranks = own.ranks if own is not None and own.ranks and rank in own.ranks else None
-        if ranks is None:
-            ranks = next((r for r in sets if rank in r), None)
-        if ranks is None:
-            problems.append(f"{dump.path}: rank {rank} recorded group {name}, but no member set of that name "
-                            "holds it; left unpaired")
-            continue
-        key = split_group_key(name, ranks)
-        if name in dump.histories:
-            dump.histories[key] = dump.histories.pop(name)
-            dump.histories[key].name = key
-        dump.rewrite_entries(partial(_renamed, name, key))
-
-
-def _renamed(old: str, new: str, entries: list[Entry]) -> list[Entry]:
-    return [e._replace(pg_name=new) if e.pg_name == old else e for e in entries]
-
-
 def build_job(read: ReadResult) -> Job:
     """Tie per-rank dumps into one job model (pure data; problems are appended, never raised)."""
     problems = list(read.problems)
@@ -278,7 +244,7 @@ def build_job(read: ReadResult) -> Job:
             key = split_group_key(name, ranks)
             configs[key] = (desc, ranks)
             recorded[key] = name
-        _rename_split_group(name, sets, dumps, problems)
+        rename_split_group(name, sets, dumps, problems)
 
     groups: dict[str, ProcessGroup] = {
         name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership=MembershipSource.PG_CONFIG,
