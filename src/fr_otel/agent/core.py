@@ -155,7 +155,7 @@ class Agent:
             return None
         statuses = self.tracker.statuses
         return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
-                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns,
+                        COUNTER.current, COUNTER.started_ns,
                         group_waits(self.waits, statuses) if self.waits is not None else ())
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
@@ -230,7 +230,7 @@ class Agent:
         if self.incidents is not None:
             if self.incidents.reachable():
                 with self.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
-                    self.incidents.me.hosts.poll(time.time_ns())
+                    self.incidents.me.hosts.poll(time.time_ns(), COUNTER.current)  # a lost node is said at its step
                 if self.slow is not None and self.waits is not None:
                     with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
                         self.slow.poll(self.waits, self.tracker.statuses)

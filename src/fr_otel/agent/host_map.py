@@ -59,9 +59,10 @@ class HostMapKeeper:
     def complete(self) -> bool:
         return len(self.processes) >= self.world_size
 
-    def poll(self, now_ns: int) -> None:
-        """One poll's store work: announce (once), heartbeat, and on a node leader gather the map
-        until it is complete or the tries run out. Store errors propagate (the caller guards)."""
+    def poll(self, now_ns: int, step: int | None = None) -> None:
+        """One poll's store work: announce (once), heartbeat with the rank's training step ``step``,
+        and on a node leader gather the map until it is complete or the tries run out. Store errors
+        propagate (the caller guards)."""
         if not self._announced:
             me = self.processes[self.rank]
             store_host, _, _ = self.channel.address.rpartition(":")
@@ -70,7 +71,7 @@ class HostMapKeeper:
                 self.store_host = me.host
             self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
             self._announced = True
-        self.channel.heartbeat(self.rank, now_ns)
+        self.channel.heartbeat(self.rank, now_ns, step)
         if self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try:
             self._tries += 1
             self._next_try = self._clock() + _GATHER_EVERY_S

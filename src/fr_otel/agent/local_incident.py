@@ -113,4 +113,5 @@ def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult
     read.side.world_size = me.world_size
     read.side.store_host = me.hosts.store_host
     read.side.last_heard = dict(me.channel.heard)  # read before the store went, if this rank coordinated then
+    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in read.side.last_heard}
     return read

@@ -72,6 +72,7 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
     read.side.processes = dict(me.hosts.processes)
     read.side.world_size = world
     read.side.last_heard = heard
+    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in heard}  # their step at that beat
     read.side.store_host = me.hosts.store_host
     silent_hosts = {me.hosts.processes[r].host for r in gone if r in me.hosts.processes}
     read.side.network = me.network_now({h for h in silent_hosts if h})

@@ -67,6 +67,7 @@ class Job:
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     last_heard: dict[int, int] = field(default_factory=dict)  # rank -> when it last reached the store (wall ns)
+    last_step: dict[int, int] = field(default_factory=dict)  # rank -> its training step then
     store_host: str | None = None  # the host that runs the job's store, when known
     network: NetworkFacts | None = None  # the store and other hosts, as the analysing node saw them
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
@@ -270,6 +271,7 @@ def build_job(read: ReadResult) -> Job:
         unnamed_local_ids=unnamed,
         processes=_processes(dumps, read.side.processes),
         last_heard=dict(read.side.last_heard),
+        last_step=dict(read.side.last_step),
         store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
         network=read.side.network,
     )
