@@ -267,3 +267,19 @@ def test_an_incident_file_older_than_its_dumps_is_not_used(nvrx: Path, tmp_path:
     doc = json.loads(run_cli("analyze", str(folder), "--json").stdout)
     assert "trace_id" not in doc
     assert any("incident.json: the dump files changed since it was written (_dump_3)" in p for p in doc["problems"])
+
+
+def test_a_live_incidents_folder_reads_as_the_agent_saw_it_not_as_a_watchdogs_leftovers(live_incident) -> None:
+    """Offline, the ranks.json beside a live incident's incident.json is what the agent knew at incident time:
+    a culprit without live stacks (rank 14) is not called gone as after an NCCL watchdog abort."""
+    from fr_otel import analyze_incident
+    from fr_otel.report.advice import process_gone
+
+    folder, _ = live_incident
+    result = analyze_incident([str(folder)])
+    c14 = next(c for c in result.verdict.culprits if c.rank == 14)
+    assert c14.now is None and c14.process is not None and c14.process.host == "node1"
+    assert process_gone(result.verdict, c14) is None
+    (folder / "incident.json").unlink()  # the same dumps and map without the live incident: a watchdog's dumps
+    again = analyze_incident([str(folder)])
+    assert process_gone(again.verdict, next(c for c in again.verdict.culprits if c.rank == 14)) is not None

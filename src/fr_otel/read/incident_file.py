@@ -29,7 +29,8 @@ from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
 from .side_files import bounded_attributes, per_rank, read_side_file, side_file_present
 
-__all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE",
+__all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE",
+           "REASON_ATTRIBUTE",
            "ROOT_ATTRIBUTE_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity", "detected",
            "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
 
@@ -44,6 +45,9 @@ ENDING_REASONS = ("uncaught ", "SIGTERM")
 ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 
 
+#: The source of a rank's process record (:attr:`RankProcess.source`) that the live incident wrote
+#: beside its identity (ranks.json at incident time): the agent saw it then.
+LIVE_INCIDENT_SOURCE = "incident file"
 #: Root attributes saying what the live agent saw when it raised the incident (the group, seq,
 #: op, age and threshold of the wait): ``DETECTED_PREFIX + key``.
 DETECTED_PREFIX = "fr_otel.incident.detected."

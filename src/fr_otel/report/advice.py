@@ -21,13 +21,15 @@ from ..common.ranks import compress_ranks
 from ..diagnosis.kinds import CulpritKind, VerdictWord, check_table
 from ..diagnosis.verdict import Culprit, Verdict
 from ..read.dump import op_name
+from ..read.incident_file import LIVE_INCIDENT_SOURCE
 from .markup import esc
 
 __all__ = ["Code", "Step", "as_html", "as_lines", "as_text", "general_next_step", "next_step", "process_gone"]
 
 #: Sources of a rank's process record that saw it alive at incident time (the agent's payload,
-#: the live incident's file); a ranks.json is written at start-up and says nothing of the end.
-_LIVE_SOURCES = ("agent", "incident file")
+#: the ranks.json a live incident wrote beside its incident.json); a ranks.json alone may be the
+#: one written at start-up, and says nothing of the end.
+_LIVE_SOURCES = ("agent", LIVE_INCIDENT_SOURCE)
 
 
 class Code(str):
