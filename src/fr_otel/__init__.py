@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the names __getattr__ serves, as a type checker (the user's
     from .diagnosis.analysis import analyze
     from .diagnosis.job import Job, ProcessGroup, build_job
     from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
+    from .incident.pipeline import IncidentResult, NoUsableDump, analyze_incident
     from .read.dump import Entry, PgConfig, Progress, RankDump
     from .read.frame import Frame
     from .read.reader import ReadResult, read_dumps

@@ -42,3 +42,16 @@ def test_every_public_name_resolves_in_a_fresh_interpreter() -> None:
             "print(missing)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_a_type_checker_sees_every_public_name() -> None:
+    """The package root serves its names lazily (``__getattr__``); the ``if TYPE_CHECKING:`` block imports
+    each of them for type checkers (the user's too): it names exactly the lazy table's names."""
+    import ast
+
+    import fr_otel
+
+    tree = ast.parse(Path(fr_otel.__file__).read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    seen = {alias.asname or alias.name for stmt in block.body if isinstance(stmt, ast.ImportFrom) for alias in stmt.names}
+    assert seen == set(fr_otel._HOMES)

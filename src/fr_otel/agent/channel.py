@@ -141,6 +141,11 @@ class IncidentChannel:
         """This rank polled now, in training step ``step`` (None: no step counted yet)."""
         self.store.set(f"hb/{rank}", beat_text(now_ns, step))
 
+    def forget_heard(self) -> None:
+        """Forget the heartbeats read so far (a new incident must not say an earlier one's)."""
+        self.heard.clear()
+        self.steps.clear()
+
     def last_heard(self, ranks: list[int]) -> dict[int, int]:
         """When each of ``ranks`` last polled the store (wall clock ns); never-heard ranks left out.
         Remembered, with each rank's training step at that beat (:attr:`steps`), for when the store is gone."""

@@ -9,9 +9,9 @@ names (where NCCL's watchdog dumps land). An offline analysis of any node's dump
 names the host of every rank, the lost ones included, and which host runs the job's store
 (the ranks there say so: the store's address is one of their own).
 
-Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll), so an
-incident can say when each missing rank was last heard from, and which node went silent
-first.
+Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll and the rank's
+training step), so an incident can say when, and at which step, each missing rank was last
+heard from, and which node went silent first.
 """
 
 from __future__ import annotations

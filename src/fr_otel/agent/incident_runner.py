@@ -32,7 +32,11 @@ from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
 from .store_link import StoreUnavailable
 
-__all__ = ["ENDING_WINDOW_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
+__all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
+
+#: Seconds of the exit budget kept for this rank's exit copy (one store write, bounded) whatever
+#: incident work is still pending: the copy is what later incidents have of a rank that finished early.
+EXIT_COPY_RESERVE_S = 1.0
 
 log = logger("fr_otel.agent")
 
@@ -205,6 +209,7 @@ class IncidentRunner:
         """This rank's part in incident ``k``: through the store while it answers; when it fails during
         the incident (its host went with the fault), this node's part without it, same number."""
         trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
+        self.me.channel.forget_heard()  # a local verdict says only what was heard during this incident
         if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
             with self.me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
                 self.me.channel.last_heard(list(range(self.me.world_size)))
@@ -291,12 +296,13 @@ class IncidentRunner:
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck and not self.sequel(), deadline=deadline)
+                   raise_new=stuck and not self.sequel(), deadline=deadline - EXIT_COPY_RESERVE_S)
         self.leave_exit_copy(deadline)
 
     def at_exit(self, deadline: float) -> None:
-        """Normal exit: let pending work finish (bounded), then leave this rank's exit copy."""
-        self.wait_idle(deadline - time.monotonic())
+        """Normal exit: let pending work finish (bounded, keeping the exit copy's time: a rank waiting
+        for a verdict must not spend the whole budget), then leave this rank's exit copy."""
+        self.wait_idle(deadline - EXIT_COPY_RESERVE_S - time.monotonic())
         self.leave_exit_copy(deadline)
 
     def leave_exit_copy(self, deadline: float) -> None:

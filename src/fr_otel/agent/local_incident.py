@@ -59,9 +59,14 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
         atomic_write(folder / LOCAL_PAYLOAD.format(me.rank), payload, mkdir=True)
     me.hosts.from_disk()
     raiser = meta.get("rank")
+    lock = folder / f".local_{me.process.host or me.rank}.lock"
     if raiser != me.rank and raiser in _local_ranks(me):
-        return  # the raiser runs here: it reports this node's part
-    if not _claim(folder / f".local_{me.process.host or me.rank}.lock"):
+        # The raiser runs here and read the heartbeats: it reports this node's part, once it has
+        # claimed it; if it has not within a few polls (it may be the rank that is leaving), this one does.
+        until = min(time.monotonic() + 3 * me.config.poll_interval, deadline - CONCLUDE_RESERVE_S)
+        while not lock.exists() and time.monotonic() < until:
+            time.sleep(_POLL_S)
+    if not _claim(lock):
         return
     evidence = _gather_local(me, folder, deadline)
     silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}

@@ -185,7 +185,7 @@ class Job:
 
 def _processes(dumps: dict[int, RankDump], side: dict[int, RankProcess]) -> dict[int, RankProcess]:
     """Where each rank ran: what its dump says (the agent's payload), else the files beside the
-    dumps (the host map, incident.json: ranks without a dump too), else the host in its file
+    dumps (the host map, ranks.json: ranks without a dump too), else the host in its file
     name (``nccl_trace_rank_node02_5``)."""
     out: dict[int, RankProcess] = dict(side)
     for rank, d in dumps.items():
