@@ -179,6 +179,9 @@ class IncidentRunner:
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
             if g.inflight_seq is not None:
                 self._covered.add((g.name, g.inflight_seq))
+        stalled = (meta.get("pg_name"), meta.get("seq"))  # and the collective it was raised for, which this
+        if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
+            self._covered.add((stalled[0], stalled[1]))
         if deadline is None:
             deadline = time.monotonic() + self.me.config.gather_seconds + self.me.export_config.timeout_s + 5
         done = threading.Event()
