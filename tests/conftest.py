@@ -32,6 +32,14 @@ REPO = Path(__file__).resolve().parents[1]
 NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``), the lab's tests run one after another on one worker: each makes 3 hosts and
+    6 ranks, and two at once would only slow each other past the bounds they assert."""
+    for item in items:
+        if item.get_closest_marker("lab") is not None:
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
 @pytest.fixture(scope="session")
 def nvrx() -> Path:
     """The real 16-rank NCCL dumps, vendored with their licence (tests/data/nvrx-fr-traces)."""

@@ -1,6 +1,8 @@
 """A slow host, live: 3 lab hosts x 2 gloo ranks under ``fr-otel run``; node1 throttled by a cgroup CPU
 quota. The shipped alerts (on a real Prometheus inside the lab) and the agent's log name node1 and
-its two ranks within a minute, and nothing else; before that, two healthy minutes raise nothing."""
+its two ranks within a minute, and nothing else; before that, healthy half a minute (three of the lowered
+rules' 10 s `for` windows) raises nothing. That healthy hours raise nothing at the shipped thresholds is
+promtool's to hold (tests/operate/test_operate_static.py), not a live minute's."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ pytestmark = [
 ]
 
 TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
-HEALTHY_S = 120.0
+HEALTHY_S = 30.0
 SLOW_NODE, CPU_FRACTION = 1, 0.05  # node1's processes together get 5 % of one CPU: the job runs ~4x slower
 NAMED_WITHIN_S = 60.0
 SLOW_ALERTS = "FrOtelSlow.*"
@@ -67,9 +69,9 @@ class _StepRate:
         return (min(s.step for s in self.job.steps().values()) - self.first) / (time.monotonic() - self.began)
 
 
-def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and_healthy_minutes_raise_nothing(
+def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and_a_healthy_job_raises_nothing(
         tmp_path: Path) -> None:
-    """Two healthy minutes: no slow alert, no line. Then node1 at 5 % of a CPU (the job >= 1.3x slower):
+    """Healthy half a minute: no slow alert, no line. Then node1 at 5 % of a CPU (the job >= 1.3x slower):
     within 60 s FrOtelSlowHost names node1, FrOtelSlowRank ranks 2 and 3 only, rank 0's agent logs one
     line naming node1 (ranks 2-3), and the incident it raises gets the offline verdict, stragglers 2 and 3,
     and its trace id is the exemplar on the ranks' wait counters."""
