@@ -12,7 +12,10 @@ if ! "$root/.venv/bin/python" -m mypy --cache-dir "$root/.venv/.mypy_cache"; the
   exit 1
 fi
 set +e
-"$root/.venv/bin/python" -m pytest -q "$@"
+# On every core (at most 4 workers): the real jobs mostly wait on timeouts, so a second worker runs other
+# tests meanwhile. Tests marked `lab` share one xdist group (tests/conftest.py): one lab at a time.
+# A later `-n 0` among the arguments runs everything in this process.
+"$root/.venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

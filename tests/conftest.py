@@ -33,8 +33,14 @@ NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n``), the lab's tests run one after another on one worker: each makes 3 hosts and
-    6 ranks, and two at once would only slow each other past the bounds they assert."""
+    """Longest first, for pytest-xdist (``scripts/test.sh`` runs ``-n auto``): the lab's tests, then the
+    other real jobs, then the rest, so no worker starts the longest chain last. The lab's tests share
+    one xdist group, one after another on one worker: each makes 3 hosts and 6 ranks, and two labs at
+    once only slow each other past the bounds they assert."""
+    def tier(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("lab") else 1 if item.get_closest_marker("gloo") else 2
+
+    items.sort(key=tier)  # stable: each tier keeps the collection order
     for item in items:
         if item.get_closest_marker("lab") is not None:
             item.add_marker(pytest.mark.xdist_group("lab"))

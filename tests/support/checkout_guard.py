@@ -45,7 +45,14 @@ def new_paths(before: frozenset[str], after: frozenset[str]) -> list[str]:
     return sorted(line[3:] for line in after - before if BYTECODE not in Path(line[3:]).parts)
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    """pytest-xdist's workers share the checkout with the controller, which alone compares it."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _is_xdist_worker(session.config):
+        return
     status = checkout_status(session.config.rootpath)
     if status is not None:
         session.config.stash[_BEFORE] = status
