@@ -1,0 +1,333 @@
+"""A node's ranks in one compact record: what a node leader sends the incident's coordinator.
+
+At 100k ranks one coordinator cannot decode 100k payloads (~1 ms each: inflate, unpickle, a
+column scan). So each node's leader decodes its own ranks' payloads (the same
+:func:`fr_otel.agent.payload.decode_payload`) and keeps, of each rank, exactly what the cross-rank
+analysis reads: the per-group columns (sequence numbers, completion flags, enqueue times, call
+fingerprints, send/recv channels) as raw bytes, the counters, the groups and their members, where
+the rank runs, its training steps over the span of its columns, its failed collectives, and the
+few whole entries the verdict looks at (every one in flight, the newest of each group, and the
+completed one that ran longest: the job's pace is the longest run seen). The coordinator rebuilds
+a :class:`~fr_otel.read.dump.RankDump` from that in ~tens of microseconds, marked ``compact``:
+the analysis gives the verdict it gives on the full payloads, and the ranks the verdict names are
+fetched in full afterwards (their stacks, every entry). A summary may carry such full payloads
+itself (``full``): the leader adds them for ranks that stand out on their node.
+
+Untrusted like any dump: loaded with the restricted unpickler, every column checked
+(lengths, flags, signs, text), every call's id recomputed from the call; a bad
+rank record is one problem line and is left out, never an exception.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import sys
+import zlib
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common.text import one_line, printable
+from .columns import fingerprint_id
+from .dump import Entry, GroupHistory, P2PChannel, PgConfig, Progress, RankDump
+from .dump_file import raw_entry
+from .failed import failed_from_raw
+from .frame import Frame
+from .pg_meta import dump_text, member_runs, pg_config
+from .rank_process import host_name, process_from_raw
+from .safe_pickle import ForbiddenPickle, load_restricted
+from .steps import RING, StepLog
+from .validate import BadField, EntryFaults, counter, entry_from_raw, fingerprint_ok, int64
+
+__all__ = ["MAX_SUMMARY_BYTES", "NodeSummary", "compact_tail", "decode_node_summary", "encode_node_summary"]
+
+_MAGIC = b"FRN1"
+_HEADER = struct.Struct(">4sQ")
+#: A node summary larger than this (inflated) is refused: 8 ranks' columns are tens of KB.
+MAX_SUMMARY_BYTES = 64 << 20
+_MAX_TAIL = 4096
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+@dataclass(slots=True)
+class NodeSummary:
+    """One node's part of an incident, as its leader sent it."""
+
+    host: str
+    leader: int
+    made_ns: int
+    dumps: dict[int, RankDump] = field(default_factory=dict)  # compact, one per rank the leader had
+    full: dict[int, bytes] = field(default_factory=dict)  # whole payloads of the ranks that stand out
+    heard: dict[int, int] = field(default_factory=dict)  # rank -> when its leader last heard from it (wall ns)
+
+
+# --------------------------------------------------------------------------- the leader's side
+
+
+def compact_tail(dump: RankDump) -> list[Entry]:
+    """The whole entries a compact rank keeps (record order): every one in flight, its newest (what
+    an idle rank last did), and the completed one that ran longest (the job's pace is the longest run)."""
+    keep = {i for i, e in enumerate(dump.tail) if not e.completed}
+    if dump.tail:
+        keep.add(len(dump.tail) - 1)
+    runs = [(e.time_completed_ns - e.time_created_ns, i) for i, e in enumerate(dump.tail)
+            if e.completed and e.time_completed_ns and e.time_completed_ns >= e.time_created_ns]
+    if runs:
+        keep.add(max(runs)[1])
+    return [dump.tail[i] for i in sorted(keep)]
+
+
+def _column(col: Any) -> bytes:
+    """An int64 column as little-endian bytes (whatever this host's byte order)."""
+    out = col if type(col) is array else array("q", col)
+    if _BIG_ENDIAN:
+        out = array("q", out)
+        out.byteswap()
+    return out.tobytes()
+
+
+def _steps_since(steps: StepLog | None, oldest_ns: int) -> list[Any] | None:
+    """The step log from the step running at ``oldest_ns`` on (every step a kept time falls in), as
+    [step, source, steps column, start times column]."""
+    if steps is None:
+        return None
+    i = bisect_right([s[1] for s in steps.starts], oldest_ns)
+    kept = steps.starts[max(i - 1, 0):]
+    return [steps.step, steps.source, _column([s for s, _ in kept]), _column([t for _, t in kept])]
+
+
+def _rank_record(dump: RankDump, configs: dict[tuple, int], calls: dict[int, tuple],
+                 stacks: dict[tuple[Frame, ...], list[dict[str, Any]]]) -> dict[str, Any]:
+    histories = []
+    oldest = dump.latest_ns
+    for h in dump.histories.values():
+        seq: Any = [h.seq.start, h.seq.stop] if h.contiguous else _column(h.seq)
+        p2p = [[name, ch.done, _column(ch.created_ns), _column(ch.fingerprint)] for name, ch in h.p2p.items()]
+        histories.append([h.name, h.desc, h.local_id, seq, h.completed, _column(h.created_ns), _column(h.fingerprint),
+                          h.p2p_count, p2p])
+        for fid in (*h.fingerprint, *(f for ch in h.p2p.values() for f in ch.fingerprint)):
+            if fid not in calls:
+                calls[fid] = dump.fingerprints[fid]
+        times = [t for t in (*h.created_ns, *(t for ch in h.p2p.values() for t in ch.created_ns)) if t > 0]
+        oldest = min(oldest, min(times, default=oldest))
+    tail = compact_tail(dump)
+    oldest = min(oldest, min((e.time_created_ns for e in tail if e.time_created_ns > 0), default=oldest))
+    config = tuple(sorted((c.name, c.desc, c.ranks) for c in dump.pg_config.values()))
+    return {
+        "rank": dump.rank, "version": dump.version, "backend": dump.backend, "comm": dump.comm_lib_version,
+        "entries": dump.entry_count, "latest": dump.latest_ns, "from_start": dump.from_start,
+        "has_frames": dump.has_frames, "pg": configs.setdefault(config, len(configs)),
+        "status": [[slot, p.enqueued, p.started, p.completed] for slot, p in dump.pg_status.items()],
+        "histories": histories, "tail": [_raw(e, stacks) for e in tail],
+        "process": dump.process.as_json() if dump.process is not None else None,
+        "steps": _steps_since(dump.steps, oldest),
+        "failed": [m.as_json() for m in dump.failed],
+    }
+
+
+def _raw(e: Entry, stacks: dict[tuple[Frame, ...], list[dict[str, Any]]]) -> dict[str, Any]:
+    """The entry in the dump's shape; one stack object per distinct stack, so the pickle holds it once
+    and the coordinator validates it once."""
+    raw = raw_entry(e)
+    raw["frames"] = stacks.setdefault(e.frames, raw["frames"])
+    return raw
+
+
+def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, RankDump], *,
+                        full: dict[int, bytes] | None = None, heard: dict[int, int] | None = None) -> bytes:
+    """The node's ranks, compact, with the whole payloads of ``full`` and when each was last heard."""
+    configs: dict[tuple, int] = {}
+    calls: dict[int, tuple] = {}
+    stacks: dict[tuple[Frame, ...], list[dict[str, Any]]] = {}
+    ranks = [_rank_record(d, configs, calls, stacks) for _, d in sorted(dumps.items())]
+    groups = [{name: {"name": name, "desc": desc, "ranks": "[" + member_runs(members) + "]" if members is not None else None}
+               for name, desc, members in config} for config in configs]
+    body = {"fr_otel_node_summary": 1, "host": host, "leader": leader, "made_ns": made_ns, "groups": groups,
+            "calls": [[fid, *call] for fid, call in calls.items()], "ranks": ranks,
+            "heard": dict(heard or {}), "full": dict(full or {})}
+    return _HEADER.pack(_MAGIC, made_ns) + zlib.compress(pickle.dumps(body, protocol=4), 1)
+
+
+# --------------------------------------------------------------------------- the coordinator's side
+
+
+def decode_node_summary(blob: bytes, source: str, problems: list[str],
+                        shared: dict[tuple[str, bytes], Any] | None = None) -> NodeSummary | None:
+    """A node summary from the store; None (and one problem line) when it is unusable. A rank record
+    that fails a check is one problem line and is left out. Columns equal byte for byte (every member
+    of a group made the same calls) are one object, across the summaries that share ``shared``."""
+    if len(blob) < _HEADER.size or _HEADER.unpack_from(blob)[0] != _MAGIC:
+        problems.append(f"{source}: not an fr-otel node summary")
+        return None
+    try:
+        inflater = zlib.decompressobj()
+        body = inflater.decompress(blob[_HEADER.size:], MAX_SUMMARY_BYTES)
+        if inflater.unconsumed_tail:
+            problems.append(f"{source}: over {MAX_SUMMARY_BYTES} bytes inflated; skipped")
+            return None
+        raw = load_restricted(io.BufferedReader(io.BytesIO(body)))
+    except (zlib.error, ForbiddenPickle, MemoryError, RecursionError, EOFError, pickle.UnpicklingError,
+            ValueError, TypeError) as exc:
+        problems.append(f"{source}: corrupt node summary: {one_line(exc)}")
+        return None
+    if not isinstance(raw, dict) or raw.get("fr_otel_node_summary") != 1:
+        problems.append(f"{source}: not an fr-otel node summary (format {type(raw).__name__})")
+        return None
+    host = host_name(raw.get("host")) or ""
+    leader, made = raw.get("leader"), raw.get("made_ns")
+    out = NodeSummary(host, leader if type(leader) is int and leader >= 0 else -1,
+                      made if int64(made) and made >= 0 else 0)
+    try:
+        calls = _calls(raw.get("calls"))
+        configs = [pg_config(g, source, problems) for g in _list(raw.get("groups"))]
+    except (TypeError, ValueError) as exc:
+        problems.append(f"{source}: {one_line(exc)}; skipped")
+        return None
+    stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}  # by identity: valid while ``raw`` lives
+    shared = shared if shared is not None else {}
+    bad: list[str] = []
+    for record in _list(raw.get("ranks")):
+        try:
+            dump = _rank_dump(record, source, calls, configs, stacks, shared, problems)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, BadField) as exc:
+            rank = record.get("rank") if isinstance(record, dict) else None
+            bad.append(f"{rank if type(rank) is int else '?'} ({one_line(exc, 80)})")
+            continue
+        out.dumps[dump.rank] = dump
+    if bad:
+        problems.append(f"{source}: {len(bad)} rank record(s) unusable, left out: {', '.join(bad[:4])}")
+    heard, full = raw.get("heard"), raw.get("full")
+    for rank, ns in heard.items() if isinstance(heard, dict) else ():
+        if int64(rank) and rank >= 0 and int64(ns) and ns > 0:
+            out.heard[rank] = ns
+    for rank, payload in full.items() if isinstance(full, dict) else ():
+        if int64(rank) and rank >= 0 and type(payload) is bytes:
+            out.full[rank] = payload
+    return out
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _calls(value: Any) -> dict[int, tuple]:
+    """id -> comparable call, each id recomputed from its call (a summary cannot pass one call for another)."""
+    out: dict[int, tuple] = {}
+    for item in _list(value):
+        if not isinstance(item, list) or len(item) != 6 or not int64(item[0]):
+            raise ValueError("a malformed call")
+        call = tuple(item[1:])
+        if not fingerprint_ok(call) or fingerprint_id(call) != item[0]:
+            raise ValueError("a call whose id does not match it")
+        out[item[0]] = call
+    return out
+
+
+def _int64s(data: Any, n: int | None = None) -> array:
+    if type(data) is not bytes or len(data) % 8:
+        raise ValueError("a column is not int64 bytes")
+    col = array("q")
+    col.frombytes(data)
+    if _BIG_ENDIAN:
+        col.byteswap()
+    if n is not None and len(col) != n:
+        raise ValueError("columns of unequal length")
+    return col
+
+
+def _flags(data: Any, n: int) -> bytes:
+    if type(data) is not bytes or len(data) != n or max(data, default=0) > 1:
+        raise ValueError("a flag column is not 0/1 bytes of its length")
+    return data
+
+
+def _steps(value: Any) -> StepLog | None:
+    if value is None:
+        return None
+    step, source, steps, starts = value
+    step_col, start_col = _int64s(steps), _int64s(starts)
+    if (type(step) is not int or abs(step) >= 1 << 62 or type(source) is not str or len(step_col) != len(start_col)
+            or len(start_col) > RING or min(start_col, default=0) < 0 or list(start_col) != sorted(start_col)):
+        raise ValueError("a bad step log")
+    return StepLog(step, tuple(zip(step_col, start_col)), printable(source)[:32])
+
+
+def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes], Any]) -> GroupHistory:
+    name, desc, local_id, seq, done, created, fp, p2p_count, p2p = item
+    if type(name) is not str or type(desc) is not str:
+        raise ValueError("a group name is not text")
+    if type(seq) is list:
+        if len(seq) != 2 or not (int64(seq[0]) and int64(seq[1])) or not 0 <= seq[0] <= seq[1]:
+            raise ValueError("a bad sequence run")
+        seq_col: array | range = range(seq[0], seq[1])
+    else:
+        seq_col = _int64s(seq)
+    n = len(seq_col)
+    created_col = _int64s(created, n)
+    fp_col = shared.get(("fp", fp)) if type(fp) is bytes else None
+    if fp_col is None:  # every member of a group made the same calls: one column for all of them
+        fp_col = shared[("fp", fp)] = _int64s(fp, n)
+    elif len(fp_col) != n:
+        raise ValueError("columns of unequal length")
+    flags = shared.setdefault(("done", _flags(done, n)), done)
+    negative = n and (min(created_col) < 0 or (type(seq_col) is not range and min(seq_col) < 0))
+    if negative or not (name.isprintable() and desc.isprintable()):
+        raise ValueError("columns out of range")
+    channels: dict[str, P2PChannel] = {}
+    for chan in p2p if type(p2p) is list else ():
+        key, ch_done, ch_created, ch_fp = chan
+        ch_created_col = _int64s(ch_created)
+        m = len(ch_created_col)
+        channel = P2PChannel(_flags(ch_done, m), ch_created_col, _int64s(ch_fp, m))
+        if type(key) is not str or min(ch_created_col, default=0) < 0:
+            raise ValueError("a bad send/recv channel")
+        channels[printable(key)] = channel
+    if any(f not in calls for f in fp_col) or any(f not in calls for ch in channels.values() for f in ch.fingerprint):
+        raise ValueError("a call id the summary does not define")
+    return GroupHistory(name=name, desc=desc, local_id=counter(local_id), seq=seq_col, completed=flags,
+                        created_ns=created_col, fingerprint=fp_col, p2p_count=counter(p2p_count), p2p=channels)
+
+
+def _rank_dump(record: Any, source: str, calls: dict[int, tuple], configs: list[dict[str, PgConfig]],
+               stacks: dict[tuple[int, ...], tuple[Frame, ...]], shared: dict[tuple[str, bytes], Any],
+               problems: list[str]) -> RankDump:
+    if not isinstance(record, dict):
+        raise ValueError("not a rank record")
+    rank = record["rank"]
+    if type(rank) is not int or rank < 0:
+        raise ValueError("no rank")
+    histories = {}
+    for item in _list(record["histories"]):
+        h = _history(item, calls, shared)
+        histories[h.name] = h
+    status = {}
+    for slot, enqueued, started, completed in _list(record["status"]):
+        status[counter(slot)] = Progress(counter(enqueued), counter(started), counter(completed))
+    backend = dump_text(record.get("backend")) or "unknown"
+    raw_tail = _list(record.get("tail"))[:_MAX_TAIL]
+    faults = EntryFaults(f"{source} rank {rank}")
+    tail = []
+    for i, e in enumerate(raw_tail):
+        try:
+            tail.append(entry_from_raw(e, i, backend == "gloo", faults, stacks))
+        except BadField as exc:
+            faults.drop(i, str(exc))
+    problems.extend(faults.lines())
+    pg = record["pg"]
+    latest, count = record["latest"], record["entries"]
+    if not (int64(latest) and latest >= 0 and int64(count) and count >= 0):
+        raise ValueError("bad counts")
+    dump = RankDump(
+        rank=rank, path=f"{source} rank {rank}", version=dump_text(record.get("version")), backend=backend,
+        comm_lib_version=dump_text(record.get("comm")), pg_config=configs[pg] if type(pg) is int and pg >= 0 else {},
+        pg_status=status, histories=histories, tail=tail, entry_count=count,
+        fingerprints=calls, latest_ns=latest, from_start=record.get("from_start") is True,
+        has_frames=record.get("has_frames") is True, process=process_from_raw(record.get("process"), "agent"),
+        steps=_steps(record.get("steps")), compact=True,
+    )
+    for mark in failed_from_raw(record.get("failed")):
+        dump.mark_failed(mark)
+    return dump
