@@ -17,6 +17,7 @@ import pickle
 import queue
 import threading
 import time
+from contextlib import suppress
 from typing import Any
 
 from ..read.failed import FailedCollective
@@ -73,19 +74,51 @@ class IncidentRunner:
                     return done
                 done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
 
-    def poll(self, stalls: list[Stall]) -> None:
-        """One poll's incident work: through the store while it answers; without it, this node's own
-        incident for a stall no incident covers yet (see :mod:`.local_incident`)."""
-        if self.reachable():
-            try:
-                self.join_open()
+    def poll(self, stalls: list[Stall], now_ns: int | None = None) -> None:
+        """One poll's incident work: through the store while it answers (or, with node leaders, through
+        this node's leader: :mod:`.node_leader`); without it, this node's own incident for a stall no
+        incident covers yet (see :mod:`.local_incident`)."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        role = self.me.node
+        mode = "flat"
+        if role is not None:
+            with self.me.health.guard("keeping in touch through this node's leader"):
+                try:
+                    mode = role.poll(now_ns)
+                except StoreUnavailable:
+                    mode = "beat"  # the leader's heartbeat found the store down: said by the link
+        try:
+            if mode == "relayed":
+                assert role is not None and role.board is not None
+                self.join_board(role.board.incidents)
+                if self._fresh(stalls) and self.reachable():
+                    self.raise_for(stalls)
+                elif self._fresh(stalls):
+                    raise StoreUnavailable("the job's store does not answer")
+                return
+            if self.reachable():
+                with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
+                    self.me.hosts.poll(now_ns, beat=mode == "flat")
+                if mode != "beat":
+                    self.join_open()
                 self.raise_for(stalls)
                 return
-            except StoreUnavailable:
-                pass  # the link says so once; the stall is handled below, on this node
+        except StoreUnavailable:
+            pass  # the link says so once; the stall is handled below, on this node
+        finally:
+            if role is not None and role.leader:
+                with self.me.health.guard("writing this node's board"):
+                    role.publish_board(now_ns)
         fresh = self._fresh(stalls)
         if fresh:
             self.raise_locally("stall", _stall_detail(fresh))
+
+    def join_board(self, incidents: tuple[tuple[int, dict[str, Any]], ...]) -> None:
+        """Take part in the incidents this node's leader saw in the store since the last look (no store call)."""
+        with self._lock:
+            for k, meta in incidents:
+                if k == self._known + 1:
+                    self._take_part(k, meta, owner=meta.get("rank") == self.me.rank)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
         return [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
@@ -137,6 +170,8 @@ class IncidentRunner:
                    local: bool = False) -> threading.Event:
         self._known = max(self._known, k)
         self._last_taken_part = time.monotonic()
+        if self.me.node is not None and not local:
+            self.me.node.incidents.append((k, meta))
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
             if g.inflight_seq is not None:
                 self._covered.add((g.name, g.inflight_seq))

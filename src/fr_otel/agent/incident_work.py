@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
@@ -32,12 +34,13 @@ from .node_files import fetch_files_later, publish_files
 from .payload import encode_payload, entries_per_group
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
-from .store_gather import gather
+from .node_leader import send_summary, wait_until_sent
+from .store_gather import complete_from_nodes, gather
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["FINAL_ENTRIES", "conclude", "flush_incident", "own_part", "publish_final"]
+__all__ = ["FINAL_ENTRIES", "LEADER_WAIT_POLLS", "conclude", "flush_incident", "own_part", "publish_final", "send_part"]
 
 
 log = logging.getLogger("fr_otel.agent")
@@ -69,22 +72,47 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     payload, written = own_part(me, trace_hex, failed)
     with me.health.guard("sending the recorder to the incident's coordinator"):
-        me.channel.publish(k, me.rank, payload)
+        send_part(me, k, payload, deadline)
     me.health.incident(trace_hex)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        evidence = gather(me, k, deadline)
-        result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written)
+        gathered = gather(me, k, deadline)
+        evidence = gathered.evidence
+        result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written,
+                          complete=partial(complete_from_nodes, me, k, gathered, deadline))
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
+            if not gathered.asked:
+                me.channel.ask(k, "")  # node leaders stop waiting for a request
             publish_files(me, k, folder)
-            me.channel.cleanup(k, list(evidence.dumps))
+            me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
     elif me.hosts.leader:
         fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
 
 
+def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None:
+    """This rank's payload to the coordinator: through its node's leader while one carries it (the leader
+    sends the node's summary), else through the store; a rank its leader left out sends its own."""
+    role = me.node
+    if role is None or not (role.leader or role.relayed()):
+        me.channel.publish(k, me.rank, payload)
+        return
+    role.node.drop_payload(k, payload)
+    wait = min(deadline, time.monotonic() + LEADER_WAIT_POLLS * me.config.poll_interval + 2.0)
+    if role.leader:
+        send_summary(role, k, wait, deadline)
+    elif not wait_until_sent(role, k, wait + me.config.poll_interval):
+        log.info("incident %d: this node's leader did not send rank %d's recorder; it sends its own", k, me.rank)
+        me.channel.publish(k, me.rank, payload)
+
+
+#: How many polls a node leader waits for its ranks' payloads (they see the incident on the next one).
+LEADER_WAIT_POLLS = 2
+
+
 def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResult, trace_hex: str, deadline: float,
-             *, dump_written: bool = True, local: bool = False) -> dict[str, Any]:
+             *, dump_written: bool = True, local: bool = False,
+             complete: Callable[..., bool] | None = None) -> dict[str, Any]:
     """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
     log line; returns the verdict's summary (what the store's result key holds)."""
     from ..incident.pipeline import (  # loads only when an incident happens
@@ -107,7 +135,8 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
                            root_key=f"local/{me.process.host}" if local else "")
     plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
-                        deadline_s=min(remaining, me.export_config.timeout_s))
+                        deadline_s=min(remaining, me.export_config.timeout_s),
+                        complete=partial(complete, options=options) if complete is not None else None)
     result = run_incident(evidence, plan)
     trace, outcome, verdict = result.trace, result.outcome, result.verdict
     assert trace is not None and outcome is not None

@@ -6,26 +6,53 @@ sent theirs), takes the exit copies of ranks that ended earlier, and adds what t
 say: where every rank runs (the host map), when each was last heard from, and which other hosts
 this node can still reach. A store that stops answering mid-way costs a problem line: what
 arrived is analysed.
+
+With node leaders (:mod:`.node_leader`) most ranks arrive in their node's summary: compact
+dumps, decoded in microseconds, and whole payloads for ranks that stood out on their node. Ranks
+whose leader was lost arrive one by one, as without leaders. After the first verdict,
+:func:`complete_from_nodes` asks the leaders for the whole recorders of the ranks the verdict and
+its trace look at closely (culprits and their peers) that only came compact.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from ..common.ranks import compress_ranks
+from ..diagnosis.job import Job
+from ..diagnosis.verdict import Verdict
+from ..read.node_summary import decode_node_summary
+from ..read.pg_meta import member_runs
+from ..read.rank_process import RankProcess, host_name
 from ..read.reader import ReadResult
+from ..trace.options import TraceOptions
+from ..trace.selection import detailed_ranks
 from .incident_rank import IncidentRank
 from .payload import decode_payload
 from .store_link import StoreUnavailable
 
-__all__ = ["SILENT_POLLS", "gather"]
+__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "complete_from_nodes", "gather"]
 
 #: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
 SILENT_POLLS = 3
+#: How long (in polls) the coordinator waits for the whole recorders it asked node leaders for.
+WHOLE_WAIT_POLLS = 3
 _GATHER_POLL_S = 0.05
+_NODE_BEAT_POLLS = 2  # a leader beats for its node every other poll
 
 
-def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
+@dataclass(slots=True)
+class Gathered:
+    """What the coordinator gathered, and what it must clean up after."""
+
+    evidence: ReadResult
+    flat_ranks: list[int] = field(default_factory=list)  # ranks whose payloads came one by one
+    summaries: int = 0  # node summaries read
+    asked: bool = False  # whole recorders were asked of the leaders (i/<k>/need is set)
+
+
+def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
     left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
     and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
@@ -34,22 +61,36 @@ def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
     ranks = list(range(world))
     problems: list[str] = []
     read = ReadResult(problems=problems)
+    out = Gathered(read)
     payloads: dict[int, bytes] = {}
     finals: dict[int, bytes] = {}
     heard: dict[int, int] = {}
+    node_hosts: dict[int, str] = {}
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
-        heard = me.channel.last_heard(ranks)
-        silent_after = time.time_ns() - int(SILENT_POLLS * me.config.poll_interval * 1e9)
-        alive = sum(1 for r in ranks if heard.get(r, 0) >= silent_after or r == me.rank)
+        heard, node_hosts, alive = _heard(me, ranks)
         while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
             time.sleep(_GATHER_POLL_S)
-        payloads = me.channel.fetch(k, ranks)
-        late = [r for r in ranks if r not in payloads]
+        summaries = me.channel.summaries(k)
+        out.summaries = max(summaries, default=0)
+        for j, blob in sorted(summaries.items()):
+            node = decode_node_summary(blob, f"node summary {j}", problems)
+            if node is None:
+                continue
+            read.dumps.update(node.dumps)
+            for rank, t in node.heard.items():
+                heard[rank] = max(heard.get(rank, 0), t)
+            for rank, whole in node.full.items():
+                dump = decode_payload(whole, rank, f"rank {rank} (from its node, {node.host or '?'})", problems)
+                if dump is not None:
+                    read.dumps[rank] = dump
+        out.flat_ranks = [r for r in ranks if r not in read.dumps]
+        payloads = me.channel.fetch(k, out.flat_ranks)
+        late = [r for r in out.flat_ranks if r not in payloads]
         finals = me.channel.fetch_final(late) if late else {}
-        unknown = [r for r in ranks if r not in payloads and r not in finals and r not in me.hosts.processes]
+        unknown = [r for r in late if r not in finals and r not in me.hosts.processes and r not in node_hosts]
         if unknown:
-            me.hosts.gather()
+            me.hosts.gather(unknown)
     except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
         problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
     for rank, payload in sorted({**finals, **payloads}.items()):
@@ -62,9 +103,76 @@ def gather(me: IncidentRank, k: int, deadline: float) -> ReadResult:
         problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
                         "(stuck with the GIL held, cut off, or dead)")
     read.side.processes = dict(me.hosts.processes)
+    for rank, host in node_hosts.items():
+        read.side.processes.setdefault(rank, RankProcess(host=host, source="node heartbeat"))
     read.side.world_size = world
     read.side.last_heard = heard
     read.side.store_host = me.hosts.store_host
-    silent_hosts = {me.hosts.processes[r].host for r in gone if r in me.hosts.processes}
+    silent_hosts = {read.side.processes[r].host for r in gone if r in read.side.processes}
     read.side.network = me.network_now({h for h in silent_hosts if h})
-    return read
+    return out
+
+
+def _heard(me: IncidentRank, ranks: list[int]) -> tuple[dict[int, int], dict[int, str], int]:
+    """When each rank was last heard from (node heartbeats, then the heartbeats of ranks no live
+    leader beats for), the host each node heartbeat names for its ranks, and how many ranks are alive."""
+    now = time.time_ns()
+    period = me.config.poll_interval * 1e9
+    heard: dict[int, int] = {}
+    hosts: dict[int, str] = {}
+    relayed: set[int] = set()
+    for beat in me.channel.node_heartbeats().values():
+        host, t, beat_ranks = host_name(beat.get("host")), beat.get("t"), beat.get("ranks")
+        if not isinstance(beat_ranks, dict) or type(t) is not int:
+            continue
+        fresh = now - t <= SILENT_POLLS * _NODE_BEAT_POLLS * period
+        for key, ns in beat_ranks.items():
+            if not (isinstance(key, str) and key.isdigit() and type(ns) is int):
+                continue
+            rank = int(key)
+            heard[rank] = max(heard.get(rank, 0), ns)
+            if host:
+                hosts[rank] = host
+            if fresh:
+                relayed.add(rank)
+    flat = [r for r in ranks if r not in relayed]
+    for rank, ns in me.channel.last_heard(flat).items():
+        heard[rank] = max(heard.get(rank, 0), ns)
+    alive = 0
+    for r in ranks:
+        window = SILENT_POLLS * (_NODE_BEAT_POLLS if r in relayed else 1) * period
+        alive += r == me.rank or heard.get(r, 0) >= now - window
+    return heard, hosts, alive
+
+
+def complete_from_nodes(me: IncidentRank, k: int, gathered: Gathered, deadline: float, job: Job, verdict: Verdict,
+                        *, options: TraceOptions) -> bool:
+    """The pipeline's second look: the whole recorders of the culprits and of the ranks the trace shows
+    in full that came only compact, asked of their node leaders and waited for (bounded); True when
+    any arrived (the job is then modelled and analysed again)."""
+    read = gathered.evidence
+    wanted = {c.rank for c in verdict.culprits} | (detailed_ranks(job, verdict, options) or set())
+    need = sorted(r for r in wanted if r in read.dumps and read.dumps[r].compact)
+    got: dict[int, bytes] = {}
+    try:
+        me.channel.ask(k, member_runs(need))
+        gathered.asked = True
+        until = min(deadline - me.export_config.timeout_s / 2,
+                    time.monotonic() + WHOLE_WAIT_POLLS * me.config.poll_interval + 2.0)
+        while need and time.monotonic() < until:
+            got.update(me.channel.fetch(k, [r for r in need if r not in got]))
+            if len(got) == len(need):
+                break
+            time.sleep(_GATHER_POLL_S * 2)
+    except StoreUnavailable as exc:
+        read.problems.append(f"the job's store stopped answering while whole recorders were asked for ({exc})")
+    for rank, payload in sorted(got.items()):
+        dump = decode_payload(payload, rank, f"rank {rank} (whole, asked of its node)", read.problems)
+        if dump is not None:
+            read.dumps[rank] = dump
+    gathered.flat_ranks.extend(got)
+    missing = [r for r in need if r not in got]
+    if missing:
+        read.problems.append(f"rank(s) {compress_ranks(missing)}: only their node's summary arrived (their stacks and "
+                             "older entries stayed on their node)")
+    return bool(got)
