@@ -89,12 +89,13 @@ class IncidentRunner:
                     mode = "beat"  # the leader's heartbeat found the store down: said by the link
         try:
             if mode == "relayed":
-                assert role is not None and role.board is not None
-                self.join_board(role.board.incidents)
-                if self._fresh(stalls) and self.reachable():
+                assert role is not None
+                if role.board is not None:
+                    self.join_board(role.board.incidents)
+                if self._fresh(stalls):  # rare: then the store itself (the board may lag it)
+                    if not self.reachable():
+                        raise StoreUnavailable("the job's store does not answer")
                     self.raise_for(stalls)
-                elif self._fresh(stalls):
-                    raise StoreUnavailable("the job's store does not answer")
                 return
             if self.reachable():
                 with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
@@ -124,10 +125,15 @@ class IncidentRunner:
         return [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
 
     def raise_for(self, stalls: list[Stall]) -> None:
-        """Raise an incident for the oldest stall no incident covers yet."""
-        fresh = self._fresh(stalls)
-        if fresh:
-            self.raise_incident("stall", _stall_detail(fresh))
+        """Raise an incident for the oldest stall no incident covers yet (after joining those raised
+        meanwhile: another rank saw the same stall first, more often than not)."""
+        if not self._fresh(stalls):
+            return
+        with self._lock:
+            self.join_open()
+            fresh = self._fresh(stalls)
+            if fresh:
+                self.raise_incident("stall", _stall_detail(fresh))
 
     def _next_number(self) -> int | None:
         """The next incident number, or None once the job's cap is reached (said once)."""

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
-from ..read.node_summary import decode_node_summary
+from ..read.node_summary import NodeSummary, decode_node_summary
 from ..read.pg_meta import member_runs
 from ..read.rank_process import RankProcess, host_name
 from ..read.reader import ReadResult
@@ -69,21 +70,12 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
         heard, node_hosts, alive = _heard(me, ranks)
+        summaries = _Summaries(me, k, read, heard)
         while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
-            time.sleep(_GATHER_POLL_S)
-        summaries = me.channel.summaries(k)
-        out.summaries = max(summaries, default=0)
-        for j, blob in sorted(summaries.items()):
-            node = decode_node_summary(blob, f"node summary {j}", problems)
-            if node is None:
-                continue
-            read.dumps.update(node.dumps)
-            for rank, t in node.heard.items():
-                heard[rank] = max(heard.get(rank, 0), t)
-            for rank, whole in node.full.items():
-                dump = decode_payload(whole, rank, f"rank {rank} (from its node, {node.host or '?'})", problems)
-                if dump is not None:
-                    read.dumps[rank] = dump
+            if not summaries.take():  # decoded as they come: the wait is not wasted
+                time.sleep(_GATHER_POLL_S)
+        summaries.take()
+        out.summaries = summaries.last
         out.flat_ranks = [r for r in ranks if r not in read.dumps]
         payloads = me.channel.fetch(k, out.flat_ranks)
         late = [r for r in out.flat_ranks if r not in payloads]
@@ -111,6 +103,39 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     silent_hosts = {read.side.processes[r].host for r in gone if r in read.side.processes}
     read.side.network = me.network_now({h for h in silent_hosts if h})
     return out
+
+
+class _Summaries:
+    """The node summaries of one incident, fetched and decoded as they arrive."""
+
+    def __init__(self, me: IncidentRank, k: int, read: ReadResult, heard: dict[int, int]) -> None:
+        self.me, self.k, self.read, self.heard = me, k, read, heard
+        self.done: set[int] = set()
+        self.upto = 0  # every summary up to this number is in
+        self.last = 0
+        self.shared: dict[tuple[str, Any], Any] = {}  # equal columns, texts, groups: one object across summaries
+
+    def take(self) -> bool:
+        """Fetch and decode the summaries sent since the last look; False when none was new."""
+        new = {j: b for j, b in self.me.channel.summaries(self.k, self.upto).items() if j not in self.done}
+        for j, blob in sorted(new.items()):
+            self.done.add(j)
+            self.last = max(self.last, j)
+            self._add(decode_node_summary(blob, f"node summary {j}", self.read.problems, self.shared))
+        while self.upto + 1 in self.done:
+            self.upto += 1
+        return bool(new)
+
+    def _add(self, node: NodeSummary | None) -> None:
+        if node is None:
+            return
+        self.read.dumps.update(node.dumps)
+        for rank, t in node.heard.items():
+            self.heard[rank] = max(self.heard.get(rank, 0), t)
+        for rank, whole in node.full.items():
+            dump = decode_payload(whole, rank, f"rank {rank} (from its node, {node.host or '?'})", self.read.problems)
+            if dump is not None:
+                self.read.dumps[rank] = dump
 
 
 def _heard(me: IncidentRank, ranks: list[int]) -> tuple[dict[int, int], dict[int, str], int]:

@@ -227,6 +227,10 @@ def build_job(read: ReadResult) -> Job:
     dumps = read.dumps
     world_hint: tuple[int, ...] | None = None
     variants: dict[str, dict[tuple[int, ...], str]] = {}  # name -> member set -> desc
+    # Every rank repeats the world group's members: hashing that tuple once per rank is O(N²) (50 s at
+    # 100k ranks). Member lists are parsed once per distinct text (one object), so each object is
+    # looked at once; equal lists in distinct objects still meet below, by value.
+    counted: set[tuple[str, int]] = set()
     for rank, dump in sorted(dumps.items()):
         for name, cfg in dump.pg_config.items():
             if not name:
@@ -235,7 +239,8 @@ def build_job(read: ReadResult) -> Job:
                 if cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
                     world_hint = cfg.ranks
                 continue
-            if cfg.ranks:
+            if cfg.ranks and (name, id(cfg.ranks)) not in counted:
+                counted.add((name, id(cfg.ranks)))
                 variants.setdefault(name, {}).setdefault(cfg.ranks, cfg.desc)
     configs: dict[str, tuple[str, tuple[int, ...]]] = {}
     recorded: dict[str, str] = {}

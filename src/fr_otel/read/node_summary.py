@@ -28,6 +28,7 @@ import zlib
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..common.text import one_line, printable
@@ -39,7 +40,7 @@ from .frame import Frame
 from .pg_meta import dump_text, member_runs, pg_config
 from .rank_process import host_name, process_from_raw
 from .safe_pickle import ForbiddenPickle, load_restricted
-from .steps import RING, StepLog
+from .steps import RING, StepLog, StepStarts
 from .validate import BadField, EntryFaults, counter, entry_from_raw, fingerprint_ok, int64
 
 __all__ = ["MAX_SUMMARY_BYTES", "NodeSummary", "compact_tail", "decode_node_summary", "encode_node_summary"]
@@ -67,17 +68,24 @@ class NodeSummary:
 # --------------------------------------------------------------------------- the leader's side
 
 
-def compact_tail(dump: RankDump) -> list[Entry]:
+def compact_tail(dump: RankDump, longest: bool = True) -> list[Entry]:
     """The whole entries a compact rank keeps (record order): every one in flight, its newest (what
-    an idle rank last did), and the completed one that ran longest (the job's pace is the longest run)."""
+    an idle rank last did), and (``longest``) the completed one that ran longest: the job's pace is
+    the longest run of all, so of a node only the rank that holds the node's longest keeps it."""
     keep = {i for i, e in enumerate(dump.tail) if not e.completed}
     if dump.tail:
         keep.add(len(dump.tail) - 1)
+    run = _longest_run(dump)
+    if longest and run is not None:
+        keep.add(run[1])
+    return [dump.tail[i] for i in sorted(keep)]
+
+
+def _longest_run(dump: RankDump) -> tuple[int, int] | None:
+    """(run ns, tail index) of the completed tail entry that ran longest."""
     runs = [(e.time_completed_ns - e.time_created_ns, i) for i, e in enumerate(dump.tail)
             if e.completed and e.time_completed_ns and e.time_completed_ns >= e.time_created_ns]
-    if runs:
-        keep.add(max(runs)[1])
-    return [dump.tail[i] for i in sorted(keep)]
+    return max(runs) if runs else None
 
 
 def _column(col: Any) -> bytes:
@@ -100,7 +108,7 @@ def _steps_since(steps: StepLog | None, oldest_ns: int) -> list[Any] | None:
 
 
 def _rank_record(dump: RankDump, configs: dict[tuple, int], calls: dict[int, tuple],
-                 stacks: dict[tuple[Frame, ...], list[dict[str, Any]]]) -> dict[str, Any]:
+                 stacks: dict[tuple[Frame, ...], list[dict[str, Any]]], longest: bool) -> dict[str, Any]:
     histories = []
     oldest = dump.latest_ns
     for h in dump.histories.values():
@@ -113,7 +121,7 @@ def _rank_record(dump: RankDump, configs: dict[tuple, int], calls: dict[int, tup
                 calls[fid] = dump.fingerprints[fid]
         times = [t for t in (*h.created_ns, *(t for ch in h.p2p.values() for t in ch.created_ns)) if t > 0]
         oldest = min(oldest, min(times, default=oldest))
-    tail = compact_tail(dump)
+    tail = compact_tail(dump, longest)
     oldest = min(oldest, min((e.time_created_ns for e in tail if e.time_created_ns > 0), default=oldest))
     config = tuple(sorted((c.name, c.desc, c.ranks) for c in dump.pg_config.values()))
     return {
@@ -142,7 +150,9 @@ def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, R
     configs: dict[tuple, int] = {}
     calls: dict[int, tuple] = {}
     stacks: dict[tuple[Frame, ...], list[dict[str, Any]]] = {}
-    ranks = [_rank_record(d, configs, calls, stacks) for _, d in sorted(dumps.items())]
+    runs = {r: run for r, run in ((r, _longest_run(d)) for r, d in dumps.items()) if run is not None}
+    longest = max(runs, key=lambda r: (runs[r][0], -r), default=None)
+    ranks = [_rank_record(d, configs, calls, stacks, r == longest) for r, d in sorted(dumps.items())]
     groups = [{name: {"name": name, "desc": desc, "ranks": "[" + member_runs(members) + "]" if members is not None else None}
                for name, desc, members in config} for config in configs]
     body = {"fr_otel_node_summary": 1, "host": host, "leader": leader, "made_ns": made_ns, "groups": groups,
@@ -173,6 +183,7 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
             ValueError, TypeError) as exc:
         problems.append(f"{source}: corrupt node summary: {one_line(exc)}")
         return None
+    shared = shared if shared is not None else {}
     if not isinstance(raw, dict) or raw.get("fr_otel_node_summary") != 1:
         problems.append(f"{source}: not an fr-otel node summary (format {type(raw).__name__})")
         return None
@@ -182,16 +193,16 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
                       made if int64(made) and made >= 0 else 0)
     try:
         calls = _calls(raw.get("calls"))
-        configs = [pg_config(g, source, problems) for g in _list(raw.get("groups"))]
+        configs = [_shared_config(pg_config(g, source, problems), shared) for g in _list(raw.get("groups"))]
     except (TypeError, ValueError) as exc:
         problems.append(f"{source}: {one_line(exc)}; skipped")
         return None
     stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}  # by identity: valid while ``raw`` lives
-    shared = shared if shared is not None else {}
+    checked: set[int] = set()  # columns (by identity) this summary's calls define
     bad: list[str] = []
     for record in _list(raw.get("ranks")):
         try:
-            dump = _rank_dump(record, source, calls, configs, stacks, shared, problems)
+            dump = _rank_dump(record, source, calls, configs, stacks, shared, checked, problems)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, BadField) as exc:
             rank = record.get("rank") if isinstance(record, dict) else None
             bad.append(f"{rank if type(rank) is int else '?'} ({one_line(exc, 80)})")
@@ -207,6 +218,36 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
         if int64(rank) and rank >= 0 and type(payload) is bytes:
             out.full[rank] = payload
     return out
+
+
+def _shared_config(config: dict[str, PgConfig], shared: dict[tuple[str, Any], Any]) -> dict[str, PgConfig]:
+    """One object per group (its members parsed once: ``parse_ranks``), one mapping per distinct set of
+    groups: a coordinator holds 100k ranks' configs as a few thousand objects."""
+    kept = {name: shared.setdefault(("pg", cfg.name, cfg.desc, id(cfg.ranks)), cfg) for name, cfg in config.items()}
+    return shared.setdefault(("pgs", tuple(sorted((n, id(c)) for n, c in kept.items()))), kept)  # type: ignore[no-any-return]
+
+
+def _defined(column: array, calls: dict[int, tuple], checked: set[int]) -> None:
+    """Every call id in ``column`` is one this summary defines (checked once per column object)."""
+    if id(column) not in checked:
+        if any(f not in calls for f in column):
+            raise ValueError("a call id the summary does not define")
+        checked.add(id(column))
+
+
+def _text_once(shared: dict[tuple[str, Any], Any], text: str) -> str:
+    """``text``, one object for all its copies; checked printable the first time it is met."""
+    kept = shared.get(("text", text))
+    if kept is None:
+        if not text.isprintable():
+            raise ValueError("a name with control characters")
+        kept = shared[("text", text)] = text
+    return kept  # type: ignore[no-any-return]
+
+
+def _shared_text(shared: dict[tuple[str, Any], Any], value: Any) -> str:
+    text = dump_text(value)
+    return shared.setdefault(("text", text), text)  # type: ignore[no-any-return]
 
 
 def _list(value: Any) -> list[Any]:
@@ -244,25 +285,28 @@ def _flags(data: Any, n: int) -> bytes:
     return data
 
 
-def _steps(value: Any) -> StepLog | None:
+def _steps(value: Any, shared: dict[tuple[str, Any], Any]) -> StepLog | None:
     if value is None:
         return None
     step, source, steps, starts = value
-    step_col, start_col = _int64s(steps), _int64s(starts)
+    step_col, start_col = shared.setdefault(("steps", steps), _int64s(steps)), _int64s(starts)
     if (type(step) is not int or abs(step) >= 1 << 62 or type(source) is not str or len(step_col) != len(start_col)
             or len(start_col) > RING or min(start_col, default=0) < 0 or list(start_col) != sorted(start_col)):
         raise ValueError("a bad step log")
-    return StepLog(step, tuple(zip(step_col, start_col)), printable(source)[:32])
+    return StepLog(step, StepStarts(step_col, start_col), printable(source)[:32])
 
 
-def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes], Any]) -> GroupHistory:
+def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes], Any], checked: set[int],
+             ) -> GroupHistory:
+    """One group's columns; ``checked``: the shared columns this summary's calls were checked to define."""
     name, desc, local_id, seq, done, created, fp, p2p_count, p2p = item
     if type(name) is not str or type(desc) is not str:
         raise ValueError("a group name is not text")
+    name, desc = _text_once(shared, name), _text_once(shared, desc)
     if type(seq) is list:
         if len(seq) != 2 or not (int64(seq[0]) and int64(seq[1])) or not 0 <= seq[0] <= seq[1]:
             raise ValueError("a bad sequence run")
-        seq_col: array | range = range(seq[0], seq[1])
+        seq_col: array | range = shared.setdefault(("run", seq[0], seq[1]), range(seq[0], seq[1]))
     else:
         seq_col = _int64s(seq)
     n = len(seq_col)
@@ -273,27 +317,29 @@ def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes],
     elif len(fp_col) != n:
         raise ValueError("columns of unequal length")
     flags = shared.setdefault(("done", _flags(done, n)), done)
-    negative = n and (min(created_col) < 0 or (type(seq_col) is not range and min(seq_col) < 0))
-    if negative or not (name.isprintable() and desc.isprintable()):
+    if n and (min(created_col) < 0 or (type(seq_col) is not range and min(seq_col) < 0)):
         raise ValueError("columns out of range")
-    channels: dict[str, P2PChannel] = {}
+    _defined(fp_col, calls, checked)
+    channels: dict[str, P2PChannel] = shared.setdefault(("no p2p", None), {}) if not p2p else {}  # never written to
     for chan in p2p if type(p2p) is list else ():
         key, ch_done, ch_created, ch_fp = chan
         ch_created_col = _int64s(ch_created)
         m = len(ch_created_col)
-        channel = P2PChannel(_flags(ch_done, m), ch_created_col, _int64s(ch_fp, m))
+        ch_fp_col = shared.get(("fp", ch_fp)) if type(ch_fp) is bytes else None
+        if ch_fp_col is None or len(ch_fp_col) != m:
+            ch_fp_col = shared[("fp", ch_fp)] = _int64s(ch_fp, m)
+        channel = P2PChannel(shared.setdefault(("done", _flags(ch_done, m)), ch_done), ch_created_col, ch_fp_col)
         if type(key) is not str or min(ch_created_col, default=0) < 0:
             raise ValueError("a bad send/recv channel")
+        _defined(ch_fp_col, calls, checked)
         channels[printable(key)] = channel
-    if any(f not in calls for f in fp_col) or any(f not in calls for ch in channels.values() for f in ch.fingerprint):
-        raise ValueError("a call id the summary does not define")
     return GroupHistory(name=name, desc=desc, local_id=counter(local_id), seq=seq_col, completed=flags,
                         created_ns=created_col, fingerprint=fp_col, p2p_count=counter(p2p_count), p2p=channels)
 
 
 def _rank_dump(record: Any, source: str, calls: dict[int, tuple], configs: list[dict[str, PgConfig]],
                stacks: dict[tuple[int, ...], tuple[Frame, ...]], shared: dict[tuple[str, bytes], Any],
-               problems: list[str]) -> RankDump:
+               checked: set[int], problems: list[str]) -> RankDump:
     if not isinstance(record, dict):
         raise ValueError("not a rank record")
     rank = record["rank"]
@@ -301,32 +347,40 @@ def _rank_dump(record: Any, source: str, calls: dict[int, tuple], configs: list[
         raise ValueError("no rank")
     histories = {}
     for item in _list(record["histories"]):
-        h = _history(item, calls, shared)
+        h = _history(item, calls, shared, checked)
         histories[h.name] = h
     status = {}
     for slot, enqueued, started, completed in _list(record["status"]):
-        status[counter(slot)] = Progress(counter(enqueued), counter(started), counter(completed))
+        progress = Progress(counter(enqueued), counter(started), counter(completed))
+        status[counter(slot)] = shared.setdefault(("progress", progress), progress)  # most ranks agree: one object
     backend = dump_text(record.get("backend")) or "unknown"
     raw_tail = _list(record.get("tail"))[:_MAX_TAIL]
     faults = EntryFaults(f"{source} rank {rank}")
     tail = []
     for i, e in enumerate(raw_tail):
         try:
-            tail.append(entry_from_raw(e, i, backend == "gloo", faults, stacks))
+            entry = entry_from_raw(e, i, backend == "gloo", faults, stacks)
         except BadField as exc:
             faults.drop(i, str(exc))
+            continue
+        tail.append(entry._replace(pg_name=shared.setdefault(("text", entry.pg_name), entry.pg_name),
+                                   pg_desc=shared.setdefault(("text", entry.pg_desc), entry.pg_desc),
+                                   profiling_name=shared.setdefault(("text", entry.profiling_name), entry.profiling_name),
+                                   thread_name=shared.setdefault(("text", entry.thread_name), entry.thread_name),
+                                   state=shared.setdefault(("text", entry.state), entry.state)))
     problems.extend(faults.lines())
     pg = record["pg"]
     latest, count = record["latest"], record["entries"]
     if not (int64(latest) and latest >= 0 and int64(count) and count >= 0):
         raise ValueError("bad counts")
+    text = partial(_shared_text, shared)
     dump = RankDump(
-        rank=rank, path=f"{source} rank {rank}", version=dump_text(record.get("version")), backend=backend,
-        comm_lib_version=dump_text(record.get("comm")), pg_config=configs[pg] if type(pg) is int and pg >= 0 else {},
+        rank=rank, path=f"{source} rank {rank}", version=text(record.get("version")), backend=text(backend),
+        comm_lib_version=text(record.get("comm")), pg_config=configs[pg] if type(pg) is int and pg >= 0 else {},
         pg_status=status, histories=histories, tail=tail, entry_count=count,
         fingerprints=calls, latest_ns=latest, from_start=record.get("from_start") is True,
         has_frames=record.get("has_frames") is True, process=process_from_raw(record.get("process"), "agent"),
-        steps=_steps(record.get("steps")), compact=True,
+        steps=_steps(record.get("steps"), shared), compact=True,
     )
     for mark in failed_from_raw(record.get("failed")):
         dump.mark_failed(mark)

@@ -1,0 +1,196 @@
+"""Node leaders against a real TCPStore: the node-summary path names what the flat path names, at scale.
+
+Payloads are the agents' own (``support.scale_job``: the real ``encode_payload`` of simulated
+Megatron-like recorders with hosts and steps). The flat path publishes every rank's payload and
+heartbeat; the node path has each node's leader summarise its 8 ranks with the real
+``summarise_node`` and beat for its node, and answers the coordinator's request for whole
+recorders with the real ``answer_need``. The coordinator is the real ``gather`` and incident
+pipeline, on its own store connection, in both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.config import AgentConfig
+from fr_otel.agent.health import HealthTracker
+from fr_otel.agent.host_map import HostMapKeeper
+from fr_otel.agent.incident_rank import IncidentRank
+from fr_otel.agent.node_leader import answer_need
+from fr_otel.agent.store_gather import complete_from_nodes, gather
+from fr_otel.incident.pipeline import IncidentPlan, IncidentResult, run_incident
+from fr_otel.otlp.config import resolve_export_config
+from fr_otel.read.rank_process import RankProcess
+from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.trace.options import TraceOptions
+from fr_otel.trace.selection import PEERS_PER_CULPRIT
+from support.scale_job import (
+    NO_FAULT,
+    RANKS_PER_NODE,
+    Fault,
+    host_of,
+    lost_ranks,
+    make_payloads,
+    make_summaries,
+    node_of,
+)
+
+JOB = "scale-test"
+
+
+class Store:
+    """A TCPStore server on loopback and channels on connections of their own."""
+
+    def __init__(self) -> None:
+        self.port = unused_tcp_port()
+        self.server = dist.TCPStore("127.0.0.1", self.port, is_master=True, wait_for_workers=False,
+                                    timeout=timedelta(seconds=30))
+
+    def channel(self) -> IncidentChannel:
+        client = dist.TCPStore("127.0.0.1", self.port, is_master=False, wait_for_workers=False,
+                               timeout=timedelta(seconds=10))
+        return IncidentChannel(dist.PrefixStore(f"fr_otel/{JOB}/", client), "test")
+
+
+def coordinator(store: Store, world: int, tmp: Path) -> IncidentRank:
+    channel = store.channel()
+    me = RankProcess(host=host_of(0), pid=1, local_rank=0, source="agent")
+    config = AgentConfig(out_dir=str(tmp), dump_dir=str(tmp), metrics_port=None, poll_interval=0.2, gather_seconds=20)
+    return IncidentRank(config, resolve_export_config(environ={}, timeout_s=10), HealthTracker(), channel, JOB, 0,
+                        world, me, lambda: b"", tuple, HostMapKeeper(channel, 0, world, me, leader=False, folders=list))
+
+
+def verdict_of(me: IncidentRank, k: int) -> IncidentResult:
+    """The real coordinator: gather incident ``k`` through the store, then the pipeline (no export)."""
+    deadline = time.monotonic() + 120
+    gathered = gather(me, k, deadline)
+    options = TraceOptions(job_id=JOB, incident=str(k))
+    complete = partial(complete_from_nodes, me, k, gathered, deadline, options=options)
+    return run_incident(gathered.evidence, IncidentPlan(complete=complete))  # the trace: see below
+
+
+def flat(store: Store, world: int, fault: Fault, sent: dict[int, bytes], tmp: Path, k: int = 1) -> IncidentResult:
+    """Every rank publishes its payload and heartbeat, and says where it runs."""
+    ch = store.channel()
+    now = time.time_ns()
+    for rank in range(world):
+        ch.announce(rank, {"host": host_of(rank), "pid": 10_000 + rank % RANKS_PER_NODE})
+        if rank in sent:
+            ch.heartbeat(rank, now)
+            ch.publish(k, rank, sent[rank])
+        else:
+            ch.heartbeat(rank, now - 60 * 10**9)  # a lost node: silent for a minute
+    return verdict_of(coordinator(store, world, tmp), k)
+
+
+def by_nodes(store: Store, world: int, fault: Fault, sent: dict[int, bytes], tmp: Path, k: int = 2,
+             ) -> tuple[IncidentResult, dict[str, Any]]:
+    """Each node's leader beats for its node and sends one summary; asked-for whole recorders are answered."""
+    ch = store.channel()
+    now = time.time_ns()
+    stats: dict[str, Any] = {"summary_bytes": 0, "whole_nodes": 0}
+    for first in range(0, world, RANKS_PER_NODE):
+        n = ch.register_node()
+        t = now - 60 * 10**9 if first in lost_ranks(fault) else now
+        ch.node_heartbeat(n, {"host": host_of(first), "leader": first, "t": t,
+                              "ranks": {str(r): t for r in node_of(first)}})
+    for first, blob, ranks, whole in make_summaries(sent, now):
+        assert ranks == tuple(node_of(first))
+        ch.publish_summary(k, blob, len(ranks))
+        stats["summary_bytes"] += len(blob)
+        stats["whole_nodes"] += whole
+    answering = threading.Thread(target=answer_need, args=(store.channel(), k, sent, time.monotonic() + 60, 0.05),
+                                 daemon=True)
+    answering.start()
+    result = verdict_of(coordinator(store, world, tmp), k)
+    answering.join(10)
+    stats["asked"] = ch.asked(k)
+    return result, stats
+
+
+def named(result: IncidentResult) -> list[tuple[Any, ...]]:
+    """What the verdict names: each culprit's rank, kind, group, collective, steps, host and evidence."""
+    return [(c.rank, c.kind, c.group_name, c.collective_seq_id, c.step, c.collective_step, c.host, c.evidence,
+             c.waiting_ranks) for c in result.verdict.culprits]
+
+
+def _stop(result: IncidentResult) -> Any:
+    stop = result.verdict.stop_order
+    return None if stop is None else (stop.ranks, stop.first, stop.note)
+
+
+_QUIET: dict[int, tuple[int, dict[int, bytes]]] = {}
+
+CASES = [
+    (1024, Fault("stopped", 341)),
+    (1024, Fault("node_behind", 341)),
+    (1024, Fault("gpu_stall", 341)),
+    (1024, Fault("lost_node", 341)),
+    (4096, Fault("gpu_stall", 1365)),
+    (16384, Fault("node_behind", 5461)),
+]
+
+
+@pytest.mark.parametrize(("world", "fault"), CASES, ids=[f"{w}-{f.kind}" for w, f in CASES])
+def test_node_summaries_name_the_same_culprits_kinds_and_steps_as_every_rank_s_payload(
+        world: int, fault: Fault, tmp_path: Path) -> None:
+    """Through node leaders the verdict, culprits, kinds, steps, hosts, evidence and stop order equal the flat path's."""
+    if world not in _QUIET:  # the same job without a fault, made once: each case makes only its fault's node anew
+        t_end = time.time_ns()
+        _QUIET[world] = (t_end, make_payloads(world, NO_FAULT, t_end))
+    t_end, quiet = _QUIET[world]
+    sent = make_payloads(world, fault, t_end, base=quiet)
+    store = Store()
+    flat_result = flat(store, world, fault, sent, tmp_path / "flat")
+    node_result, stats = by_nodes(store, world, fault, sent, tmp_path / "nodes")
+    assert flat_result.verdict.verdict == node_result.verdict.verdict == "hang"
+    assert named(node_result) == named(flat_result)
+    assert _stop(node_result) == _stop(flat_result)
+    assert node_result.verdict.nodes == flat_result.verdict.nodes
+    culprits = {c.rank for c in node_result.verdict.culprits}
+    expected = set(fault.node) if fault.kind in ("node_behind", "lost_node") else {fault.rank}
+    assert culprits == expected
+    assert {c.host for c in node_result.verdict.culprits} == {host_of(fault.rank)}
+    # culprits are analysed from their whole recorders: sent with their node's summary when they stand out
+    # there, else asked for; everyone else stays compact
+    whole = {r for r, d in node_result.job.dumps.items() if not d.compact}
+    assert culprits - lost_ranks(fault) <= whole and len(whole) <= (1 + PEERS_PER_CULPRIT) * max(len(culprits), 8)
+    if fault.kind in ("stopped", "gpu_stall"):
+        assert stats["whole_nodes"] == 1 and stats["asked"] == ""  # its node sent them: nothing to ask
+    if fault.kind == "node_behind":
+        assert stats["whole_nodes"] == 0 and stats["asked"]  # nothing stood out on the node: asked for
+    # the coordinator's input: one summary per node, a fraction of the payloads' bytes
+    assert stats["summary_bytes"] < sum(map(len, sent.values()))
+    if world > 2048:  # too many ranks for a span each: culprits and peers in full, the rest folded
+        _check_trace(node_result, world, culprits)
+
+
+def _check_trace(result: IncidentResult, world: int, culprits: set[int]) -> None:
+    """The trace of a large job: under 20k spans, every culprit's rank span, every rank in some ``ranks`` span."""
+    from fr_otel.trace.spans import MAX_TRACE_SPANS, build_trace
+
+    trace = build_trace(result.job, result.verdict, TraceOptions(job_id=JOB, incident="2"))
+    assert len(trace.spans) <= MAX_TRACE_SPANS
+    attrs = [dict(sp.attributes or {}) for sp in trace.spans]
+    in_full = {a["pytorch.distributed.rank"] for a in attrs if a.get("fr_otel.span") == "rank"}
+    assert culprits - lost_ranks_of(result) <= in_full and len(in_full) < 64
+    folded = [a for a in attrs if a.get("fr_otel.span") == "ranks"]
+    waiting = [a for a in folded if a["fr_otel.ranks.state"] == "waiting" and a["pytorch.distributed.pg.desc"] == "default_pg"]
+    assert len(waiting) == 1 and waiting[0]["fr_otel.ranks.count"] == world - len(culprits) - len(in_full - culprits)
+    assert waiting[0]["fr_otel.summary"].startswith(f"{waiting[0]['fr_otel.ranks.count']:,} ranks waiting in all_reduce #")
+    root = attrs[0]
+    assert root["fr_otel.trace.ranks_in_full"] == len(in_full)
+    assert root["fr_otel.trace.ranks_aggregated"] == len(result.job.dumps) - len(in_full)
+
+
+def lost_ranks_of(result: IncidentResult) -> set[int]:
+    return set(result.job.missing_ranks)
