@@ -36,6 +36,13 @@ benchmark's MLP with the hook registered and not, in alternating phases side by 
 
     python bench/bench_agent.py --part steps    # the hook's cost only (seconds, no torchrun)
 
+**Wait sampling** (the slow-rank signal). The same side-by-side jobs with the agent sampling its
+progress counters every 0.1 s (as shipped), not sampling, and sampling every 1 ms: the step-time
+overhead of each against the agent off, and the sampler's own CPU time per sample (the counters'
+read included; the GIL is held for at most that) and per second of training.
+
+    python bench/bench_agent.py --part sampling --quick
+
 Benchmarks print numbers; they are not tests.
 """
 
@@ -107,25 +114,30 @@ def worker(args: argparse.Namespace) -> int:
         on = (i % 2 == 0) == ((i // 2) % 2 == 0)  # on,off,off,on,on,off,...: both orders equally often
         if on:
             fr_otel.start(metrics_port=args.port, metrics_addr="127.0.0.1", hooks="none", incidents=True,
-                          poll_interval=args.poll_interval)
+                          poll_interval=args.poll_interval, wait_sample_interval=args.sample_interval or "off")
         dist.barrier()
         times = []
         cpu0 = time.process_time()  # all threads of this rank: training, gloo, the agent
+        train0 = time.thread_time()  # the training thread alone: what the agent's GIL handoffs cost it
         for _ in range(args.steps):
             t = time.perf_counter()
             step()
             times.append(time.perf_counter() - t)
         cpu = (time.process_time() - cpu0) / args.steps
+        train_cpu = (time.thread_time() - train0) / args.steps
         wall = sum(times)
         dist.barrier()
         agent = fr_otel.agent.current()
         polls = agent.health.snapshot().polls if agent is not None else 0
         poller_cpu = _thread_cpu_s(agent._thread.native_id) if agent is not None and agent._thread else 0.0
         scrape_s = _scrape_cost_s(agent) if agent is not None else 0.0
+        sampler = agent.waits if agent is not None else None
+        samples, sample_s = (sampler.samples, sampler.cost_s) if sampler is not None else (0, 0.0)
         if on:
             fr_otel.agent.stop()
         phases.append({"on": on, "mean_s": statistics.fmean(times), "median_s": statistics.median(times),
-                       "polls": polls, "wall_s": wall, "cpu_per_step_s": cpu, "poller_cpu_s": poller_cpu, "scrape_s": scrape_s})
+                       "polls": polls, "wall_s": wall, "cpu_per_step_s": cpu, "poller_cpu_s": poller_cpu, "scrape_s": scrape_s,
+                       "samples": samples, "sample_s": sample_s, "train_cpu_per_step_s": train_cpu})
     if rank == 0:
         Path(args.result).write_text(json.dumps({"capacity": args.capacity, "phases": phases}))
     dist.destroy_process_group()
@@ -181,14 +193,14 @@ def _scraper(ports: list[int], stop: threading.Event, counter: list[int]) -> Non
 
 
 def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2,
-             poll_interval: float = 1.0) -> dict[str, Any]:
+             poll_interval: float = 1.0, sample_interval: float = 0.1) -> dict[str, Any]:
     base = free_port_block(nproc)
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), __file__,
                "--worker", "--capacity", str(capacity), "--phases", str(phases), "--steps", str(steps),
                "--hidden", str(hidden), "--port", str(base), "--result", str(result),
-               "--poll-interval", str(poll_interval)]
+               "--poll-interval", str(poll_interval), "--sample-interval", str(sample_interval)]
         stop, scrapes = threading.Event(), [0]
         thread = threading.Thread(target=_scraper, args=(list(range(base, base + nproc)), stop, scrapes), daemon=True)
         thread.start()
@@ -208,18 +220,26 @@ def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2
 
     ratios = pair_ratios("mean_s")
     cpu_ratios = pair_ratios("cpu_per_step_s")
+    train_ratios = pair_ratios("train_cpu_per_step_s")
     mean = statistics.fmean(ratios)
     half = 1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else float("nan")
     on_wall = sum(p["wall_s"] for p in ph if p["on"])
     poller_share = sum(p["poller_cpu_s"] for p in ph if p["on"]) / on_wall
     scrape_share = statistics.fmean(p["scrape_s"] for p in ph if p["on"]) / 1.0  # one scrape per second
+    samples = sum(p["samples"] for p in ph if p["on"])
     return {
         "capacity": capacity, "nproc": nproc, "poll_interval": poll_interval, "phases": len(ph), "steps_per_phase": steps,
+        "sample_interval": sample_interval, "samples_per_s": samples / on_wall,
+        "sample_us": sum(p["sample_s"] for p in ph if p["on"]) / max(samples, 1) * 1e6,
+        "sample_share": sum(p["sample_s"] for p in ph if p["on"]) / on_wall,
         "agent_cpu_share": poller_share + scrape_share, "poller_cpu_share": poller_share,
         "scrape_ms": statistics.fmean(p["scrape_s"] for p in ph if p["on"]) * 1e3,
         "step_ms_off": statistics.fmean(off) * 1e3, "step_ms_on": statistics.fmean(on) * 1e3,
         "overhead_median": statistics.median(ratios), "overhead_mean": mean, "ci95": half,
         "cpu_overhead_median": statistics.median(cpu_ratios),
+        "train_cpu_overhead_median": statistics.median(train_ratios),
+        "train_cpu_ci95": 1.96 * statistics.stdev(train_ratios) / math.sqrt(len(train_ratios))
+        if len(train_ratios) > 1 else 0.0,
         "cpu_ci95": 1.96 * statistics.stdev(cpu_ratios) / math.sqrt(len(cpu_ratios)) if len(cpu_ratios) > 1 else 0.0,
         "cpu_ms_off": statistics.fmean(p["cpu_per_step_s"] for p in ph if not p["on"]) * 1e3,
         "cpu_ms_on": statistics.fmean(p["cpu_per_step_s"] for p in ph if p["on"]) * 1e3,
@@ -232,7 +252,7 @@ def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2
 # --------------------------------------------------------------------------- detection
 
 def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[str, float | None]:
-    from fr_otel.agent.metrics import culprit_query
+    from fr_otel.common.promql import culprit_query
     from fr_otel.testing.otlp import OtlpGrpcReceiver
     from fr_otel.testing.prometheus import PrometheusServer
 
@@ -363,13 +383,43 @@ def step_hook_cost(hidden: int, phases: int = 20, steps: int = 2000) -> dict[str
             "opt_step_us_on": statistics.median(on) * 1e6, "diff_us_median": diffs[len(diffs) // 2] * 1e6}
 
 
+def sampling(args: argparse.Namespace, capacity: int, results: dict[str, Any]) -> None:
+    """The wait sampler's cost, side by side with the agent off: the agent as shipped (samples every
+    0.1 s), the agent without sampling, and sampling 100x as often (its cost above the noise)."""
+    print(f"wait sampling: {args.nproc[0] if args.nproc else 2} ranks, capacity {capacity}, MLP width {args.hidden}, "
+          f"{args.phases} phases x {args.steps} steps; each against the agent off in the adjacent phase")
+    print(f"{'sampling':>12} {'step off':>10} {'step on':>10} {'step-time overhead':>19} {'95% CI':>8} "
+          f"{'training-thread CPU':>20} {'95% CI':>8} {'samples/s':>10} {'CPU/sample':>11} {'sampler CPU':>13}")
+    rows = []
+    for interval, label in ((0.1, "0.1 s"), (0.0, "off"), (0.001, "0.001 s")):
+        r = overhead(capacity, args.phases, args.steps, args.hidden, args.nproc[0] if args.nproc else 2,
+                     sample_interval=interval)
+        r["label"] = label
+        rows.append(r)
+        print(f"{label:>12} {r['step_ms_off']:>8.3f}ms {r['step_ms_on']:>8.3f}ms {r['overhead_median']:>+19.2%} "
+              f"{r['ci95']:>7.2%} {r['train_cpu_overhead_median']:>+20.2%} {r['train_cpu_ci95']:>7.2%} "
+              f"{r['samples_per_s']:>10.1f} {r['sample_us']:>9.1f}us {r['sample_share']:>13.4%}")
+    fast = rows[-1]
+    scaled = fast["sample_share"] * rows[0]["samples_per_s"] / max(fast["samples_per_s"], 1e-9)
+    print(f"  at the shipped 0.1 s: {rows[0]['samples_per_s']:.1f} samples/s x {rows[0]['sample_us']:.1f} us = "
+          f"{rows[0]['sample_share']:.4%} of the time, in CPU (target < {TARGET_OVERHEAD:.1%}); from the 100x "
+          f"run: {scaled:.4%}")
+    print("  step-time overhead: wall time per step, agent on against off in adjacent phases (a loaded box swings it "
+          "by tens of %);")
+    print("  training-thread CPU: that thread's own CPU time per step (what GIL handoffs and caches cost it, "
+          "without the waits for a core);")
+    print("  sampler CPU: the agent thread's CPU in samples (the counters' read included) per second of training: "
+          "the GIL is held at most that long")
+    results["sampling"] = rows
+
+
 def fmt(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("overhead", "detection", "steps", "stacks", "all"), default="all")
+    ap.add_argument("--part", choices=("overhead", "sampling", "detection", "steps", "stacks", "all"), default="all")
     ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
     ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
     ap.add_argument("--steps", type=int, default=1000, help="training steps per phase")
@@ -384,6 +434,8 @@ def main() -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--poll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--sample-interval", type=float, default=0.1,
+                    help="the agent's wait sampling interval (FR_OTEL_WAIT_SAMPLE_INTERVAL; 0: off)")
     ap.add_argument("--amplify", type=float, default=100.0,
                     help="also run one job polling this many times faster (0: skip); its overhead divided by this "
                          "factor is the default's, measured above the noise")
@@ -418,7 +470,8 @@ def main() -> int:
                   f"{r['ci95']:>7.2%} {r['agent_cpu_share']:>10.3%} {'ok' if ok else 'MISS':>7}")
             print(f"{'':>15} ({r['polls_per_on_phase']:.0f} polls per on-phase, poller thread "
                   f"{r['poller_cpu_share']:.3%} of a core, one /metrics rendering {r['scrape_ms']:.2f} ms, "
-                  f"{r['scrapes']} scrapes, {r['wall_s']:.0f} s)")
+                  f"{r['scrapes']} scrapes, {r['wall_s']:.0f} s; wait sampling {r['samples_per_s']:.1f}/s at "
+                  f"{r['sample_us']:.0f} us each, {r['sample_share']:.3%} of the time)")
         if args.amplify:
             r = overhead(capacities[0], args.phases, args.steps, args.hidden, 1, 1.0 / args.amplify)
             r["amplify"] = args.amplify
@@ -432,6 +485,8 @@ def main() -> int:
         print("  step-time overhead: median over adjacent on/off phase pairs (interval: 95% over pairs);")
         print("  agent CPU: the poller thread's CPU time plus one /metrics rendering per second, per second of "
               "training")
+    if args.part in ("sampling", "all"):
+        sampling(args, capacities[0], results)
     if args.part in ("steps", "all"):
         r = step_hook_cost(args.hidden)
         results["steps"] = r

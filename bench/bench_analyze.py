@@ -14,7 +14,10 @@ interleaved per repetition (the order rotates) so machine noise hits all alike:
   fr-otel base  with ``--baseline-src DIR``: the same ``analyze`` from another checkout's
                 ``src`` (e.g. main before a change), for a before/after ratio in one run
 
-``--p2p`` adds pipeline send/recv to the dumps (see ``make_scaled_dumps.py``).
+``--p2p`` adds pipeline send/recv to the dumps (see ``make_scaled_dumps.py``): the Megatron
+shape (tensor-parallel subgroups, 4-stage pipelines, NCCL's send/recv names and counters).
+``--shapes`` runs both shapes at 256 x 2000 in one run, fr-otel against the unpickle-and-drop loop
+(one core), and prints their ratios side by side (issue 27: target <= 1.0x on both).
 
 Wall time is the median of the repetitions (process start to exit, interpreter start-up
 included). Peak memory is measured in one more run of each tool, apart from the timed ones:
@@ -30,6 +33,7 @@ timing (warm page cache). Benchmarks print numbers; they are not tests.
     python bench/bench_analyze.py                       # 1024x2000 and 256x20000
     python bench/bench_analyze.py --config 1024x2000 --reps 5 --torch-reps 1
     python bench/bench_analyze.py --floor               # 256x2000 and 1024x2000: fr-otel / unpickle-and-drop
+    python bench/bench_analyze.py --shapes --reps 11    # gloo- and Megatron-shaped 256x2000 side by side
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ DEFAULT_CONFIGS = ("1024x2000", "256x20000")
 QUICK_CONFIGS = ("64x2000",)
 FLOOR_CONFIGS = ("256x2000", "1024x2000")  # issue 14's floor target, side by side in one run
 FLOOR_TOOLS = ("fr-otel", "unpickle-discard")
+SHAPES_CONFIG = (256, 2000)  # issue 27: both dump shapes at this size, side by side
+SHAPES = (("gloo-shaped", False), ("Megatron-shaped", True))  # (name, p2p)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 2**20
 
@@ -388,11 +394,12 @@ def _fmt_s(runs: list[Run]) -> tuple[str, float | None]:
     return f"{med:.2f}{spread}", med
 
 
-def bench_config(ranks: int, entries: int, args: argparse.Namespace) -> dict[str, Any]:
-    out = make_scaled_dumps.default_out(ranks, entries, args.data_dir, p2p=args.p2p)
+def bench_config(ranks: int, entries: int, args: argparse.Namespace, p2p: bool | None = None) -> dict[str, Any]:
+    p2p = args.p2p if p2p is None else p2p
+    out = make_scaled_dumps.default_out(ranks, entries, args.data_dir, p2p=p2p)
     t0 = time.perf_counter()
     manifest = make_scaled_dumps.generate(ranks, entries, out, prefix=args.prefix,
-                                          cache_dir=args.data_dir / "recordings", p2p=args.p2p)
+                                          cache_dir=args.data_dir / "recordings", p2p=p2p)
     gen_s = time.perf_counter() - t0
     disk = _disk_bytes(out, args.prefix, ranks)
     print(f"\n== {ranks} ranks x {entries} entries: {out} ({disk / MiB:.1f} MiB on disk, culprit rank "
@@ -579,6 +586,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of PyTorch's analyzer (default: --reps for --quick, else 1)")
     ap.add_argument("--skip", action="append", default=[], choices=TOOL_KEYS)
     ap.add_argument("--p2p", action="store_true", help="dumps with pipeline send/recv (see make_scaled_dumps.py)")
+    ap.add_argument("--shapes", action="store_true",
+                    help=f"gloo- and Megatron-shaped (--p2p) {SHAPES_CONFIG[0]}x{SHAPES_CONFIG[1]} side by side, only "
+                    f"{' and '.join(FLOOR_TOOLS)} (issue 27's pair of floors)")
     ap.add_argument("--baseline-src", type=Path, default=None, metavar="DIR",
                     help="also time `analyze` with PYTHONPATH=DIR (another checkout's src): before/after")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default: %(default)s)")
@@ -589,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     presets = FLOOR_CONFIGS if args.floor else QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS
     configs = args.config or [_parse_config(c) for c in presets]
+    if args.shapes:
+        return _both_shapes(args)
     if args.floor:
         keep = {*FLOOR_TOOLS, *(("fr-otel-base",) if args.baseline_src else ())}
         args.skip = sorted({*args.skip, *(k for k in TOOL_KEYS if k not in keep)})
@@ -604,6 +616,35 @@ def main(argv: list[str] | None = None) -> int:
               if r["tools"].get(k, {}).get("ok") is False]
     if failed:
         print("\nFAIL: fr-otel did not name the injected culprit in at least one run (see above)")
+    return 1 if failed else 0
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
+
+
+def _both_shapes(args: argparse.Namespace) -> int:
+    """Both dump shapes at one size, one after the other in this run (each tool pair interleaved
+    per repetition, ratios paired), and their ratios to the one-core loop side by side."""
+    keep = {*FLOOR_TOOLS, *(("fr-otel-base",) if args.baseline_src else ())}
+    args.skip = sorted({*args.skip, *(k for k in TOOL_KEYS if k not in keep)})
+    ranks, entries = SHAPES_CONFIG
+    print(f"fr-otel analysis benchmark, both shapes: {usable_cpus()} usable cores, python {sys.version.split()[0]}, "
+          f"load average {_load()} at the start")
+    results = [(name, bench_config(ranks, entries, args, p2p=p2p)) for name, p2p in SHAPES]
+    print(f"\n== both shapes, {ranks} x {entries}: fr-otel / the unpickle-and-drop loop (1 core), median of "
+          f"{args.reps} paired runs; load average {_load()} at the end ==")
+    for name, r in results:
+        q = r["ratios"]
+        wall, cpu = q.get("fr_otel_over_unpickle_discard"), q.get("fr_otel_cpu_over_unpickle_discard_cpu")
+        fr, floor = r["tools"]["fr-otel"]["median_s"], r["tools"]["unpickle-discard"]["median_s"]
+        verdict = "MET" if wall is not None and wall <= TARGET_FLOOR_RATIO else "MISSED"
+        print(f"  {name:<16} {wall or float('nan'):5.2f}x  (fr-otel {fr or float('nan'):.2f} s, loop "
+              f"{floor or float('nan'):.2f} s; CPU {cpu or float('nan'):.2f}x)  target <= {TARGET_FLOOR_RATIO}x {verdict}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps([{"shape": n, **r} for n, r in results], indent=1))
+    failed = [r for _, r in results if r["tools"].get("fr-otel", {}).get("ok") is False]
     return 1 if failed else 0
 
 

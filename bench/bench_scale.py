@@ -344,8 +344,8 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     from fr_otel.agent.incident_work import conclude
     from fr_otel.agent import store_gather
     from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.common.ids import trace_id_for
     from fr_otel.read.rank_process import RankProcess
-    from fr_otel.trace.ids import trace_id_for
 
     link = channel(port)
     me = RankProcess(host=host_of(0), pid=10_000, local_rank=0, source="agent")

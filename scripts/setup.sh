@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for fr-otel: a virtual environment in .venv with the
 # package, the torch extra (torch 2.13.0 CPU) and the test tools. Idempotent and
-# quick when nothing changed (a stamp of pyproject.toml and the C source).
+# quick when nothing changed (a stamp of pyproject.toml, setup.py and the C sources).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PYTHON="${PYTHON:-python3}"
 venv="$root/.venv"
 stamp="$venv/.fr-otel-setup"
-# The compiled column scan is built by the editable install: a change to it must reinstall too.
-want="$(cat pyproject.toml src/fr_otel/read/_column_scan.c | sha256sum | cut -d' ' -f1)"
+# The compiled extensions (column scan, pickle key walk) are built by the editable install: a change
+# to one must reinstall too.
+want="$(cat pyproject.toml setup.py src/fr_otel/read/*.c | sha256sum | cut -d' ' -f1)"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi

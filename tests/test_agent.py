@@ -15,9 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.jobs import TRAIN_LOOP, Job
-from support.jobs import job_env as _job_env
-from support.jobs import torchrun as _torchrun
+from support.jobs import TRAIN_LOOP, Job, job_env, torchrun, wait_file
 
 from fr_otel.diagnosis.job import build_job
 from fr_otel.otlp.jsonl import read_jsonl
@@ -32,11 +30,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
 ]
 
-
-def _wait_file(path: Path, job: Job, timeout: float = 90) -> Path:
-    ok = wait_for(lambda: path.is_file() or job.proc.poll() is not None, timeout=timeout, interval=0.1)
-    assert ok and path.is_file(), f"{path.name} never appeared; job output:\n{job.output[-4000:]}"
-    return path
+_job_env, _torchrun, _wait_file = job_env, torchrun, wait_file
 
 
 def _incident_root(rx: OtlpGrpcReceiver) -> ReceivedSpan | None:
@@ -72,7 +66,7 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     spans of all four ranks and the verdict (step 20, rank 2's host, rank 2 first to stop)
     arrives while the job is still stuck; then the job recovers and ends normally, and an
     offline analysis and report of the dump folder say the same step and host."""
-    from fr_otel.agent.metrics import culprit_query
+    from fr_otel.common.promql import culprit_query
 
     stall_s, ws = 25, 4
     base = free_port_block(ws)

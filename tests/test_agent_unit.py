@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from fr_otel.agent.config import DEFAULT_METRICS_PORT, resolve_config
 from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.metrics import FrCollector, culprit_query
+from fr_otel.agent.metrics import FrCollector
 from fr_otel.agent.poller import ProgressTracker, stall_threshold_s
 from fr_otel.agent.recorder import GroupInfo, InFlightEntry, scan_entries
 from fr_otel.agent.server import port_for, start_metrics_server
@@ -127,13 +127,6 @@ def test_age_keeps_growing_between_polls() -> None:
 def test_nothing_is_served_before_the_process_group_exists() -> None:
     """Before the agent knows its rank the collector yields nothing (no half-labelled series)."""
     assert generate_latest(_registry(None)) == b""
-
-
-def test_culprit_query_shape() -> None:
-    """The PromQL names laggards per group, only in groups that disagree and are stuck."""
-    q = culprit_query(10, job_label="job")
-    assert q.startswith("(fr_last_enqueued_seq == on(job, pg_name) group_left() min by (job, pg_name)")
-    assert "unless on(job, pg_name)" in q and "fr_inflight_collective_age_seconds) > 10" in q
 
 
 # --------------------------------------------------------------------------- settings

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.read.discovery import host_from_name
 from fr_otel.agent.step_counter import StepCounter
+from fr_otel.read.discovery import host_from_name
 from fr_otel.read.steps import StepLog, step_log_from_raw
 from fr_otel.report.text import render_verdict
 
@@ -314,7 +314,7 @@ def _two_tp_groups(tmp_path: Path, *, tp2_extra: int = 0) -> tuple[Path, int]:
 def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_bound(tmp_path: Path) -> None:
     """Ranks 3 and 7 left no timestamps and both stopped after TP #3: the verdict says they stopped
     at the same point, invents no order, and bounds both by their peers' first enqueue of #4."""
-    from fr_otel.diagnosis.verdict import format_clock
+    from fr_otel.common.clock import format_clock
 
     folder, peers_next = _two_tp_groups(tmp_path)
     v = analyze(build_job(read_dumps(folder)))
@@ -326,13 +326,14 @@ def test_undated_culprits_at_the_same_point_are_said_to_be_so_with_their_peers_b
     assert so.points[1].before_ns == peers_next
     bound = format_clock(peers_next)
     text = render_verdict(v)
-    assert ("ranks 3 and 7 stopped at the same point: last enqueued #3 on TENSOR_MODEL_PARALLEL_GROUP (1, 2); "
-            "which stopped first is unknown (no recorded activity dates their stop); "
-            f"both before {bound}, when their peers entered #4 (peers' clocks)") in text
+    assert ("  ranks 3 and 7 stopped at the same point: last enqueued #3 on TENSOR_MODEL_PARALLEL_GROUP (1, 2)\n"
+            "  which stopped first is unknown: no recorded activity dates their stops\n"
+            f"  both stopped before {bound}, when their peers entered #4 (peers' clocks)\n") in text
     assert "stopped first," not in text
     out = v.to_dict()["stop_order"]
     assert out["same_point"] is True and out["first"] is None and out["program_first"] is None
-    assert out["points"][0] == {"rank": 3, "process_group": "1", "last_enqueued": 3, "before_ns": peers_next}
+    assert out["points"][0] == {"rank": 3, "process_group": {"name": "1", "desc": "TENSOR_MODEL_PARALLEL_GROUP"},
+                                "last_enqueued": 3, "before_ns": peers_next}
 
 
 def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp_path: Path) -> None:
@@ -344,10 +345,10 @@ def test_an_undated_culprit_that_got_less_far_stopped_first_in_program_order(tmp
     assert so is not None and not so.ordered and so.first is None and not so.same_point
     assert so.program_first == 3
     text = render_verdict(v)
-    assert ("rank 3 stopped first in program order: its last enqueued is #3 on TENSOR_MODEL_PARALLEL_GROUP (1), "
-            "the others got further (rank 7 #5 on TENSOR_MODEL_PARALLEL_GROUP (2)); no recorded activity dates "
-            "the stops") in text
-    assert "rank 3 before " in text and "(peers entered #6 on TENSOR_MODEL_PARALLEL_GROUP (2))" in text
+    assert ("  rank 3 stopped first in program order: its last enqueued is #3 on TENSOR_MODEL_PARALLEL_GROUP (1)\n"
+            "  rank 7 got further: #5 on TENSOR_MODEL_PARALLEL_GROUP (2)\n"
+            "  no recorded activity dates the stops\n") in text
+    assert "rank 3 stopped before " in text and "when its peers entered #6 on TENSOR_MODEL_PARALLEL_GROUP (2)" in text
     assert v.to_dict()["stop_order"]["program_first"] == 3
 
 
@@ -360,10 +361,11 @@ def test_lock_gil_1st_ranks_9_and_14_stopped_at_the_same_point(nvrx: Path) -> No
 
     job = build_job(read_dumps(nvrx / "lock_gil_1st"))
     v = analyze(job)
-    sentence = ("ranks 9 and 14 stopped at the same point: last enqueued #88683 on TENSOR_MODEL_PARALLEL_GROUP "
-                "(37, 38); which stopped first is unknown (no recorded activity dates their stop); both before "
-                "22:47:17.550 UTC, when their peers entered #88684 (peers' clocks)")
-    assert sentence in render_verdict(v)
+    lines = ["ranks 9 and 14 stopped at the same point: last enqueued #88683 on TENSOR_MODEL_PARALLEL_GROUP (37, 38)",
+             "which stopped first is unknown: no recorded activity dates their stops",
+             "both stopped before 22:47:17.550 UTC, when their peers entered #88684 (peers' clocks)"]
+    sentence = "; ".join(lines)  # the trace's attribute: the lines in one string
+    assert "".join(f"  {line}\n" for line in lines) in render_verdict(v)
     assert v.stop_order is not None and v.stop_order.first is None
     assert [p.before_ns for p in v.stop_order.points] == [1758581237549773782, 1758581237549794504]
     assert "ranks 9 and 14 stopped at the same point" in render(job, v)
@@ -376,8 +378,8 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
     import socket
 
-    from fr_otel.read.rank_map import host_map_json
     from fr_otel.agent.process_identity import this_process
+    from fr_otel.read.rank_map import host_map_json
     from fr_otel.read.rank_process import process_from_raw
 
     me = this_process(3, {"SLURMD_NODENAME": "gpu-017", "SLURM_LOCALID": "3"})

@@ -116,10 +116,3 @@ def test_json_quirks_are_normalised(scenario_dumps) -> None:
     strip = lambda e: e._replace(frames=())  # noqa: E731
     assert [strip(e) for e in pickled.entries] == [strip(e) for e in from_json.entries]
     assert all(e.time_completed_ns is None for e in from_json.entries)
-
-
-def test_cli_demo_runs_a_real_hang(tmp_path: Path, run_cli) -> None:
-    """The main job: `fr-otel demo` runs a real hanging gloo job and names rank 2."""
-    proc = run_cli("demo", "--out", str(tmp_path / "demo"), timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("fr-otel: HANG — culprit rank(s) 2")

@@ -315,8 +315,12 @@ _NOT_ATOMIC = {
         "--jsonl appends one line per request to a file that may already hold earlier exports",
     ("testing/prometheus.py", '"prometheus.log", "wb"'):
         "Prometheus' own log, streamed by the child process while it runs",
+    ("demo/job.py", 'open(plan.log, "wb")'):
+        "the demo job's output (torchrun and the agents' lines), streamed by the child processes while they run",
     ("testing/train_loop.py", ".write_text("):
         "torchrun payload script that never imports fr_otel; its marker files are polled by tests",
+    ("testing/train_loop.py", "os.replace(tmp"):
+        "the same script's markers, each renamed into place so a polling test never reads half of one",
 }
 
 

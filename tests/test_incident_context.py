@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.read.frame import Frame
-from fr_otel.trace.ids import trace_id_for
+from fr_otel.common.ids import trace_id_for
 from fr_otel.incident.files import write_identity
 from fr_otel.read.incident_file import IncidentIdentity
 from fr_otel.agent.stack_capture import capture_stacks, collective_of
@@ -259,8 +259,9 @@ def test_an_incident_file_older_than_its_dumps_is_not_used(nvrx: Path, tmp_path:
     folder = tmp_path / "watched"
     shutil.copytree(nvrx / "lock_gil_1st", folder)
     files = {p.name: p.stat().st_size for p in folder.iterdir() if p.name.startswith("_dump_")}
-    write_identity(folder, IncidentIdentity("job", "watch-1", "cd" * 16, files=files))
-    assert json.loads(run_cli("analyze", str(folder), "--json").stdout)["trace_id"] == "cd" * 16
+    trace_id = f"{trace_id_for('job', 'watch-1'):032x}"
+    write_identity(folder, IncidentIdentity("job", "watch-1", trace_id, files=files))
+    assert json.loads(run_cli("analyze", str(folder), "--json").stdout)["trace_id"] == trace_id
     (folder / "_dump_3").write_bytes((nvrx / "lock_gil_2nd" / "_dump_3").read_bytes())  # the next incident
     doc = json.loads(run_cli("analyze", str(folder), "--json").stdout)
     assert "trace_id" not in doc

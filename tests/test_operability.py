@@ -162,7 +162,8 @@ def test_each_command_loads_only_its_own_module_and_the_table_lists_every_one(nv
             "print(sorted(m for m in sys.modules if m.startswith('fr_otel.cli.')))")
     out = subprocess.run([sys.executable, "-c", code, str(nvrx / "lock_gil_1st")], capture_output=True,
                          text=True, env=_env(), check=True).stdout
-    assert out.strip() == "['fr_otel.cli._common', 'fr_otel.cli.analyze', 'fr_otel.cli.commands', 'fr_otel.cli.report']"
+    assert out.strip() == ("['fr_otel.cli._common', 'fr_otel.cli.analyze', 'fr_otel.cli.commands', 'fr_otel.cli.exit_codes', "
+                           "'fr_otel.cli.report']")
     assert sorted(c.name for c in COMMANDS) == SUBCOMMANDS
     first = _fr_otel("-q", "analyze", "--help")  # argparse still picks analyze after the stray option
     assert "--json" in first.stdout, first.stdout + first.stderr

@@ -29,7 +29,7 @@ from fr_otel.agent.state import GroupStatus, P2PWait, ProcessInfo, Snapshot
 from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
 
 PIPE = ("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 1, 2, 3))
-WAIT_S = 200  # past the alert's 120 s threshold from the first scrape on
+WAIT_S = 200  # past the stall threshold (60 s) from the first scrape on
 DASHBOARDS = load_dashboards()
 
 

@@ -17,13 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 import yaml
+from support.rules import RULES_FILE, write_lowered_rules
 
 from fr_otel.trace import attributes
 
@@ -32,7 +33,6 @@ DASHBOARD_DIR = REPO / "dashboards"
 DASHBOARD_FILES = sorted(DASHBOARD_DIR.glob("*.json"))
 DEPLOY = REPO / "deploy"
 PROM_DIR = DEPLOY / "prometheus"
-RULES_FILE = PROM_DIR / "fr-otel-rules.yml"
 RULES_TEST_FILE = PROM_DIR / "rules.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
@@ -48,6 +48,8 @@ CONTRACT_METRICS = {
     "fr_inflight_p2p_age_seconds": {"rank", "pg_name", "pg_desc", "op", "peer"},
     "fr_last_enqueued_seq": {"rank", "pg_name", "pg_desc"},
     "fr_last_completed_seq": {"rank", "pg_name", "pg_desc"},
+    "fr_collective_wait_seconds_total": {"rank", "pg_name", "pg_desc"},
+    "fr_collectives_completed_total": {"rank", "pg_name", "pg_desc"},
     "fr_incidents_total": {"rank"},
     "fr_info": {"rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity"},
     "fr_agent_polls_total": {"rank"},
@@ -326,6 +328,7 @@ def test_recording_rule_names() -> None:
 
 
 THRESHOLD_PREFIX = "threshold:"
+BLAME_FLOOR = "threshold:fr_blame_floor:seconds"
 
 
 def threshold_rules() -> dict[str, str]:
@@ -334,9 +337,23 @@ def threshold_rules() -> dict[str, str]:
             if rule.get("record", "").startswith(THRESHOLD_PREFIX)}
 
 
+def thresholds_read(expr: str, thresholds: Iterable[str]) -> set[str]:
+    """The thresholds an expression compares against: named in it, or in a recording rule it reads
+    (and so on), so a rule recording a comparison is the one place of it and its alert still says."""
+    records = {rule["record"]: rule["expr"] for rule in load_rules() if "record" in rule}
+    seen: set[str] = set()
+    todo = [expr]
+    while todo:
+        for name in metric_names(todo.pop()) & set(records) - seen:
+            seen.add(name)
+            todo.append(records[name])
+    return {t for t in thresholds if t in expr or t in seen}
+
+
 def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
-    """Every threshold is one constant recording rule; alerts compare against it and their
-    annotations print it through a query (no number written twice), and name the training job."""
+    """Every threshold is one constant recording rule; alerts compare against it (or read the rule
+    that does) and their annotations print it through a query (no number written twice), and name
+    the training job."""
     thresholds = threshold_rules()
     assert len(thresholds) >= 5
     for name, expr in thresholds.items():
@@ -346,7 +363,7 @@ def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
         name, expr, ann = rule["alert"], rule["expr"], rule["annotations"]
         text = ann["summary"] + " " + ann["description"]
         assert "$labels.training_job" in ann["summary"] and "$labels.training_job" in ann["description"], name
-        read = {t for t in thresholds if t in expr}
+        read = thresholds_read(expr, thresholds) - {BLAME_FLOOR}  # who is behind, not when an alert fires
         used |= read
         for t in read:
             assert f"query `{t}`" in text, f"{name}: its annotations do not print {t}"
@@ -355,7 +372,7 @@ def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
         assert not re.search(r"\d+\s*(s|m|%|seconds|minutes)\b", outside), f"{name}: a hard-coded number: {outside}"
         nonzero = re.search(r"[><]=?\s*(?!0(?![.\d]))\d", expr)  # "> 0" / "== 0" are no thresholds
         assert not nonzero, f"{name}: compare against a threshold:* series, not a number"
-    assert used == set(thresholds) - {"threshold:fr_blame_floor:seconds"}
+    assert used == set(thresholds) - {BLAME_FLOOR}
 
 
 def test_alerts_on_recorded_series_are_evaluated_after_them_in_one_group() -> None:
@@ -380,9 +397,9 @@ def test_alerts_on_recorded_series_are_evaluated_after_them_in_one_group() -> No
     assert checked >= 10
 
 
-LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_rank_lagging:seconds": "20",
-           "threshold:fr_collective_near_timeout:ratio": "0.5", "threshold:fr_agent_stale:seconds": "30",
-           "threshold:fr_blame_floor:seconds": "5"}
+LOWERED = {"threshold:fr_collective_stalled:seconds": "30", "threshold:fr_collective_near_timeout:ratio": "0.5",
+           "threshold:fr_agent_stale:seconds": "30", "threshold:fr_blame_floor:seconds": "5",
+           "threshold:fr_node_lost:ratio": "0.5"}
 
 
 def _lowered_rules_test() -> dict:
@@ -402,6 +419,14 @@ def _lowered_rules_test() -> dict:
         inputs.append(series("fr_inflight_collective_age_seconds", "0+15x40" if stuck else "0x40", rank, **group))
         inputs.append(series("fr_inflight_collective_timeout_seconds", "600x40" if stuck else "0x40", rank, **group))
     inputs.append(series("fr_agent_last_poll_timestamp_seconds", "0+15x10 150x30", "1"))
+    # A pipeline group: rank 1 waits in its send to rank 2, which waits in no send/recv.
+    pipe = {"pg_name": "43", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP"}
+    inputs.append(series("fr_inflight_p2p_age_seconds", "0+15x40", "1", **pipe, op="send", peer="2"))
+    # Host node-x: rank 11's agent stops answering at 1m, rank 10's answers; node-y's rank 12 too.
+    for rank, host, up in (("10", "node-x", "1x40"), ("11", "node-x", "1x3 0x36"), ("12", "node-y", "1x40")):
+        inputs.append(series("up", up, rank, instance=f"{host}:{9740 + int(rank)}"))
+        inputs.append(series("fr_info", up.replace(" 0x36", " stale"), rank, instance=f"{host}:{9740 + int(rank)}",
+                             local_rank=str(int(rank) % 2), host=host))
     pg_labels = {"severity": "warning", "job": "fr-otel", "training_job": "llama-7b", **group}
     url = RUNBOOK_URL
 
@@ -417,7 +442,7 @@ def _lowered_rules_test() -> dict:
             "interval": "15s",
             "input_series": inputs,
             "alert_rule_test": [
-                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 120 s: from 3m15s).
+                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 60 s: from 2m15s).
                 case("1m30s", "FrOtelCollectiveStalled", []),
                 case("2m", "FrOtelCollectiveStalled", [{"exp_labels": pg_labels, "exp_annotations": {
                     "summary": "A collective has been in flight for over 30s in group 0 of training job llama-7b",
@@ -425,15 +450,24 @@ def _lowered_rules_test() -> dict:
                                    "llama-7b has waited 2m 0s (threshold 30s). Its members are blocked; see "
                                    "FrOtelRankLagging for the rank(s) they wait for.",
                     "runbook_url": url + "frotelcollectivestalled"}}]),
-                # age > 20 from 30s, for 1m: firing from 1m30s (the shipped 60 s: from 2m15s).
-                case("1m15s", "FrOtelRankLagging", []),
-                case("1m45s", "FrOtelRankLagging", [{
+                # The same threshold, the same times: one meaning of stalled.
+                case("1m30s", "FrOtelRankLagging", []),
+                case("2m", "FrOtelRankLagging", [{
                     "exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"}, "exp_annotations": {
                     "summary": "Rank 2 is holding up process group 0 of training job llama-7b",
                     "description": "Rank 2 (node-a:9742) of training job llama-7b has enqueued 1 collective(s) fewer "
                                    "than the most advanced member of process group 0 (default_pg), whose other "
-                                   "members have waited over 20s: they are waiting for rank 2.",
+                                   "members have waited over 30s: they are waiting for rank 2.",
                     "runbook_url": url + "frotelranklagging"}}]),
+                case("1m30s", "FrOtelSendRecvStalled", []),
+                case("2m", "FrOtelSendRecvStalled", [{
+                    "exp_labels": {**pg_labels, **pipe, "peer": "2"}, "exp_annotations": {
+                    "summary": "Rank 2 is holding up send/recv in group 43 of training job llama-7b",
+                    "description": "Ranks of process group 43 (PIPELINE_MODEL_PARALLEL_GROUP) in training job "
+                                   "llama-7b have waited 2m 0s in send/recv on rank 2, which is not itself waiting "
+                                   "in a send/recv (threshold 30s): it never posted the matching op, or it is stuck "
+                                   "elsewhere.",
+                    "runbook_url": url + "frotelsendrecvstalled"}}]),
                 # age / 600 > 0.5 from 5m15s, for 30s: firing from 5m45s (the shipped 80 %: from 8m45s).
                 case("5m30s", "FrOtelCollectiveNearTimeout", []),
                 case("6m", "FrOtelCollectiveNearTimeout", [{"exp_labels": {**pg_labels, "severity": "critical"},
@@ -454,6 +488,20 @@ def _lowered_rules_test() -> dict:
                                    "scrapes but last polled the Flight Recorder 3m 0s ago (threshold 30s): its "
                                    "metrics are frozen.",
                     "runbook_url": url + "frotelagentstale"}}]),
+                # half of node-x down from 1m, for 1m: firing from 2m (the shipped 100 %: never).
+                case("1m45s", "FrOtelNodeLost", []),
+                case("2m30s", "FrOtelNodeLost", [{"exp_labels": {"severity": "critical", "job": "fr-otel",
+                                                                 "training_job": "llama-7b", "host": "node-x"},
+                                                  "exp_annotations": {
+                    "summary": "Host node-x of training job llama-7b is lost: rank 11 stopped answering",
+                    "description": "Prometheus cannot scrape the fr-otel agents of rank 11 at node-x:9751 on host "
+                                   "node-x, silent for 1m 45s, while other hosts of training job llama-7b still "
+                                   "answer: the host is down, cut off from the network or frozen, or every rank on it "
+                                   "died. The job's other ranks will wait for them in their next collective until its "
+                                   "timeout. A host is lost when at least 50% of its ranks stop answering while "
+                                   "another host of the job answers, or when they stopped over 2 scrape intervals "
+                                   "(15s) plus 2s before the job's last host and over one before its median host.",
+                    "runbook_url": url + "frotelnodelost"}}]),
             ],
         }],
     }
@@ -462,11 +510,7 @@ def _lowered_rules_test() -> dict:
 def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(tmp_path: Path) -> None:
     """Lower each threshold in its one place (the threshold:* rule), as the rules header invites:
     the alerts fire earlier and their annotations print the new values."""
-    text = RULES_FILE.read_text(encoding="utf-8")
-    for name, value in LOWERED.items():
-        text, n = re.subn(rf"(- record: {re.escape(name)}\n\s+expr: )vector\([^)]*\)", rf"\g<1>vector({value})", text)
-        assert n == 1, name
-    (tmp_path / "fr-otel-rules.yml").write_text(text, encoding="utf-8")
+    write_lowered_rules(tmp_path, LOWERED)
     (tmp_path / "lowered.test.yml").write_text(yaml.safe_dump(_lowered_rules_test(), sort_keys=False), encoding="utf-8")
     result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -474,7 +518,8 @@ def test_promtool_lowered_thresholds_change_when_alerts_fire_and_what_they_say(t
     (tmp_path / "fr-otel-rules.yml").write_text(RULES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
     result = run([need("promtool"), "test", "rules", "lowered.test.yml"], cwd=tmp_path)
     assert result.returncode != 0
-    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelCollectiveNearTimeout", "FrOtelAgentStale"):
+    for alert in ("FrOtelCollectiveStalled", "FrOtelRankLagging", "FrOtelSendRecvStalled", "FrOtelCollectiveNearTimeout",
+                  "FrOtelAgentStale", "FrOtelNodeLost"):
         assert f"alertname: {alert}" in result.stdout + result.stderr, alert
 
 

@@ -16,22 +16,28 @@ BROWSER_DRIVER_MARKS = ("Sec-WebSocket-Key", "Page.navigate", "Runtime.evaluate"
 
 
 @pytest.fixture(scope="module")
-def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    """Build the wheel from a copy of the checkout (no build output lands in the tree); its files by name."""
+def wheel_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, bytes], str]:
+    """Build the wheel from a copy of the checkout (no build output lands in the tree): its files by
+    name, and what the build printed (pip -v shows the build backend's own output and warnings)."""
     root = tmp_path_factory.mktemp("wheel")
     src = root / "project"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so"))
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src),
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", str(src),
          "-w", str(root / "dist")],
         capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     (wheel,) = (root / "dist").glob("fr_otel-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        return {name: zf.read(name) for name in zf.namelist()}
+        return {name: zf.read(name) for name in zf.namelist()}, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_files(wheel_build: tuple[dict[str, bytes], str]) -> dict[str, bytes]:
+    return wheel_build[0]
 
 
 def test_wheel_holds_no_browser_driver(wheel_files: dict[str, bytes]) -> None:
@@ -65,11 +71,37 @@ def test_wheel_ships_the_compiled_column_scan_built_from_its_source(wheel_files:
     assert [n for n in wheel_files if n.startswith("fr_otel/read/_column_scan.") and n.endswith(".so")]
 
 
-def test_readme_layout_names_every_module_under_its_own_folder() -> None:
-    """README's Layout block names each module of each layer folder, in that folder's entry (docs cannot drift)."""
+def test_wheel_ships_both_c_extensions(wheel_files: dict[str, bytes]) -> None:
+    """The pickle key walk is compiled and shipped too, like the column scan."""
+    for stem in ("_column_scan", "_pickle_keys"):
+        assert [n for n in wheel_files if n.startswith(f"fr_otel/read/{stem}.") and n.endswith(".so")], stem
+
+
+def test_the_build_gives_no_experimental_warning(wheel_build: tuple[dict[str, bytes], str]) -> None:
+    """The C extensions are declared the stable way (setup.py's ext_modules): setuptools warns of nothing experimental."""
+    log = wheel_build[1]
+    assert "building 'fr_otel.read._column_scan'" in log  # the log is the build's own, verbose output
+    assert "experimental" not in log.lower(), [ln for ln in log.splitlines() if "experimental" in ln.lower()]
+
+
+def test_setup_stamp_covers_setup_py_and_every_c_source() -> None:
+    """scripts/setup.sh reinstalls (rebuilding the extensions) when setup.py or a C source changes."""
     import re
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    script = (REPO / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    (stamp,) = re.findall(r'^want="\$\(cat ([^|]*)\|', script, flags=re.M)
+    words = stamp.split()
+    assert {"pyproject.toml", "setup.py"} <= set(words)
+    covered = {p for w in words for p in REPO.glob(w)}
+    assert set((REPO / "src").rglob("*.c")) <= covered
+
+
+def test_contributing_layout_names_every_module_under_its_own_folder() -> None:
+    """CONTRIBUTING's Layout block names each module of each package folder, in that folder's entry (docs
+    cannot drift)."""
+    import re
+
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
     block = text[text.index("## Layout"):]
     block = block[block.index("src/fr_otel/"):block.index("\n```", block.index("src/fr_otel/"))]
     entries = dict(re.findall(r"^  (\w+)/\s+(.*?)(?=^  \S|\Z)", block, flags=re.M | re.S))

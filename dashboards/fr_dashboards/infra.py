@@ -6,6 +6,8 @@ DCGM (either side of its 4.9 renames), ``node_uname_info{nodename}`` for node-ex
 
 from __future__ import annotations
 
+from fr_otel.common.stall import DEFAULT_STALL_S
+
 from . import links
 from .board import Board, annotation, job_annotations, job_variables, query_variable
 from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns
@@ -122,10 +124,18 @@ def build() -> Board:
         "Communication",
         timeseries("Oldest in-flight collective per host",
                    [((f"max by (host) ({job('fr_inflight_collective_age_seconds')} * {per_host} "
-                      f"{ranks_on('fr_info')})"), "{{host}}")], unit="s", threshold=120),
+                      f"{ranks_on('fr_info')})"), "{{host}}")], unit="s", threshold=DEFAULT_STALL_S),
         timeseries("Ranks the others wait for, per host",
                    [((f"count by (host) (count by (job, training_job, rank, host) ({job('rank_pg:fr_behind:lag')} "
                       f"* {per_host} {ranks_on('fr_info')}))"), "{{host}}")], unit="none"),
+        timeseries("Who everyone waits for, per host",
+                   [(ranks_on("host_pg:fr_lateness:ratio"), "{{host}} {{pg_desc}} ({{pg_name}}) {{training_job}}")],
+                   unit="percentunit", threshold=0.1, w=24,
+                   description="Per host and group, the least late of its ranks (host_pg:fr_lateness:ratio): the "
+                               "share of its time the group's typical member spends waiting for every rank of that "
+                               "host. A host above the dashed line (the FrOtelSlowHost threshold, "
+                               "threshold:fr_slow_rank_lateness:ratio, 10 %) runs the whole job at its pace: look at "
+                               "its CPU, GPU clocks and NICs below."),
     )
     board.row("GPU (DCGM exporter, names before and after 4.9)", *gpu_panels())
     board.row(

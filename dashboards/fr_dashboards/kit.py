@@ -29,6 +29,9 @@ from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models import prometheus as pm
 from grafana_foundation_sdk.models import tempo as tm
 
+from fr_otel.common.promql import BLAME_FLOOR_S
+from fr_otel.common.stall import DEFAULT_STALL_S
+
 from .links import DataLink
 
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -40,8 +43,9 @@ GREEN: Steps = (("green", None),)
 #: A count where one is already bad / worth a look.
 RED_FROM_ONE: Steps = (("green", None), ("red", 1))
 ORANGE_FROM_ONE: Steps = (("green", None), ("orange", 1))
-#: The age of an in-flight collective: worth a look after a minute, bad after two.
-AGE_STEPS: Steps = (("green", None), ("yellow", 60), ("red", 120))
+#: The age of an in-flight collective: worth a look once its group's laggards count as behind
+#: (the blame floor), bad once it is stalled (the stall alerts' threshold).
+AGE_STEPS: Steps = (("green", None), ("yellow", BLAME_FLOOR_S), ("red", DEFAULT_STALL_S))
 
 #: What a row holds: any panel builder.
 Panel = cogbuilder.Builder[dm.Panel]

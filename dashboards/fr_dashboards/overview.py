@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import stat as stat_builder
 
+from fr_otel.common.promql import BLAME_FLOOR_S
+from fr_otel.common.stall import DEFAULT_STALL_S
+
 from . import links
 from .board import Board, job_annotations, job_variables, query_variable
 from .kit import (
@@ -42,15 +45,16 @@ def now() -> list[stat_builder.Panel]:
              f"count(count by (job, training_job, rank) ({pg('rank_pg:fr_behind:lag')})) or vector(0)",
              unit="none", steps=RED_FROM_ONE, decimals=0,
              description="Ranks whose last enqueued collective is the lowest of a group that has waited at least "
-                         "the blame floor (threshold:fr_blame_floor:seconds, 10 s): the ranks the others wait for "
-                         "(recording rule rank_pg:fr_behind:lag)."),
+                         f"the blame floor (threshold:fr_blame_floor:seconds, {BLAME_FLOOR_S:g} s as shipped): the "
+                         "ranks the others wait for (recording rule rank_pg:fr_behind:lag). Behind is not stalled: "
+                         "a group stalls at threshold:fr_collective_stalled:seconds."),
         stat("Groups stalled",
              f"count({pg('pg:fr_inflight_collective_age_seconds:max')} > on() group_left() "
              "threshold:fr_collective_stalled:seconds) or vector(0)",
              unit="none", steps=RED_FROM_ONE, decimals=0,
-             description="Process groups whose oldest in-flight collective is older than the "
-                         "FrOtelCollectiveStalled alert's threshold (the threshold:fr_collective_stalled:seconds "
-                         "rule, 120 s as shipped)."),
+             description="Process groups whose oldest in-flight collective is stalled: older than the "
+                         "threshold the stall alerts compare against (the threshold:fr_collective_stalled:seconds "
+                         f"rule, {DEFAULT_STALL_S:g} s as shipped, as the agent's incidents)."),
         stat("Incidents in range",
              f"round(sum(max by (job, training_job) (increase({job('fr_incidents_total')}[$__range])))) "
              "or vector(0)",
@@ -89,10 +93,42 @@ def who_is_behind() -> Panel:
                 field("waited for", mappings=[yes_between(1, 1e12)], background=True)],
         links=[links.all_incidents()],
         description="Ranks behind the most advanced member of a group that has waited at least the blame floor "
-                    "(threshold:fr_blame_floor:seconds, 10 s). 'enqueued lag' counts collectives the rank has not "
-                    "issued yet (CPU side: data loader, other code path); 'completed lag' collectives it issued and "
-                    "did not finish (device or network). 'waited for' marks the rank(s) the group waits on (lowest "
-                    "enqueued). Click a rank for its incident traces or its drill-down.")
+                    f"(threshold:fr_blame_floor:seconds, {BLAME_FLOOR_S:g} s as shipped). 'enqueued lag' counts "
+                    "collectives the rank has not issued yet (CPU side: data loader, other code path); 'completed "
+                    "lag' collectives it issued and did not finish (device or network). 'waited for' marks the "
+                    "rank(s) the group waits on (lowest enqueued). Click a rank for its incident traces or its "
+                    "drill-down.")
+
+
+def lost_hosts() -> Panel:
+    """The ranks whose agents stopped answering, one row each, with their host (from the last
+    fr_info each served) and whether FrOtelNodeLost names that host: the alert's own verdict, so
+    the table and the alert never disagree (a crashed host is lost, its survivors only silent)."""
+    row = "job, training_job, host, rank, instance"
+    down = f"({job('rank:fr_agent_up:last_info')} == 0)"
+    per_host = "on(job, training_job, host) group_left()"
+    named = 'max by (job, training_job, host) (ALERTS{alertname="FrOtelNodeLost", alertstate="firing"})'
+    return table(
+        "Lost ranks and hosts",
+        [f"max by ({row}) ({down} + {per_host} host:fr_agents_down:ratio)",
+         f"max by ({row}) (({down} + {per_host} {named}) or {down})",
+         (f"max by ({row}) (time() - {job('rank:fr_agent_heard:last_timestamp')} "
+          f"and on(job, training_job, instance) {down})")],
+        unit="none",
+        columns=Columns(order=["host", "rank", "training_job", "Value #A", "Value #B", "Value #C", "instance"],
+                        rename={"Value #A": "host's ranks down", "Value #B": "host lost",
+                                "Value #C": "silent for"}),
+        sort="host's ranks down",
+        fields=[field("rank", links=links.rank_links()), field("host's ranks down", unit="percentunit"),
+                field("host lost", mappings=[yes_between(1, 1)], background=True),
+                field("silent for", unit="s")],
+        links=[links.all_incidents()],
+        description="Ranks whose fr-otel agent Prometheus can no longer scrape, each with the host its last fr_info "
+                    "named (remembered for an hour), the share of that host's ranks that are down, and how long it "
+                    "has been silent. 'host lost' marks the hosts FrOtelNodeLost names (firing): down, cut off or "
+                    "frozen while another host of the job answers, or silent well before the rest of the job, "
+                    "which then ended (a crash). After a crash every rank is silent, and only the host that went "
+                    "first is lost. Empty while every agent answers.")
 
 
 def build() -> Board:
@@ -108,9 +144,11 @@ def build() -> Board:
     board.row(
         "Process groups",
         timeseries("Oldest in-flight collective per group",
-                   [(pg("pg:fr_inflight_collective_age_seconds:max"), GROUP_LEGEND)], unit="s", threshold=120,
+                   [(pg("pg:fr_inflight_collective_age_seconds:max"), GROUP_LEGEND)], unit="s",
+                   threshold=DEFAULT_STALL_S,
                    description="Per process group, the age of its oldest in-flight collective (0 when none). The "
-                               "dashed line is the FrOtelCollectiveStalled threshold (120 s)."),
+                               "dashed line is where it counts as stalled (threshold:fr_collective_stalled:seconds, "
+                               f"{DEFAULT_STALL_S:g} s as shipped)."),
         timeseries("Ranks behind, per group", [(f"count by ({GROUP}) ({pg('rank_pg:fr_behind:lag')})", GROUP_LEGEND)],
                    unit="none", description="How many ranks each waiting group is waiting for."),
     )
@@ -122,6 +160,7 @@ def build() -> Board:
                             "as the waiting ranks heating up while the rank they wait for stays cold."),
         who_is_behind(),
     )
+    board.row("Hosts", lost_hosts())
     board.row(
         "Progress and agents",
         timeseries("Enqueued progress per group (max and min over ranks)",
@@ -145,6 +184,24 @@ def build() -> Board:
                    description="Incident traces exported. Each increment carries a trace_id exemplar: hover a dot "
                                "and follow 'Open incident trace' (Prometheus needs "
                                "--enable-feature=exemplar-storage)."),
+    )
+    board.row(
+        "Slow ranks (no hang): who everyone waits for",
+        timeseries("Who everyone waits for, per group",
+                   [(f"{pg('rank_pg:fr_lateness:ratio')} > 0", "rank {{rank}} " + GROUP_LEGEND)],
+                   unit="percentunit", threshold=0.1,
+                   description="Each rank's lateness (rank_pg:fr_lateness:ratio): the share of its time its group's "
+                               "typical member spends waiting for it in the group's collectives (the group's median "
+                               "wait minus its own). The rank everyone waits for is on top; ranks that merely wait "
+                               "are below 0 and not drawn. The dashed line is the FrOtelSlowRank threshold "
+                               "(threshold:fr_slow_rank_lateness:ratio, 10 %)."),
+        timeseries("Time waiting in collectives, per rank",
+                   [(pg("rank_pg:fr_collective_wait:ratio"), "rank {{rank}} " + GROUP_LEGEND),
+                    (pg("pg:fr_collective_wait_ratio:median"), "median " + GROUP_LEGEND)],
+                   unit="percentunit", overrides=[series("^median .*", dashed=True)],
+                   description="The share of its time each rank spends waiting in each group's collectives "
+                               "(fr_collective_wait_seconds_total, sampled by the agent), and the group's median "
+                               "(dashed). A slow rank waits least: it arrives last."),
     )
     per_rank = "job, training_job, instance, rank"
     board.row(

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fr_otel.common.promql import GROUP_DESCRIPTION, GROUP_LABELS
+
 JOB = 'job=~"$job"'
 TRAINING_JOB = 'training_job=~"$training_job"'
 PG = 'pg_name=~"$pg"'
 RANK = 'rank="$rank"'
 HOST = 'host=~"$host"'
 
-#: The labels that identify a process group of a job (the recording rules aggregate by them).
-GROUP = "job, training_job, pg_name, pg_desc"
+#: The labels that identify a process group across jobs, and its description beside them (the
+#: recording rules aggregate by the same; one home: fr_otel.common.promql).
+GROUP = ", ".join((*GROUP_LABELS, GROUP_DESCRIPTION))
 
 
 def selector(*matchers: str) -> Callable[[str], str]:

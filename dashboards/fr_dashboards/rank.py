@@ -118,6 +118,14 @@ def build() -> Board:
                    unit="none",
                    description="Collectives this rank has not enqueued / completed yet that the group's most "
                                "advanced member has."),
+        timeseries("Its wait against its group (exemplars open the trace)",
+                   [(f"rate({rank('fr_collective_wait_seconds_total')}[$__rate_interval])", "{{pg_name}} its wait"),
+                    (rank("rank_pg:fr_lateness:ratio"), "{{pg_name}} the group waits for it")],
+                   unit="percentunit", exemplars=True,
+                   description="The share of its time this rank spends waiting in each group's collectives, and its "
+                               "lateness: the share of its time the group's typical member spends waiting for it "
+                               "(FrOtelSlowRank fires at 10 %). Exemplars carry the latest incident's trace id "
+                               "(a slow host's incident, when the agent raised one)."),
         timeseries("Incidents (exemplars open the trace)",
                    [(f"sum by (rank) (increase({rank('fr_incidents_total')}[$__rate_interval]))",
                      "incidents rank {{rank}}")],
@@ -151,7 +159,7 @@ def build() -> Board:
     board.row(
         "Send/recv",
         timeseries("Pending send/recv of rank $rank, by peer",
-                   [(f"max by (op, peer, pg_name, pg_desc) ({rank('fr_inflight_p2p_age_seconds')})",
+                   [(f"max by ({GROUP}, op, peer) ({rank('fr_inflight_p2p_age_seconds')})",
                      "{{op}} peer {{peer}} on {{pg_desc}} ({{pg_name}})")],
                    unit="s", w=24,
                    description="Age of the rank's oldest pending send or recv to each peer (global rank; 'any' for "

@@ -6,34 +6,54 @@ job model, and names the culprit ranks with evidence::
     from fr_otel import read_dumps, build_job, analyze
     verdict = analyze(build_job(read_dumps("dumps/")))
     print(verdict.verdict, [c.rank for c in verdict.culprits])
+
+Every name is imported on first use (module ``__getattr__``): ``fr-otel --version`` and
+``--help`` import this package and must start as fast as a bare interpreter, and a
+training script's ``import fr_otel`` must not pay for the analysis it may never run. (Not
+even for logging: its ``NullHandler`` comes with the first module that logs,
+:mod:`fr_otel.common.log`.)
 """
 
-import logging as _logging
+from importlib import import_module as _import_module
 
-from .diagnosis.analysis import analyze
-from .diagnosis.job import Job, ProcessGroup, build_job
-from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
-from .read.dump import Entry, PgConfig, Progress, RankDump
-from .read.frame import Frame
-from .read.reader import ReadResult, read_dumps
 from .version import __version__
 
-# A library logs, the application decides where it goes (stdlib convention).
-_logging.getLogger("fr_otel").addHandler(_logging.NullHandler())
+#: Public name -> the module that defines it (relative to this package).
+_HOMES = {
+    "analyze": ".diagnosis.analysis",
+    "Job": ".diagnosis.job",
+    "ProcessGroup": ".diagnosis.job",
+    "build_job": ".diagnosis.job",
+    "AnalysisOptions": ".diagnosis.verdict",
+    "Culprit": ".diagnosis.verdict",
+    "GroupState": ".diagnosis.verdict",
+    "Verdict": ".diagnosis.verdict",
+    "Entry": ".read.dump",
+    "PgConfig": ".read.dump",
+    "Progress": ".read.dump",
+    "RankDump": ".read.dump",
+    "Frame": ".read.frame",
+    "ReadResult": ".read.reader",
+    "read_dumps": ".read.reader",
+    "start": ".agent",  # the live agent's, imported only when asked for
+    "stop": ".agent",
+    "step": ".agent.step_counter",
+}
 
 
 def __getattr__(name: str) -> object:
-    """``fr_otel.start`` / ``stop`` / ``step``: the live agent's, imported only when asked for."""
-    if name in ("start", "stop"):
-        from . import agent
+    """The public name ``name``, imported from its home on first use and kept (a training loop
+    calls ``fr_otel.step`` every step: it is looked up once)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fr_otel' has no attribute {name!r}")
+    value = getattr(_import_module(home, __name__), name)
+    globals()[name] = value
+    return value
 
-        return getattr(agent, name)
-    if name == "step":
-        from .agent.step_counter import step
 
-        globals()["step"] = step  # a training loop calls it every step: look it up once
-        return step
-    raise AttributeError(f"module 'fr_otel' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
 
 
 __all__ = [

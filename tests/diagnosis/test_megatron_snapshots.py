@@ -195,8 +195,7 @@ def test_the_simulator_writes_the_fields_real_nccl_dumps_hold(nvrx: Path) -> Non
     from fr_otel.read.safe_pickle import load_restricted
     from support.megatron.recorder import dump_dict
 
-    with open(nvrx / "gpu_error_1st" / "_dump_12", "rb") as fh:
-        real = load_restricted(fh)
+    real, _ = load_restricted((nvrx / "gpu_error_1st" / "_dump_12").read_bytes())
     s = scenario("gpu_stall")
     made = dump_dict(s.run, 12, s.dump_at[12], capacity=s.capacity)
     assert set(made) == {"version", "comm_lib_version", "pg_config", "pg_status", "entries"} and made["version"] == "2.10"
@@ -204,3 +203,16 @@ def test_the_simulator_writes_the_fields_real_nccl_dumps_hold(nvrx: Path) -> Non
     assert {type(k) for k in made["pg_status"]} == {type(k) for k in real["pg_status"]} == {str}
     assert set(next(iter(made["pg_status"].values()))) == set(next(iter(real["pg_status"].values())))
     assert set(next(iter(made["pg_config"].values()))) == {"name", "desc", "ranks"}
+
+
+def test_a_host_late_most_of_the_time_from_one_step_on_is_named_with_its_onset() -> None:
+    """A host whose CPU quota runs out now and then: from step 12 its two ranks are 0-160 ms late, a
+    quarter of the collectives under the 50 ms threshold (the 3-host lab measured 72-78 % over it):
+    both named, each with its onset and how many of the collectives since were late, as the live
+    slow-host signal names them."""
+    s = scenario("slow_host", steps=36, extra_s=0.08, spread_s=0.08)
+    v = verdict_of("slow_host", steps=36, extra_s=0.08, spread_s=0.08)
+    onset = s.first_seq(2, "dp_rs", 12)
+    assert (v.verdict, named(v)) == ("straggler", {2: "straggler", 3: "straggler"})
+    assert [c.collective_seq_id for c in v.culprits] == [onset, onset]
+    assert all(f"since #{onset}" in c.evidence and "of the last" in c.evidence for c in v.culprits)

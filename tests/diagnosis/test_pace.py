@@ -3,6 +3,10 @@ and when a dump's own time can be believed. Dumps built in memory, no torch."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from fr_otel import build_job
@@ -77,3 +81,62 @@ def test_incidents_raised_as_the_job_ends_count_every_wait_whatever_its_age() ->
     ending = analyze(build_job(read), AnalysisOptions(ending=True))
     assert (snapshot.verdict, snapshot.culprits) == ("healthy", [])
     assert ending.verdict == "hang" and [(c.rank, c.kind) for c in ending.culprits] == [(1, "not_enqueued")]
+
+
+def _late_start_stall(folder: Path | None = None) -> ReadResult:
+    """Rank 2 started 3 s after the others (the job's first all_reduce waited for it), then never enqueued
+    the 6th all_reduce; the dumps are taken 6 s into that wait (and written to ``folder``, dated then)."""
+    b = DumpBuilder(4)
+    b.collective(b.world, late_s={2: 3.0})
+    b.clock += 3 * 10**9
+    for _ in range(4):
+        b.collective(b.world)
+    b.collective(b.world, ranks=[0, 1, 3], done=False)
+    dumped = b.clock + 6 * 10**9
+    read = ReadResult()
+    for r in range(4):
+        if folder is not None:
+            path = folder / f"rank_{r}"
+            path.write_bytes(b.dump(r))
+            os.utime(path, ns=(dumped, dumped))
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=dumped)  # type: ignore[assignment]
+    return read
+
+
+def test_a_live_stall_incident_counts_the_wait_it_was_raised_for_whatever_the_learnt_pace() -> None:
+    """The late start makes the learnt pace ask 9 s of a stall, so a snapshot of the 6 s wait is healthy; the
+    live agent raised its incident over a 5 s threshold for that wait: then the verdict names rank 2."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+
+    read = _late_start_stall()
+    snapshot = analyze(build_job(read))
+    assert (snapshot.verdict, snapshot.culprits, snapshot.ages.threshold_s) == ("healthy", [], pytest.approx(9.0, abs=0.01))
+    live = analyze(build_job(read), AnalysisOptions(raised_over_s=5.0))
+    assert live.verdict == "hang" and [(c.rank, c.kind) for c in live.culprits] == [(2, "not_enqueued")]
+    assert live.ages.threshold_s == 5.0
+    young = analyze(build_job(read), AnalysisOptions(raised_over_s=30.0))  # never raises the learnt bar
+    assert young.verdict == "healthy" and young.ages.threshold_s == pytest.approx(9.0, abs=0.01)
+
+
+@pytest.mark.parametrize(("root", "verdict"), [
+    ((("fr_otel.incident.reason", "stall"), ("fr_otel.incident.detected.threshold_s", 5.0)), "hang"),
+    ((("fr_otel.incident.reason", "manual"), ("fr_otel.incident.detected.threshold_s", 5.0)), "healthy"),
+    ((("fr_otel.incident.reason", "stall"),), "healthy"),
+])
+def test_offline_analysis_of_the_incident_folder_says_what_the_live_stall_verdict_said(
+        tmp_path: Path, run_cli, root: tuple[tuple[str, object], ...], verdict: str) -> None:
+    """`fr-otel analyze` of the dumps with the incident.json a stall incident leaves (reason and threshold)
+    names rank 2 as the live agent did; another reason, or no threshold, is weighed as a snapshot."""
+    from fr_otel.common.ids import trace_id_for
+    from fr_otel.incident.files import write_identity
+    from fr_otel.read.incident_file import IncidentIdentity
+
+    _late_start_stall(tmp_path)
+    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
+                                              root_attributes=root))
+    proc = run_cli("analyze", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == verdict
+    assert [c["rank"] for c in doc["culprits"]] == ([2] if verdict == "hang" else [])

@@ -12,7 +12,7 @@ from support.jobs import Job, installed_bin, job_env
 from support.kubernetes import container, kubelet_env, pod_spec, volumes
 
 from fr_otel.testing.otlp import OtlpGrpcReceiver, wait_for
-from fr_otel.trace.ids import trace_id_for
+from fr_otel.common.ids import trace_id_for
 
 #: 16 ranks' real NCCL watchdog dumps (vendored, see its README).
 WATCHDOG_DUMPS = Path(__file__).resolve().parents[1] / "data" / "nvrx-fr-traces" / "gpu_error_1st"

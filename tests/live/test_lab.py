@@ -108,6 +108,22 @@ def test_a_lab_left_by_a_killed_process_is_swept_by_the_next_one(tmp_path: Path)
     assert prefix not in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
 
 
+def test_a_prometheus_on_one_host_scrapes_another_at_its_lab_address_and_answers_the_test(tmp_path: Path) -> None:
+    """lab.prometheus(0, ...) runs on node0, scrapes node1's 10.213.0.2 (unreachable from here) and answers queries."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "metrics").write_text("lab_probe 42\n")
+    with Lab(2, log_dir=tmp_path) as lab:
+        lab.spawn(1, [sys.executable, "-m", "http.server", "--bind", lab.ips[1], "--directory", str(served), "9740"],
+                  name="http")
+        with lab.prometheus(0, [f"{lab.ips[1]}:9740"], scrape_interval="1s") as prom:
+            samples = prom.wait_for("lab_probe", timeout=30)
+            node = lab.node_of(prom.pid) if prom.pid is not None else None
+    assert [(s.labels["instance"], s.value) for s in samples] == [("10.213.0.2:9740", 42.0)]
+    assert node == 0
+    assert lab.leftovers() == []
+
+
 def _state(pid: int) -> str:
     """A process's state letter (R, S, T, Z...), or "" once it is gone."""
     try:

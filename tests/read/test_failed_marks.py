@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
+from fr_otel.common.ids import trace_id_for
 from fr_otel.agent.payload import decode_payload, encode_payload
 from fr_otel.agent.recorder import GroupInfo
 from fr_otel.read.failed import FailedCollective
@@ -40,7 +41,7 @@ def test_marks_in_incident_json_put_the_failed_collective_back_in_flight(tmp_pat
     _timed_out_job(tmp_path)
     mark = {"pg": "0", "seq": 6, "reason": "RuntimeError: Timed out waiting 20000ms for recv operation to complete"}
     (tmp_path / "incident.json").write_text(json.dumps({
-        "format": "fr-otel/incident/1", "job_id": "j", "incident": "1", "trace_id": "ab" * 16,
+        "format": "fr-otel/incident/1", "job_id": "j", "incident": "1", "trace_id": f"{trace_id_for('j', '1'):032x}",
         "ranks": {"0": {"failed": [mark]}, "1": {"failed": [mark]}}}))
     job = build_job(read_dumps(tmp_path))
     assert job.progress(0, "0").completed == 5 and job.dumps[0].failed[0].seq == 6

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 from fr_otel.scenarios.job import gloo_on_loopback
+from fr_otel.testing.otlp import wait_for
 
-__all__ = ["JOB_TIMEOUT_S", "TRAIN_LOOP", "Job", "installed_bin", "job_env", "torchrun", "write_executable"]
+__all__ = ["JOB_TIMEOUT_S", "TRAIN_LOOP", "Job", "installed_bin", "job_env", "torchrun", "wait_file",
+           "write_executable"]
 
 TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
 JOB_TIMEOUT_S = 150
@@ -123,3 +125,10 @@ def _runs_with(pid: int, variable: str) -> bool:
         return variable.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def wait_file(path: Path, job: Job, timeout: float = 90) -> Path:
+    """``path`` once the job wrote it (fails with the job's output if it never does)."""
+    ok = wait_for(lambda: path.is_file() or job.proc.poll() is not None, timeout=timeout, interval=0.1)
+    assert ok and path.is_file(), f"{path.name} never appeared; job output:\n{job.output[-4000:]}"
+    return path

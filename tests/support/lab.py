@@ -12,6 +12,10 @@ under ``unshare --uts``). Names resolve inside the lab through ``/etc/netns/<ns>
         job.wait_step(12)
         lab.partition(1)
 
+A lab address is reachable only from inside the lab: :meth:`Lab.prometheus` runs a real
+Prometheus on one host (it scrapes the others at their lab addresses) and answers the test's
+queries through sockets made in that host's namespace (:meth:`Lab.connect`).
+
 Everything the lab makes carries its name prefix ``frl<pid>x<seq>``; :meth:`Lab.close` (also
 at exit, and in :func:`sweep_stale` for a lab whose pytest was killed) kills every process of
 its namespaces by PID, then deletes namespaces, links, cgroups and hosts files. It needs root,
@@ -25,19 +29,22 @@ import itertools
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from fr_otel.testing.prometheus import PrometheusServer
 from support.lab_cgroup import CpuLimit
 from support.lab_ns import (
     NETNS_ETC,
     NETNS_RUN,
     LabError,
+    connect_in,
     kill_namespace,
     kill_pids,
     lab_unavailable,
@@ -236,9 +243,7 @@ class Lab:
         folder.mkdir(parents=True, exist_ok=True)
         out = folder / f"{self.hostnames[node]}.{name}.out"
         err = folder / f"{self.hostnames[node]}.{name}.err"
-        # ip netns exec, unshare and sh each exec the next: the pid is the command's own.
-        wrapped = ["ip", "netns", "exec", self.namespaces[node], "unshare", "--uts",
-                   "sh", "-c", 'hostname "$0" && exec "$@"', self.hostnames[node], *argv]
+        wrapped = [*self.on_host(node), *argv]
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
             popen = subprocess.Popen(wrapped, env=dict(env) if env is not None else None, stdout=stdout,
                                      stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -246,6 +251,25 @@ class Lab:
         self.processes.append(proc)
         self.track([popen.pid])
         return proc
+
+    def on_host(self, node: int) -> list[str]:
+        """The argv prefix that runs a command on host ``node``: its namespace, its hostname.
+
+        ip netns exec, unshare and sh each exec the next: the pid is the command's own.
+        """
+        return ["ip", "netns", "exec", self.namespaces[node], "unshare", "--uts",
+                "sh", "-c", 'hostname "$0" && exec "$@"', self.hostnames[node]]
+
+    def connect(self, node: int, address: tuple[str, int], timeout: float = 10.0) -> socket.socket:
+        """A TCP connection to ``address`` made from host ``node`` (``127.0.0.1`` is that host's)."""
+        return connect_in(self.namespaces[node], address, timeout)
+
+    def prometheus(self, node: int, targets: Sequence[str], **options: Any) -> PrometheusServer:
+        """A real Prometheus on host ``node`` (not started): it scrapes ``targets`` at their lab
+        addresses and answers the test through :meth:`connect`; ``options`` as PrometheusServer's.
+        The lab's close kills it with the host's other processes if the test did not stop it."""
+        return PrometheusServer(targets, command_prefix=self.on_host(node),
+                                connect=lambda address, timeout: self.connect(node, address, timeout), **options)
 
     def torchrun(self, script: str | os.PathLike[str], nproc_per_node: int, env: Mapping[str, str],
                  **options: object) -> LabJob:
@@ -316,6 +340,14 @@ class Lab:
         self._fault(f"crash workers {pids} of {self.hostnames[node]}")
         kill_pids(pids, signal.SIGKILL)
         return pids
+
+    def crash(self, node: int) -> float:
+        """SIGKILL every process of host ``node``, its torchrun too: the host crashed (nothing of it
+        outlives the fault, unlike :meth:`crash_workers`). Returns the fault's time."""
+        self.pids(node)  # tracked: leftovers() names any that survive
+        t = self._fault(f"crash {self.hostnames[node]}")
+        kill_namespace(self.namespaces[node])
+        return t
 
     def slow(self, node: int, cpu_fraction: float) -> str:
         """Hold host ``node``'s processes (together, children too) to ``cpu_fraction`` of one CPU.

@@ -119,10 +119,12 @@ def _errors(text: str, n: int = 8) -> list[str]:
 
 
 def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, step: int = 12,
-             cap_s: float = 150, steps: int = 40, stall_seconds: float = 10) -> CaseResult:
-    """Run the 3x2 job, inject ``fault`` at ``step``, wait up to ``cap_s`` s after it for every exit."""
+             cap_s: float = 150, steps: int = 40, stall_seconds: float = 10,
+             agent_env: dict[str, str] | None = None) -> CaseResult:
+    """Run the 3x2 job, inject ``fault`` at ``step``, wait up to ``cap_s`` s after it for every exit;
+    ``agent_env``: more settings of the agent (``FR_OTEL_*``)."""
     env = job_env(TRAIN_LOOP_STEPS=str(steps), TRAIN_LOOP_STALL_STEP=str(step),
-                  TRAIN_LOOP_GLOO_TIMEOUT=f"{gloo_timeout:g}", **fault.env)
+                  TRAIN_LOOP_GLOO_TIMEOUT=f"{gloo_timeout:g}", **fault.env, **(agent_env or {}))
     wrap: list[str] = []
     if agent:
         env.update(FR_OTEL_OUT_DIR=str(tmp / "{node}" / "out"), FR_OTEL_NODE_DIR=str(tmp / "{node}" / "node"))
@@ -130,7 +132,7 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
     with Lab(HOSTS, log_dir=tmp) as lab:
         job = lab.torchrun(TRAIN_LOOP, NPROC, env, wrap=wrap)
         job.wait_workers(120)
-        if not fault.env:
+        if "TRAIN_LOOP_STALL_RANK" not in fault.env:
             job.wait_step(step, 120)
         t0 = fault.inject(lab, job)
         at_fault = {rank: s.step for rank, s in job.steps().items()}
@@ -148,24 +150,32 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
     files = sorted(str(p.relative_to(tmp)) for p in tmp.glob("node*/out/**/*") if p.is_file())
     return CaseResult(fault.name, agent, cap_s, at_fault, exits, runs,
                       {host: _tail(text) for host, text in outputs.items()},
-                      {host: _errors(text) for host, text in outputs.items()}, lines, files, _incidents(tmp),
+                      {host: _errors(text) for host, text in outputs.items()}, lines, files, _incidents(tmp, t0),
                       {host: text for host, text in stacks.items() if text})
 
 
-def _incidents(tmp: Path) -> list[dict[str, object]]:
-    """Each incident.json the agents wrote, with what its trace file's root span says of hosts and order."""
+def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
+    """Each incident.json the agents wrote (seconds after the fault it was written), with its host findings,
+    the page's text and what its trace file's root span says of hosts and order."""
     found: list[dict[str, object]] = []
     for path in sorted(tmp.glob("node*/out/**/incident.json")):
         try:
             raw = json.loads(path.read_text())
             ranks, summary = raw.get("ranks") or {}, raw.get("summary") or {}
             root = _root_span(path.parents[2] / f"fr-otel-trace-{raw.get('trace_id')}.jsonl")
+            page = path.with_name("incident.html")
             found.append({
                 "file": str(path.relative_to(tmp)), "incident": raw.get("incident"), "verdict": summary.get("verdict"),
+                "written_s": path.stat().st_mtime - fault_time,
                 "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"),
                               "host": (ranks.get(str(c.get("rank"))) or {}).get("host")}
                              for c in summary.get("culprits", [])],
-                "root": {k: v for k, v in root.items() if k.startswith(("fr_otel.culprit", "fr_otel.first_stopped"))},
+                "hosts": summary.get("hosts", []),
+                "html": page.read_text(errors="replace") if page.is_file() else "",
+                "root": {k: v for k, v in root.items()
+                         if k.startswith(("fr_otel.culprit", "fr_otel.first_stopped", "fr_otel.lost_hosts",
+                                          "fr_otel.host_findings"))},
+                "has_trace": bool(root),
             })
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             found.append({"file": str(path.relative_to(tmp)), "unreadable": repr(exc)})

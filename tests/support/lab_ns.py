@@ -8,19 +8,22 @@ Processes are only ever signalled by PID: those of a namespace (``ip netns pids`
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from support.lab_cgroup import stale_cpu_limits
 
-__all__ = ["NETNS_ETC", "NETNS_RUN", "LabError", "kill_namespace", "kill_pids", "lab_unavailable", "link_names",
-           "netns_pids", "owner_gone", "process_gone", "run_ip", "start_time", "sweep_stale"]
+__all__ = ["NETNS_ETC", "NETNS_RUN", "LabError", "connect_in", "kill_namespace", "kill_pids", "lab_unavailable",
+           "link_names", "netns_pids", "owner_gone", "process_gone", "run_ip", "start_time", "sweep_stale"]
 
 NETNS_RUN = Path("/run/netns")
 NETNS_ETC = Path("/etc/netns")
@@ -77,6 +80,41 @@ def kill_pids(pids: Sequence[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def connect_in(ns: str, address: tuple[str, int], timeout: float) -> socket.socket:
+    """A TCP connection made from inside network namespace ``ns`` (its ``127.0.0.1`` is its own).
+
+    A socket belongs to the namespace it was created in, whichever thread uses it later: a
+    throw-away thread enters ``ns`` (setns(2), per thread; Python 3.11 has no os.setns), makes
+    and connects the socket, and ends, so no thread of the caller ever changes namespace.
+    """
+    made: list[socket.socket | OSError | LabError] = []
+
+    def inside() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(NETNS_RUN / ns, os.O_RDONLY)
+            try:
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    raise LabError(f"setns into {ns}: {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+            made.append(socket.create_connection(address, timeout))
+        except (OSError, LabError) as exc:  # handed to the caller
+            made.append(exc)
+
+    thread = threading.Thread(target=inside, name=f"lab-connect-{ns}", daemon=True)
+    thread.start()
+    thread.join()
+    if not made:
+        raise LabError(f"connecting to {address} from {ns} failed (see the thread's traceback)")
+    if isinstance(made[0], (OSError, LabError)):
+        raise made[0]
+    return made[0]
 
 
 def netns_pids(ns: str) -> list[int]:

@@ -18,6 +18,9 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
     host/<rank>         JSON {host, node, pid, local_rank}: where the rank runs, set once at start-up
     hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
+    term/count          add() counter of ranks that received SIGTERM
+    term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
+    w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
     nodes               add() counter of node leaders; each takes the next number n once
     nhb/<n>             node n's heartbeat, from its leader: JSON {host, leader, t, ranks: {rank: last heard}}
     i/<k>/nodes         add() counter of node summaries sent for incident k
@@ -36,18 +39,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from ..common.log import logger
 from .store_link import STORE_TIMEOUT_S, StoreLink
 
 __all__ = ["IncidentChannel", "connect_channel", "job_digest"]
 
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 class _LinkedStore:
@@ -176,12 +180,40 @@ class IncidentChannel:
         """A rank's whole recorder, asked for after its node's summary went (not counted as an arrival)."""
         self.store.set(f"i/{k}/dump/{rank}", payload)
 
+    # -- who holds the job up without hanging it ----------------------------------------------
+    def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
+        self.store.set(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
+
+    def waits(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
+        """What each of ``ranks`` last published of its waits (ranks that have not yet are left out)."""
+        return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
+
     def publish_files(self, k: int, files: bytes) -> None:
         self.store.set(f"i/{k}/files", files)
 
     def files(self, k: int) -> bytes | None:
         key = f"i/{k}/files"
         return bytes(self.store.get(key)) if self.store.check([key]) else None
+
+    # -- ranks on their way out ---------------------------------------------------------
+    def announce_termination(self, rank: int, incident: int) -> None:
+        """This rank received SIGTERM (while part of ``incident``, 0 if none): a peer that then
+        waits on it is seeing the end of the job, not a new incident."""
+        self.store.set(f"term/{rank}", str(incident))
+        self.store.add("term/count", 1)
+
+    def terminating(self, ranks: Iterable[int]) -> dict[int, int]:
+        """Those of ``ranks`` that announced SIGTERM, with their incident; one round trip while
+        none has (the usual case), one more per rank asked about once one has."""
+        if int(self.store.add("term/count", 0)) == 0:
+            return {}
+        out: dict[int, int] = {}
+        for rank in ranks:
+            key = f"term/{rank}"
+            if self.store.check([key]):
+                text = _text(self.store.get(key))
+                out[rank] = int(text) if text.isascii() and text.isdigit() else 0
+        return out
 
     # -- a rank's last words ------------------------------------------------------------
     def publish_final(self, rank: int, payload: bytes) -> None:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..common.names import identity_problem
+from ..common.stall import DEFAULT_STALL_S
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
 
@@ -49,6 +51,7 @@ __all__ = [
     "FR_OTEL_RECORDER_CAPACITY",
     "FR_OTEL_STALL_SECONDS",
     "FR_OTEL_SUSPECT_SECONDS",
+    "FR_OTEL_WAIT_SAMPLE_INTERVAL",
     "OPTIONS",
     "AgentConfig",
     "Option",
@@ -70,6 +73,9 @@ FR_OTEL_STALL_SECONDS = "FR_OTEL_STALL_SECONDS"
 #: A collective in flight this long costs one full recorder read, to learn its op, timeout
 #: and exact age (never more than half the stall threshold).
 FR_OTEL_SUSPECT_SECONDS = "FR_OTEL_SUSPECT_SECONDS"
+#: Mean seconds between two samples of the progress counters that measure how long this rank
+#: waits in collectives (the slow-rank signal, :mod:`fr_otel.agent.wait_sampler`); ``off`` disables.
+FR_OTEL_WAIT_SAMPLE_INTERVAL = "FR_OTEL_WAIT_SAMPLE_INTERVAL"
 #: Base port of ``/metrics``; each rank serves ``base + LOCAL_RANK``. ``off`` disables it,
 #: ``0`` picks a free port (logged).
 FR_OTEL_METRICS_PORT = "FR_OTEL_METRICS_PORT"
@@ -154,6 +160,12 @@ def _count(value: Any) -> int:
     return int(float(value))
 
 
+def _interval_or_off(value: Any) -> float | None:
+    if value is None or str(value).strip().lower() in ("off", "none", "false"):
+        return None
+    return _positive(value)
+
+
 def _port(value: Any) -> int | None:
     if value is None or str(value).strip().lower() in ("off", "none", "false", "-1", ""):
         return None
@@ -170,6 +182,14 @@ def _optional_count(value: Any) -> int | None:
 def _text(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return text or None
+
+
+def _identity(value: Any) -> str | None:
+    text = _text(value)
+    why = identity_problem(text) if text is not None else None
+    if why:
+        raise ValueError(why)
+    return text
 
 
 def _hooks(value: Any) -> tuple[str, ...]:
@@ -205,8 +225,9 @@ class AgentConfig:
 
     enabled: bool = True
     poll_interval: float = 1.0
-    stall_seconds: float = 60.0
+    stall_seconds: float = DEFAULT_STALL_S
     suspect_seconds: float = 5.0
+    wait_sample_interval: float | None = 0.1
     metrics_port: int | None = DEFAULT_METRICS_PORT
     metrics_addr: str | None = DEFAULT_METRICS_ADDR
     recorder_capacity: int | None = None
@@ -265,6 +286,9 @@ OPTIONS: tuple[Option, ...] = (
            "in flight longer than min(this, half its timeout): incident", "SECONDS"),
     Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", _positive,
            "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS"),
+    Option("wait_sample_interval", FR_OTEL_WAIT_SAMPLE_INTERVAL, "--wait-sample-interval", _interval_or_off,
+           "mean seconds between samples of the progress counters that measure each rank's wait in collectives "
+           "(the slow-rank signal); off disables", "SECONDS"),
     Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", _port,
            "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT"),
     Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", _text,
@@ -279,7 +303,7 @@ OPTIONS: tuple[Option, ...] = (
            "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
     Option("out_dir", OUT_DIR_ENV, "--out", _text,
            f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR"),
-    Option("job_id", JOB_ID_ENV, "--job-id", _text,
+    Option("job_id", JOB_ID_ENV, "--job-id", _identity,
            "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
     Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", _positive,
            "how long the coordinator waits for the other ranks' recorders", "SECONDS"),

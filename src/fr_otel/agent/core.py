@@ -18,14 +18,14 @@ hooks, and those are bounded by ``flush_timeout``.
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 import threading
 import time
+from contextlib import suppress
 from functools import partial
 from typing import Any
 
+from ..common.log import logger
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
 from .channel import connect_channel
@@ -48,15 +48,18 @@ from .recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
-from .role import launcher_name, rank_variables
+from .role import in_launcher, rank_words
 from .server import MetricsServer, local_rank, port_for, start_metrics_server
+from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
 from .state import ProcessInfo, Snapshot
-from .step_counter import COUNTER
+from .step_counter import COUNTER, optimizer_step_hook
+from .store_link import StoreUnavailable
+from .wait_sampler import WaitSampler, enqueue_is_start, group_waits
 
-__all__ = ["Agent", "in_launcher"]
+__all__ = ["Agent"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 _EXIT_STORE_TIMEOUT_S = 2.0
 _ARM_POLL_S = 0.05
@@ -80,7 +83,9 @@ class Agent:
         self.world_size: int | None = None
         self.recorder: Recorder | None = None
         self.recorder_enabled = False
+        self.waits: WaitSampler | None = None  # None: not ready, off, or a recorder that cannot tell a wait
         self.incidents: IncidentRunner | None = None  # None: incidents off, or not ready yet
+        self.slow: SlowWatch | None = None  # needs the store (incidents) and the wait sampler
         self.info = ProcessInfo()
         self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
@@ -115,7 +120,7 @@ class Agent:
                 log.debug("hooks installed: %s", ", ".join(installed) or "none")
         _watch_forks(self)
         log.debug("agent started in pid %d (%s); it serves /metrics once this process has a process group",
-                  self.pid, _rank_words())
+                  self.pid, rank_words())
 
     def stop(self, timeout: float = 5.0, *, close_server: bool = True) -> None:
         """Stop polling and serving, remove the hooks; no flush (see :meth:`flush`).
@@ -149,8 +154,10 @@ class Agent:
     def snapshot(self) -> Snapshot | None:
         if self.rank is None:
             return None
-        return Snapshot(self.info, self.recorder_enabled, self.tracker.statuses, self.health.snapshot(),
-                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns)
+        statuses = self.tracker.statuses
+        return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
+                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns,
+                        group_waits(self.waits, statuses) if self.waits is not None else ())
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
@@ -158,13 +165,14 @@ class Agent:
     # -- the poll -----------------------------------------------------------------------
     def _run(self) -> None:
         interval = self.config.poll_interval
-        next_poll = time.monotonic() + interval
+        next_poll = next_sample = time.monotonic() + interval
         arm_fast_until = time.monotonic() + _ARM_WINDOW_S
         while True:
             # Until the step hook is in, look for torch.optim often (one dict lookup): the
             # first training steps must count. The poll itself keeps its interval, and
             # after the start-up window the poll alone looks (tick arms the hook too).
-            wait = next_poll - time.monotonic()
+            # Between polls, the wait sampler reads the progress counters at random gaps.
+            wait = min(next_poll, next_sample) - time.monotonic()
             arming = self._step_hook is None and time.monotonic() < arm_fast_until
             if arming:
                 wait = min(wait, _ARM_POLL_S)
@@ -173,25 +181,30 @@ class Agent:
             if arming:
                 with self.health.guard("registering the step hook"):
                     self._arm_steps()
+            if time.monotonic() >= next_sample:
+                next_sample = time.monotonic() + self._sample_waits(interval)
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + interval
                 with self.health.guard("poll"):
                     self.tick()
 
+    def _sample_waits(self, otherwise_s: float) -> float:
+        """One sample for the wait sampler; the gap to the next (``otherwise_s`` without a sampler)."""
+        sampler, recorder = self.waits, self.recorder
+        if sampler is None or recorder is None:
+            return otherwise_s
+        with self.health.guard("sampling the progress counters"):
+            t0 = time.thread_time()  # CPU, the GIL's share: not the wait for it
+            sampler.sample(recorder.counters(), time.monotonic_ns(), self.tracker.completed)
+            sampler.cost_s += time.thread_time() - t0
+        if sampler.blind:  # said once by the sampler
+            self.waits = None
+            return otherwise_s
+        return sampler.gap_s()
+
     def _arm_steps(self) -> None:
-        """Count training steps with no code change: PyTorch's global optimizer post-step hook,
-        registered as soon as the application has imported ``torch.optim`` (never imported here)."""
-        if self._step_hook is not None:
-            return
-        mod = sys.modules.get("torch.optim.optimizer")
-        if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
-            return
-        register = getattr(mod, "register_optimizer_step_post_hook", None)
-        if register is None:
-            self._step_hook = False  # this torch has no global hook: fr_otel.step(n) still works
-            return
-        COUNTER.arm()
-        self._step_hook = register(COUNTER.optimizer_stepped)
+        if self._step_hook is None:
+            self._step_hook = optimizer_step_hook()
 
     def tick(self) -> None:
         """One poll; the thread calls it every ``poll_interval``."""
@@ -217,6 +230,9 @@ class Agent:
         self.health.polled()
         if self.incidents is not None:
             now = time.time_ns()
+            if self.slow is not None and self.waits is not None and self.incidents.reachable():
+                with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
+                    self.slow.poll(self.waits, self.tracker.statuses)
             self.incidents.poll(self.tracker.stalls(now, self.config.stall_seconds), now)
 
     def _may_read_full(self) -> bool:
@@ -240,7 +256,7 @@ class Agent:
                     "init_process_group. If this process is not a training rank (a launcher or helper that "
                     "inherited a rank's variables), start the agent with fr_otel.start() in the training script "
                     "instead of fr-otel run; if it is a rank that is slow to start, raise %s.",
-                    waited, self.pid, _rank_words(), FR_OTEL_PG_WARN_SECONDS)
+                    waited, self.pid, rank_words(), FR_OTEL_PG_WARN_SECONDS)
 
     def _on_ready(self, dist: Any) -> None:
         import torch
@@ -270,6 +286,9 @@ class Agent:
             world_size=str(self.world_size),
             recorder_capacity=str(max(capacity, 0)),
         )
+        if self.recorder_enabled and self.config.wait_sample_interval is not None:
+            self.waits = WaitSampler(self.config.wait_sample_interval,
+                                     enqueue_is_start=enqueue_is_start(recorder.backend))
         self._refresh_groups()
         if self.config.metrics_port is not None:
             from .metrics import FrCollector
@@ -289,6 +308,10 @@ class Agent:
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
                                   node)
                 self.incidents = IncidentRunner(me, self.tracker)
+                if self.waits is not None:
+                    self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
+                                          stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
+                                          on_holdup=incident_for_holdups(self.incidents))
                 log.debug("incidents through %s, job id %s%s", channel.how, job_id,
                           "" if node is None else f"; {'this node leader' if node.leader else 'its node leader'} "
                           f"in {node.node.folder}")
@@ -335,6 +358,8 @@ class Agent:
                 with self.health.guard("removing this node's folder"):
                     node.node.remove()
         self.stop(timeout=min(_EXIT_STORE_TIMEOUT_S, max(deadline - time.monotonic(), 0.0)), close_server=False)
+        log.debug("the agent's way out is done, %.1f s of its %g s budget left", deadline - time.monotonic(),
+                  self.config.flush_timeout)
         h = self.health.snapshot()
         if h.errors or h.export_failures:
             log.warning("agent stopped: %d polls, %d agent errors, %d incident exports failed (training was not "
@@ -349,16 +374,6 @@ class Agent:
             self.incidents.at_sigterm(self.exit_deadline())
 
 
-def in_launcher() -> bool:
-    """True in a launcher (torchrun...): it starts the ranks and is none of them, so it runs no
-    agent; said at debug level only (its ranks run their own)."""
-    name = launcher_name()
-    if name is not None:
-        log.debug("pid %d runs %s, a launcher, not a rank: no agent here; the ranks it starts run their own",
-                  os.getpid(), name)
-    return name is not None
-
-
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever
 
 
@@ -366,8 +381,3 @@ def _watch_forks(agent: Agent) -> None:
     if not _fork_watch and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _fork_watch[0]._after_fork_in_child())
     _fork_watch[:] = [agent]
-
-
-def _rank_words() -> str:
-    """The rank variables that made this process look like a rank, for a log line."""
-    return ", ".join(f"{k}={v}" for k, v in rank_variables(os.environ).items()) or "no rank variable set"

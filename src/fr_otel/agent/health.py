@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from ..common.log import logger
 from ..common.text import one_line
 from .state import Health
 
@@ -21,7 +22,7 @@ __all__ = ["LOG_EVERY_S", "HealthTracker"]
 
 LOG_EVERY_S = 60.0
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 class HealthTracker:

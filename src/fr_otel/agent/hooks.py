@@ -22,6 +22,7 @@ only chains there. All flushes are bounded by the caller's timeout.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import sys
@@ -127,6 +128,7 @@ class ExitHooks:
 
     def _atexit(self) -> None:
         if self._ours():
+            logging.getLogger("fr_otel.agent").debug("atexit hook runs")
             pending, self._pending = self._pending, None
             if pending is not None:
                 self._on_exception(pending)

@@ -19,19 +19,19 @@ fetches the hosts it needs at an incident and its files bring the map to every n
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..read.rank_map import write_host_map
+from ..common.log import logger
+from ..read.rank_map import RANKS_FILE, read_host_map, write_host_map
 from ..read.rank_process import RankProcess, process_from_raw
 from .channel import IncidentChannel
 from .reachability import holds_address
 
 __all__ = ["GATHER_MAX_WORLD", "GATHER_TRIES", "HostMapKeeper"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 #: How many times a node leader looks for ranks that have not said where they run yet.
 GATHER_TRIES = 12
@@ -95,6 +95,20 @@ class HostMapKeeper:
                 self.processes[rank] = process
                 if raw.get("store") is True and process.host:
                     self.store_host = process.host
+
+    def from_disk(self) -> None:
+        """What this node's leader wrote (``ranks.json`` in the node's dump folder), for a rank that
+        did not gather the map itself: no store call, so it works when the store is gone too."""
+        if self.complete:
+            return
+        for folder in self._folders()[:1]:
+            seen: list[str] = []
+            found = read_host_map(str(folder / RANKS_FILE), seen) if (folder / RANKS_FILE).is_file() else None
+            if found is None:
+                continue
+            for rank, process in found.processes.items():
+                self.processes.setdefault(rank, process)
+            self.store_host = self.store_host or found.store_host
 
     def write(self) -> None:
         """``ranks.json`` in every folder this node's dumps go to; a folder that cannot be written is a log line."""

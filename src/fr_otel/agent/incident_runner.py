@@ -20,6 +20,7 @@ import time
 from contextlib import suppress
 from typing import Any
 
+from ..common.log import logger
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
@@ -29,13 +30,15 @@ from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
 from .store_link import StoreUnavailable
 
-__all__ = ["SEQUEL_WINDOW_S", "IncidentRunner"]
+__all__ = ["ENDING_WINDOW_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 #: A crash this soon after taking part in an incident is most likely its sequel, even when the
 #: collectives it covered moved on.
 SEQUEL_WINDOW_S = 10.0
+#: A peer that received SIGTERM this recently is the job ending, not a new hang to blame it for.
+ENDING_WINDOW_S = 60.0
 
 _Job = tuple[int, dict[str, Any], bool, bool, float, threading.Event]  # k, meta, owner, local, deadline, done
 
@@ -51,6 +54,7 @@ class IncidentRunner:
         self._covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
         self._cap_warned = False
         self._last_taken_part = float("-inf")  # monotonic time this rank last took part in one
+        self._terminating_since: dict[int, float] = {}  # rank -> when this rank first saw its SIGTERM
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._pending = 0
@@ -126,14 +130,29 @@ class IncidentRunner:
 
     def raise_for(self, stalls: list[Stall]) -> None:
         """Raise an incident for the oldest stall no incident covers yet (after joining those raised
-        meanwhile: another rank saw the same stall first, more often than not)."""
+        meanwhile: another rank saw the same stall first, more often than not), unless it waits on a
+        rank that received SIGTERM: that is the job ending, part of the incident that rank was in
+        (or of its own SIGTERM incident), never a new one blaming it."""
         if not self._fresh(stalls):
             return
         with self._lock:
             self.join_open()
             fresh = self._fresh(stalls)
-            if fresh:
-                self.raise_incident("stall", _stall_detail(fresh))
+            if not fresh:
+                return
+            terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
+            if terminating:
+                for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
+                    self._covered.add((s.group.name, s.group.inflight_seq))
+                    gone = sorted(set(s.group.ranks) & set(terminating))
+                    log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident "
+                                "%s): the job is ending; no new incident", s.group.op or "collective",
+                                s.group.inflight_seq, s.group.name, ",".join(map(str, gone)),
+                                ",".join(sorted({str(terminating[r] or "none") for r in gone})))
+                fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
+                if not fresh:
+                    return
+            self.raise_incident("stall", _stall_detail(fresh))
 
     def _next_number(self) -> int | None:
         """The next incident number, or None once the job's cap is reached (said once)."""
@@ -145,6 +164,17 @@ class IncidentRunner:
                             self.me.config.max_incidents)
             return None
         return k
+
+    def _terminating(self, ranks: list[int]) -> dict[int, int]:
+        """Ranks among ``ranks`` that announced SIGTERM less than :data:`ENDING_WINDOW_S` ago (as this
+        rank first saw it): after that, a rank still there (its application handled SIGTERM and
+        went on) is blamed like any other."""
+        now = time.monotonic()
+        out = {}
+        for rank, incident in self.me.channel.terminating(ranks).items():
+            if now - self._terminating_since.setdefault(rank, now) < ENDING_WINDOW_S:
+                out[rank] = incident
+        return out
 
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
                        deadline: float | None = None) -> threading.Event | None:
@@ -260,9 +290,11 @@ class IncidentRunner:
         collective that failed is marked so (its backend records it as completed)."""
         reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         why = collective_failure(exc)
+        log.debug("at exit after an uncaught exception (a collective failure: %s)", why is not None)
         if why is not None:
             with self.me.health.guard("reading which collectives the failure ended"):
                 self.failed = self._failed_now(why)
+            log.debug("collectives the failure ended: %s", [tuple(m[:2]) for m in self.failed])
         self.flush(reason, raise_new=not self.sequel(), deadline=deadline)
 
     def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:
@@ -272,7 +304,11 @@ class IncidentRunner:
         return failed_collectives(entries, in_flight, why)
 
     def at_sigterm(self, deadline: float) -> None:
-        """SIGTERM: an incident if a collective no incident covers is in flight; then the exit copy."""
+        """SIGTERM: first tell the peers (while this handler waits for the flush, the main thread
+        issues no collective: a peer would otherwise take that for a new hang and blame this rank);
+        an incident if a collective no incident covers is in flight; then the exit copy."""
+        with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
+            self.me.channel.announce_termination(self.me.rank, self._known)
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",

@@ -16,18 +16,18 @@ bounded by a deadline.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..common.files import atomic_write
+from ..common.log import logger
+from ..common.files import atomic_write, own_folder
+from ..common.ids import trace_id_for
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
 from ..read.incident_file import REASON_ATTRIBUTE
 from ..read.reader import ReadResult
-from ..trace.ids import trace_id_for
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["FINAL_ENTRIES", "LEADER_WAIT_POLLS", "conclude", "flush_incident", "own_part", "publish_final", "send_part"]
 
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, ...]) -> tuple[bytes, bool]:
@@ -58,7 +58,8 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
     path = dump_path(me, trace_hex)
     written = False
     with me.health.guard("writing the dump file"):
-        atomic_write(path, raw, mkdir=True)
+        own_folder(path.parent)  # a planted <trace id> link is refused, never written into
+        atomic_write(path, raw)  # a planted link at the file's name is replaced, never written through
         written = True
         log.debug("incident %s: recorder written to %s", trace_hex, path)
     keep = entries_per_group(me.config.incident_entries, me.world_size)
@@ -115,10 +116,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
              complete: Callable[..., bool] | None = None) -> dict[str, Any]:
     """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
     log line; returns the verdict's summary (what the store's result key holds)."""
-    from ..incident.pipeline import (  # loads only when an incident happens
-        IncidentPlan,
-        run_incident,
-    )
+    # The analysis loads only when an incident happens.
+    from ..diagnosis.hosts import LOST_STATES
+    from ..incident.pipeline import IncidentPlan, run_incident
 
     root = [
         ("fr_otel.incident.number", k),
@@ -131,11 +131,15 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
         if key in meta:
             root.append((f"fr_otel.incident.detected.{key}", meta[key]))
     folder = dump_path(me, trace_hex).parent
+    mine = False  # files beside the dumps: only into a folder that is really ours
+    with me.health.guard("checking the incident's folder"):
+        own_folder(folder)
+        mine = True
     remaining = max(deadline - time.monotonic(), 1.0)
     options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
                            root_key=f"local/{me.process.host}" if local else "")
-    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder,
-                        deadline_s=min(remaining, me.export_config.timeout_s),
+    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir),
+                        files_to=folder if mine else None, deadline_s=min(remaining, me.export_config.timeout_s),
                         complete=partial(complete, options=options) if complete is not None else None)
     result = run_incident(evidence, plan)
     trace, outcome, verdict = result.trace, result.outcome, result.verdict
@@ -145,6 +149,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     if result.files_error:
         log.warning("incident %d: %s", k, result.files_error)
     culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
+    gone = [h.sentence() for h in verdict.hosts if h.state in LOST_STATES]
+    if gone:
+        culprits = f"{'; '.join(gone[:4])}; {culprits}"
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
     where = outcome.describe(len(trace.spans), me.export_config)

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..common.log import logger
 from .config import FR_OTEL_AUTOSTART, AgentConfig, resolve_config
 from .logs import configure_logging
 from .recorder import prepare_recorder
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["current", "export_config_for", "flush", "start", "stop"]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 _lock = threading.Lock()
 _agent: Any = None  # core.Agent, imported lazily
@@ -41,7 +42,8 @@ def start(**options: Any) -> Any:
         with _lock:
             if _agent is not None and _agent.running and _agent.pid == os.getpid():
                 return _agent
-            from .core import Agent, in_launcher  # loaded only when an agent starts
+            from .core import Agent  # loaded only when an agent starts
+            from .role import in_launcher
 
             config, problems = resolve_config(options)
             configure_logging(config.log_level)

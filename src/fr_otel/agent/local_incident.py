@@ -19,17 +19,17 @@ dump folder instead, which is on their own node:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from ..common.log import logger
 from ..common.files import atomic_write
+from ..common.ids import trace_id_for
 from ..common.ranks import compress_ranks
 from ..read.failed import FailedCollective
 from ..read.reader import ReadResult
-from ..trace.ids import trace_id_for
 from .incident_rank import IncidentRank, dump_path
 from .incident_work import conclude, own_part
 from .payload import decode_payload
@@ -40,7 +40,7 @@ __all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
 LOCAL_PAYLOAD = ".rank_{}.payload"
 _POLL_S = 0.05
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,
@@ -55,8 +55,8 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
     me.health.incident(trace_hex)
     if not _claim(folder / f".local_{me.process.host or me.rank}.lock"):
         return
-    local = sorted(r for r, p in me.hosts.processes.items() if p.host is not None and p.host == me.process.host)
-    evidence = _gather_local(me, folder, local or [me.rank], deadline)
+    me.hosts.from_disk()
+    evidence = _gather_local(me, folder, deadline)
     silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
     evidence.side.network = me.network_now(silent)
     conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
@@ -65,15 +65,21 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
 def _claim(path: Path) -> bool:
     """True for the one local rank that creates ``path`` first: it coordinates this node's part."""
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        atomic_write(path, str(os.getpid()).encode(), replace=False)
     except OSError:
         return False
-    os.close(fd)
     return True
 
 
-def _gather_local(me: IncidentRank, folder: Path, ranks: list[int], deadline: float) -> ReadResult:
+def _local_ranks(me: IncidentRank) -> list[int]:
+    """This node's ranks, as the host map says (else this rank alone)."""
+    host = me.process.host
+    return sorted(r for r, p in me.hosts.processes.items() if host is not None and p.host == host) or [me.rank]
+
+
+def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult:
     """This node's ranks' payloads from the folder (waiting, bounded, for each), with the host map."""
+    ranks = _local_ranks(me)
     until = min(time.monotonic() + me.config.gather_seconds, deadline)
     paths = {r: folder / LOCAL_PAYLOAD.format(r) for r in ranks}
     while not all(p.exists() for p in paths.values()) and time.monotonic() < until:

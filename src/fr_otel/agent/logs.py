@@ -39,7 +39,9 @@ def configure_logging(level: str) -> None:
     logger.setLevel(level.upper())
     if not any(isinstance(h, _AgentHandler) for h in logger.handlers):
         handler = _AgentHandler()
-        handler.setFormatter(PrintableFormatter("fr-otel[rank %(fr_rank)s]: %(message)s"))
+        # At debug level each line carries its time: what the agent did when, around an incident.
+        stamp = " %(asctime)s" if level.lower() == "debug" else ""
+        handler.setFormatter(PrintableFormatter(f"fr-otel[rank %(fr_rank)s{stamp}]: %(message)s"))
         handler.addFilter(_RankFilter())
         logger.addHandler(handler)
         logger.propagate = False

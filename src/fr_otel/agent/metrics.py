@@ -14,6 +14,8 @@ fr_inflight_collective_timeout_seconds         gauge    rank, pg_name, pg_desc, 
 fr_inflight_p2p_age_seconds                    gauge    rank, pg_name, pg_desc, op, peer
 fr_last_enqueued_seq                           gauge    rank, pg_name, pg_desc
 fr_last_completed_seq                          gauge    rank, pg_name, pg_desc
+fr_collective_wait_seconds_total               counter  rank, pg_name, pg_desc (exemplar: trace_id)
+fr_collectives_completed_total                 counter  rank, pg_name, pg_desc
 fr_incidents_total                             counter  rank (exemplar: trace_id)
 fr_info                                        info     rank, local_rank, host, torch_version,
                                                         backend, world_size, recorder_capacity
@@ -41,9 +43,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
-from .state import Snapshot
+from .state import Health, Snapshot
 
-__all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector", "culprit_query"]
+__all__ = ["INFO_LABELS", "METRIC_NAMES", "FrCollector"]
 
 INFO_LABELS = ("rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity")
 _GROUP = ("rank", "pg_name", "pg_desc")
@@ -57,6 +59,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "fr_inflight_p2p_age_seconds",
     "fr_last_enqueued_seq",
     "fr_last_completed_seq",
+    "fr_collective_wait_seconds_total",
+    "fr_collectives_completed_total",
     "fr_incidents_total",
     "fr_info",
     "fr_agent_polls_total",
@@ -125,6 +129,8 @@ class FrCollector(Collector):
             yield p2p
 
         h = snap.health
+        if snap.waits:  # absent where this backend's recorder cannot tell a wait (NCCL without timing)
+            yield from _waits(snap, h)
         incidents = CounterMetricFamily(
             "fr_incidents_total", "Incidents this rank took part in (raised or joined); exemplar: the trace id.",
             labels=["rank"],
@@ -170,17 +176,21 @@ class FrCollector(Collector):
             yield age
 
 
-def culprit_query(threshold_s: float = 60.0, job_label: str = "job") -> str:
-    """PromQL naming, per process group, the rank(s) the others wait for.
-
-    The ranks whose last enqueued sequence number is the group's lowest, in groups whose
-    members disagree, where some member's oldest collective has been in flight more than
-    ``threshold_s``. ``job_label`` is the label that tells training jobs apart in your
-    scrape config (group names restart at "0" in every job).
-    """
-    by = f"{job_label}, pg_name"
-    return (
-        f"(fr_last_enqueued_seq == on({by}) group_left() min by ({by}) (fr_last_enqueued_seq))"
-        f" unless on({by}) (max by ({by}) (fr_last_enqueued_seq) == min by ({by}) (fr_last_enqueued_seq))"
-        f" and on({by}) (max by ({by}) (fr_inflight_collective_age_seconds) > {threshold_s:g})"
+def _waits(snap: Snapshot, h: Health) -> Iterator[Metric]:
+    """How long this rank waited in each group's collectives, and how many it completed (sampled)."""
+    rank = snap.info.rank
+    wait = CounterMetricFamily(
+        "fr_collective_wait_seconds", "Seconds this rank spent waiting in the group's collectives (sampled from "
+        "its progress counters; rate() is the share of its time). Exemplar: the latest incident's trace id.",
+        labels=_GROUP,
     )
+    done = CounterMetricFamily("fr_collectives_completed", "Collectives of the group this rank completed while the "
+                               "agent watched.", labels=_GROUP)
+    for w in snap.waits:
+        exemplar = None
+        if h.last_incident_trace_id:  # the value: the share of its recent time this rank waited
+            exemplar = Exemplar({"trace_id": h.last_incident_trace_id}, round(w.recent_share, 3), h.last_incident_s)
+        wait.add_metric([rank, w.name, w.desc], round(w.wait_s, 3), exemplar=exemplar)
+        done.add_metric([rank, w.name, w.desc], w.completed)
+    yield from (wait, done)
+

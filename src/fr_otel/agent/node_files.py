@@ -11,13 +11,13 @@ folder already has them (a shared file system) writes nothing.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
 import zlib
 from pathlib import Path
 
+from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.text import one_line
 from ..incident.files import INCIDENT_FILE, REPORT_FILE
@@ -37,7 +37,7 @@ MAX_FILES_BYTES = 16 << 20
 MAX_FILES_BYTES_ALL_NODES = 1 << 30
 _KEPT_ON = "fr_otel_kept_on"  # the files' place when they stay on the coordinator's node
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 def publish_files(me: IncidentRank, k: int, folder: Path) -> None:

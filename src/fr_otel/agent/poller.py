@@ -81,9 +81,7 @@ class ProgressTracker:
             waits = self._p2p_waits(slot, g) if p2p and enq > done else ()
             if p2p and enq <= done:
                 self._p2p.pop(slot, None)
-            floor = self._done_floor.get(slot)
-            if floor is not None and floor <= enq:
-                done = max(done, floor)
+            done = self.completed(slot, enq, done)
             if enq > done:
                 seq = done + 1
                 seen = self._first_seen.get(slot)
@@ -104,6 +102,12 @@ class ProgressTracker:
         if len(self._refined) > 256:  # forget collectives long completed
             self._refined = {(s, q) for s, q in self._refined if q > progress.get(s, (0, 0))[1]}
         return self.statuses
+
+    def completed(self, slot: int, enqueued: int, completed: int) -> int:
+        """``completed`` as the last full read corrects it: gloo can leave the counter one behind
+        for good (completions recorded out of order), where the retired entry tells the truth."""
+        floor = self._done_floor.get(slot)
+        return max(completed, floor) if floor is not None and floor <= enqueued else completed
 
     def _p2p_waits(self, slot: int, g: GroupInfo) -> tuple[P2PWait, ...]:
         """Pending send/recv with the peer's global rank (group-local rank -> member list)."""

@@ -12,7 +12,8 @@ import os
 import socket
 from collections.abc import Mapping
 
-from ..read.rank_process import RankProcess, host_name
+from ..common.names import host_name
+from ..read.rank_process import RankProcess
 
 __all__ = ["this_process"]
 

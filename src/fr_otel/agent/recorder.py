@@ -16,7 +16,6 @@ second thread while the main thread imports it is asking for trouble).
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import pickle
 import re
@@ -25,8 +24,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..common.log import logger
 from ..read.dump import op_name
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ __all__ = [
     "BUFFER_SIZE_ENV",
     "DEFAULT_CAPACITY",
     "OLD_BUFFER_SIZE_ENV",
+    "Counters",
     "GroupInfo",
     "InFlightEntry",
     "P2PInFlightEntry",
@@ -51,7 +52,7 @@ __all__ = [
     "warn_recorder_off",
 ]
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 BUFFER_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
 OLD_BUFFER_SIZE_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
@@ -141,6 +142,14 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+class Counters(NamedTuple):
+    """One recorder slot's progress counters (``pg_status``): collective sequence numbers."""
+
+    enqueued: int
+    started: int  # -1: not recorded (NCCL without TORCH_NCCL_ENABLE_TIMING, gloo)
+    completed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,13 +254,18 @@ class Recorder:
                 error = exc
         raise RuntimeError(f"{self.entry_point} accepts none of the known keyword spellings: {error}")
 
+    def counters(self) -> dict[int, Counters]:
+        """local slot -> its progress counters: the ~10 us read (no entries)."""
+        raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
+        out: dict[int, Counters] = {}
+        for key, st in (raw.get("pg_status") or {}).items():
+            out[int(key)] = Counters(int(st["last_enqueued_collective"]), int(st.get("last_started_collective", -1)),
+                                     int(st["last_completed_collective"]))
+        return out
+
     def progress(self) -> dict[int, tuple[int, int]]:
         """local slot -> (last enqueued, last completed) collective seq: the ~0 ms read."""
-        raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
-        out: dict[int, tuple[int, int]] = {}
-        for key, st in (raw.get("pg_status") or {}).items():
-            out[int(key)] = (int(st["last_enqueued_collective"]), int(st["last_completed_collective"]))
-        return out
+        return {slot: (c.enqueued, c.completed) for slot, c in self.counters().items()}
 
     def full_bytes(self, *, stacks: bool = True, only_active: bool = False) -> bytes:
         """The whole dump as torch pickles it (the bytes NCCL would write to its dump file)."""
@@ -274,6 +288,16 @@ class Recorder:
             raw = pickle.loads(data)  # our own process's bytes, not a file from a shared disk
         entries = raw.get("entries") or []
         return (*scan_entries(entries), scan_p2p(entries))
+
+
+    def recent_op(self, pg_name: str, last: int = 32) -> str | None:
+        """The op most of this rank's last ``last`` collectives in group ``pg_name`` were (one full
+        read, no stacks: for a rare log line); None when the recorder holds none of that group."""
+        with gc_paused():
+            entries = pickle.loads(self.full_bytes(stacks=False)).get("entries") or []  # our own process's bytes
+        ops = [op_name(str(e.get("profiling_name", ""))) for e in entries
+               if not e.get("is_p2p") and (e.get("process_group") or ("",))[0] == pg_name][-last:]
+        return max(set(ops), key=ops.count) if ops else None
 
 
 def entry_completed(e: dict[str, Any]) -> bool:

@@ -15,11 +15,14 @@ Standard library only: the bootstrap imports this in every process that looks li
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Container, Mapping, Sequence
 
-__all__ = ["LAUNCHER_MODULES", "RANK_VARIABLES", "launcher_name", "rank_variables"]
+__all__ = ["LAUNCHER_MODULES", "RANK_VARIABLES", "in_launcher", "launcher_name", "rank_variables", "rank_words"]
+
+log = logging.getLogger("fr_otel.agent")
 
 #: Set by launchers in the processes they start, one value per rank (or by Slurm per task).
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
@@ -86,3 +89,18 @@ def launcher_name(argv: Sequence[str] | None = None, modules: Container[str] | N
             if base in _LAUNCHER_SCRIPTS or any(name.endswith(os.sep + f) for f in _LAUNCHER_FILES):
                 return base
     return next((name for name in LAUNCHER_MODULES if name in modules), None)
+
+
+def in_launcher() -> bool:
+    """True in a launcher (torchrun...): it starts the ranks and is none of them, so it runs no
+    agent; said at debug level only (its ranks run their own)."""
+    name = launcher_name()
+    if name is not None:
+        log.debug("pid %d runs %s, a launcher, not a rank: no agent here; the ranks it starts run their own",
+                  os.getpid(), name)
+    return name is not None
+
+
+def rank_words() -> str:
+    """The rank variables that made this process look like a rank, for a log line."""
+    return ", ".join(f"{k}={v}" for k, v in rank_variables(os.environ).items()) or "no rank variable set"

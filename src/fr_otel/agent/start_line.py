@@ -36,7 +36,7 @@ def start_line(config: AgentConfig, export: ExportConfig, who: str, server: Metr
     elif export.endpoint is None:
         trace = f"trace as OTLP JSON in {os.path.abspath(out_dir(config.out_dir))}/ (no OTLP endpoint set)"
     else:
-        trace = f"trace to {export.endpoint} ({export.protocol})"
+        trace = f"trace to {export.shown_target()} ({export.protocol})"
     return (f"agent on ({who}): {metrics}; a collective in flight over {config.stall_seconds:g} s (or half its "
             f"timeout) raises an incident: dumps in {os.path.abspath(dump_root(config))}/, {trace}")
 

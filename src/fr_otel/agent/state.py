@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GroupStatus", "Health", "P2PWait", "ProcessInfo", "Snapshot"]
+__all__ = ["GroupStatus", "GroupWait", "Health", "P2PWait", "ProcessInfo", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,26 @@ class GroupStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupWait:
+    """How long this rank has waited in one group's collectives (sampled: :mod:`fr_otel.agent.wait_sampler`).
+
+    ``wait_s`` and ``completed`` count since the agent started (the counters Prometheus rates);
+    ``recent_share`` is the share of the last window (``recent_s`` long) spent waiting,
+    ``recent_wait_s`` the wait per collective completed in it (None when none completed: a hang
+    is not slowness).
+    """
+
+    name: str
+    desc: str
+    wait_s: float
+    completed: int
+    recent_share: float
+    recent_wait_s: float | None
+    recent_completed: int
+    recent_s: float  # how much time the window covers (short just after start)
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Who this process is (``fr_info``'s labels); strings, as labels are."""
 
@@ -93,3 +113,4 @@ class Snapshot:
     health: Health = field(default_factory=Health)
     step: int | None = None  # the training step this rank is in; None while no step was counted
     step_started_ns: int | None = None  # when that step began (epoch ns)
+    waits: tuple[GroupWait, ...] = ()  # per group, where this backend's recorder lets waits be measured

@@ -11,13 +11,14 @@ knows travels as a :class:`fr_otel.read.steps.StepLog`. No torch import.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from typing import Any
 
 from ..read.steps import RING, StepLog
 
-__all__ = ["COUNTER", "StepCounter", "step"]
+__all__ = ["COUNTER", "StepCounter", "optimizer_step_hook", "step"]
 
 
 class StepCounter:
@@ -80,3 +81,18 @@ COUNTER = StepCounter()
 def step(n: int) -> None:
     """Tell fr-otel that training step ``n`` begins now (for loops without a torch optimizer)."""
     COUNTER.set(n)
+
+
+def optimizer_step_hook() -> Any:
+    """Count training steps with no code change: PyTorch's global optimizer post-step hook, on
+    :data:`COUNTER`, registered once the application has imported ``torch.optim`` (never imported
+    here). Its handle; None before ``torch.optim`` is imported (ask again later); False in a torch
+    without the hook (``fr_otel.step(n)`` still counts)."""
+    mod = sys.modules.get("torch.optim.optimizer")
+    if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        return None
+    register = getattr(mod, "register_optimizer_step_post_hook", None)
+    if register is None:
+        return False
+    COUNTER.arm()
+    return register(COUNTER.optimizer_stepped)

@@ -57,7 +57,8 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
     left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
     and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
-    waited for: the verdict comes as soon as everyone still alive has sent theirs."""
+    waited for, and one that dies during the gathering stops being waited for once its heartbeat
+    is that old: the verdict comes as soon as everyone still alive has sent theirs."""
     world = me.world_size
     ranks = list(range(world))
     problems: list[str] = []
@@ -69,17 +70,22 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     node_hosts: dict[int, str] = {}
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
-        heard, node_hosts, alive = _heard(me, ranks)
+        node_hosts, relayed = _heard(me, ranks, heard)
         summaries = _Summaries(me, k, read, heard)
-        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
+        checked = time.monotonic()
+        while me.channel.arrived(k) < _alive(me, heard, relayed) and time.monotonic() < gather_until:
             if not summaries.take():  # decoded as they come: the wait is not wasted
                 time.sleep(_GATHER_POLL_S)
+            if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
+                node_hosts, relayed = _heard(me, ranks, heard)
+                checked = time.monotonic()
         summaries.take()
         out.summaries = summaries.last
         out.flat_ranks = [r for r in ranks if r not in read.dumps]
         payloads = me.channel.fetch(k, out.flat_ranks)
         late = [r for r in out.flat_ranks if r not in payloads]
         finals = me.channel.fetch_final(late) if late else {}
+        me.hosts.from_disk()
         unknown = [r for r in late if r not in finals and r not in me.hosts.processes and r not in node_hosts]
         if unknown:
             me.hosts.gather(unknown)
@@ -138,12 +144,12 @@ class _Summaries:
                 self.read.dumps[rank] = dump
 
 
-def _heard(me: IncidentRank, ranks: list[int]) -> tuple[dict[int, int], dict[int, str], int]:
-    """When each rank was last heard from (node heartbeats, then the heartbeats of ranks no live
-    leader beats for), the host each node heartbeat names for its ranks, and how many ranks are alive."""
+def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int]) -> tuple[dict[int, str], set[int]]:
+    """When each rank was last heard from, into ``heard`` (node heartbeats, then the heartbeats of
+    ranks no live leader beats for); returns the host each node heartbeat names for its ranks and
+    the ranks a live leader beats for."""
     now = time.time_ns()
     period = me.config.poll_interval * 1e9
-    heard: dict[int, int] = {}
     hosts: dict[int, str] = {}
     relayed: set[int] = set()
     for beat in me.channel.node_heartbeats().values():
@@ -163,11 +169,19 @@ def _heard(me: IncidentRank, ranks: list[int]) -> tuple[dict[int, int], dict[int
     flat = [r for r in ranks if r not in relayed]
     for rank, ns in me.channel.last_heard(flat).items():
         heard[rank] = max(heard.get(rank, 0), ns)
+    return hosts, relayed
+
+
+def _alive(me: IncidentRank, heard: dict[int, int], relayed: set[int]) -> int:
+    """How many ranks beat within the last few polls (a node's, for ranks its leader beats for; this
+    rank counts: it is gathering)."""
+    now = time.time_ns()
+    period = me.config.poll_interval * 1e9
     alive = 0
-    for r in ranks:
+    for r in range(me.world_size):
         window = SILENT_POLLS * (_NODE_BEAT_POLLS if r in relayed else 1) * period
         alive += r == me.rank or heard.get(r, 0) >= now - window
-    return heard, hosts, alive
+    return alive
 
 
 def complete_from_nodes(me: IncidentRank, k: int, gathered: Gathered, deadline: float, job: Job, verdict: Verdict,

@@ -20,7 +20,6 @@ polled (with its ~15-line C++ warning) every second by every rank.
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -29,6 +28,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from ..common.log import logger
 from ..common.text import one_line
 
 __all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreLink", "StoreUnavailable"]
@@ -36,7 +36,7 @@ __all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreLink", "StoreUnavailable"]
 #: How long one store call may take before the store counts as not answering.
 STORE_TIMEOUT_S = 5.0
 
-log = logging.getLogger("fr_otel.agent")
+log = logger("fr_otel.agent")
 
 
 class StoreUnavailable(RuntimeError):

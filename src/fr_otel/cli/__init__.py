@@ -2,24 +2,28 @@
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and
 sets ``func`` (``args -> exit code``). Only the module of the command being run is
-imported when the command comes first (the others get a parser with their summary, for
-``--help``): ``fr-otel analyze`` does not load the agent, the watcher or the demo. Subcommands turn flags into plain
+imported (the others get a parser with their summary, for ``--help``): ``fr-otel analyze``
+does not load the agent, the watcher or the demo, and ``fr-otel --help`` or ``--version``
+loads no subcommand at all (they start in the time of a bare interpreter). Subcommands turn flags into plain
 arguments for the library and print what it returns; no analysis happens here.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from importlib import import_module
-from typing import Sequence
 
 from ..version import __version__
-from ._common import EXIT_NOT_DELIVERED, EXIT_OK, EXIT_UNUSABLE
 from .commands import COMMANDS
+from .exit_codes import EXIT_LOST, EXIT_NOT_DELIVERED, EXIT_OK, EXIT_STATUS_HELP, EXIT_UNUSABLE
 
-__all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED"]
+TYPE_CHECKING = False  # typing itself is a few ms of `fr-otel --version`
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+__all__ = ["main", "EXIT_OK", "EXIT_UNUSABLE", "EXIT_NOT_DELIVERED", "EXIT_LOST"]
 
 _COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
 
@@ -27,17 +31,22 @@ _COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
 GRPC_VERBOSITY = "GRPC_VERBOSITY"
 
 
-def _parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every command's full parser; with ``only`` (a command name), just that command's, and a
-    summary-only parser for each other command."""
+def _parser(only: str | None = "") -> argparse.ArgumentParser:
+    """Every command's full parser (``only=""``, the default: tests read them all); with ``only``
+    a command name, just that command's, and a summary-only parser for each other command;
+    with None, summary-only parsers for all (``fr-otel --help``, ``--version``)."""
+    import argparse  # here: `fr-otel --version` needs no parser
+
     parser = argparse.ArgumentParser(
         prog="fr-otel",
+        formatter_class=_help_formatter,
         description="Make hangs in distributed PyTorch training obvious: Flight Recorder dumps as a cross-rank "
         "verdict, OpenTelemetry traces and Prometheus metrics.",
+        epilog=EXIT_STATUS_HELP,
     )
     parser.add_argument("--version", action="version", version=f"fr-otel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    wanted = {c.module for c in COMMANDS if only is None or c.name == only}
+    wanted = {c.module for c in COMMANDS if only == "" or c.name == only}
     registered: set[str] = set()
     for command in COMMANDS:
         if command.module in registered:
@@ -46,11 +55,35 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
             import_module(f"{__name__}.{command.module}").register(sub)
             registered.add(command.module)
         else:
-            sub.add_parser(command.name, help=command.summary)
+            sub.add_parser(command.name, help=command.summary, add_help=False)  # its summary only: never parses
     return parser
 
 
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter, told the terminal's width: left to itself it imports shutil for
+    that alone (with bz2, lzma and zlib), a sixth of ``fr-otel --help``."""
+    import argparse
+
+    return argparse.HelpFormatter(prog, width=_columns() - 2)  # argparse keeps 2 columns free
+
+
+def _columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else the terminal's width, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    import argparse
+
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices[name]
 
@@ -68,9 +101,15 @@ def _quiet_grpc() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fr-otel`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # The command's own parser only when the command comes first; anything else (an option first,
-    # `--help`) gets every full parser, as argparse may still pick a command after it.
-    named = argv[0] if argv and argv[0] in _COMMAND_NAMES else None
+    if argv == ["--version"]:  # argparse's answer, without argparse and the regex engine it loads
+        print(f"fr-otel {__version__}")
+        return EXIT_OK
+    # Only the named command's parser (the others get a summary-only one): `fr-otel analyze`
+    # imports neither the agent nor the exporter, and `--help` or `--version` (no command)
+    # nothing but argparse. fr-otel's own options take no value, so the command is the first
+    # word that is not an option, wherever it stands (`fr-otel -q analyze --help`).
+    named = next((a for a in argv if not a.startswith("-")), None)
+    named = named if named in _COMMAND_NAMES else None
     parser = _parser(only=named)
     if argv[:1] == ["run"]:  # `run` reads its own arguments: its settings never stop the job
         from .run import launch

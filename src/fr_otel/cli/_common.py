@@ -1,4 +1,5 @@
-"""What several subcommands share: exit codes, input and export flags, loading dumps."""
+"""What several subcommands share: input and export flags, loading dumps (and the exit codes, from
+:mod:`.exit_codes`)."""
 
 from __future__ import annotations
 
@@ -6,42 +7,40 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
+from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..incident.pipeline import (
     IncidentPlan,
     IncidentResult,
     evidence_from_files,
     run_incident,
 )
-from ..incident.sinks import IncidentSink
-from ..otlp.config import (
-    DEFAULT_TIMEOUT_S,
-    PROTOCOLS,
-    ExportConfig,
-    resolve_export_config,
-)
-from ..otlp.tls_files import check_tls_files
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
-from ..trace.options import TraceOptions
+from .exit_codes import (
+    EXIT_FAILED,
+    EXIT_LOST,
+    EXIT_NOT_DELIVERED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_UNUSABLE,
+)
+
+if TYPE_CHECKING:  # the export's modules load only for the commands that export (not `analyze`)
+    from ..incident.sinks import IncidentSink
+    from ..otlp.config import ExportConfig
+    from ..trace.options import TraceOptions
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_UNUSABLE", "add_export_args", "add_input_args",
-    "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
-    "export_config", "incident_from_args", "non_negative_seconds", "outputs_ok", "print_json", "seconds",
-    "terminal_progress",
+    "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
+    "add_export_args", "add_input_args", "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
+    "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
+    "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
-
-EXIT_OK = 0  # analysed, whatever the verdict
-EXIT_FAILED = 1  # the command could not do its job (e.g. the demo's torch job failed)
-EXIT_UNUSABLE = 2  # no usable dump, bad configuration or bad usage
-EXIT_NOT_DELIVERED = 3  # analysed, but the trace is spooled (collector down or refusing), not delivered
-
 
 def error(message: str) -> None:
     """One printable line on stderr (file names and dump text may hold control characters)."""
@@ -88,6 +87,36 @@ def seconds(text: str) -> float:
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
     return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")  # type: ignore[no-any-return]
+
+
+def job_id(text: str) -> str:
+    """A job id (argparse type): printable, at most 256 characters (it goes into trace ids,
+    resource attributes and on the terminal)."""
+    return _identity(text, "job id")
+
+
+def incident_key(text: str) -> str:
+    """An incident key (argparse type), by the same rule as a job id."""
+    return _identity(text, "incident key")
+
+
+def _identity(text: str, what: str) -> str:
+    why = identity_problem(text, what)
+    if why:
+        raise argparse.ArgumentTypeError(f"{why}: {printable(text)[:80]!r}")
+    return text
+
+
+def identity_env_ok() -> bool:
+    """$FR_OTEL_JOB_ID (and the launchers' run ids) must be identities when they are what an
+    export would use: a bad one is one line (exit 2), as a bad OTEL_* variable is."""
+    from ..trace.ids import job_identity
+
+    problems: list[str] = []
+    job_identity(None, problems=problems)
+    for line in problems:
+        error(line)
+    return not problems
 
 
 def add_input_args(parser: argparse.ArgumentParser) -> None:
@@ -152,8 +181,12 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
     return run_incident(evidence, plan)
 
 
-def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
-    """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint)."""
+def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, out: bool = True) -> None:
+    """The OTLP flags, one set for every command that exports (``replay``: it needs an endpoint;
+    ``out=False``: the command says itself where its files go)."""
+    from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
+    from ..otlp.config import DEFAULT_TIMEOUT_S, PROTOCOLS
+
     where = ("required, here or in the variable" if replay else "none: write a local OTLP JSON Lines file")
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint: http://HOST:4317 (gRPC, plaintext), "
                         "https://HOST:4317, or http(s)://HOST:4318/v1/traces for OTLP/HTTP (default: "
@@ -168,7 +201,7 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
     parser.add_argument("--insecure", action="store_true", default=None,
                         help="plaintext gRPC to a HOST:PORT endpoint written without http:// (default: "
                         "$OTEL_EXPORTER_OTLP_[TRACES_]INSECURE, else TLS)")
-    if not replay:
+    if out and not replay:
         parser.add_argument("--out", metavar="DIR", help=f"folder for the embedded file and spools (default: "
                             f"${OUT_DIR_ENV}, else ./{DEFAULT_OUT_DIR})")
 
@@ -176,6 +209,9 @@ def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False) ->
 def export_config(args: argparse.Namespace) -> ExportConfig | None:
     """Flags over the standard OTEL_* variables; None (after saying why) on a bad flag or setting.
     A bad inherited timeout or insecure variable is a warning and its default is used."""
+    from ..otlp.config import resolve_export_config
+    from ..otlp.tls_files import check_tls_files
+
     warnings: list[str] = []
     try:
         config = resolve_export_config(

@@ -7,16 +7,18 @@ the demo): a command's module loads only when that command is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 __all__ = ["COMMANDS", "Command", "command"]
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    name: str
-    module: str  # fr_otel.cli.<module> has register(subparsers), which adds this command's parser
-    summary: str  # its line in `fr-otel --help`
+# A named tuple, not a dataclass: `fr-otel --help` reads this table, and dataclasses (with the
+# inspect module it imports) would be most of its start-up after argparse.
+class Command(namedtuple("Command", ("name", "module", "summary"))):
+    """``name``; ``module``: fr_otel.cli.<module> has register(subparsers), which adds this
+    command's parser; ``summary``: its line in ``fr-otel --help``."""
+
+    __slots__ = ()
 
     @property
     def description(self) -> str:
@@ -31,7 +33,8 @@ COMMANDS = (
     Command("replay", "export", "send OTLP JSON Lines files (export's local file, or a spool) to an OTLP endpoint"),
     Command("report", "report",
             "write the incident as one self-contained HTML page (verdict, timeline, groups, stacks)"),
-    Command("demo", "demo", "run a real 4-rank gloo job on CPU in which one rank hangs; analyse and export it"),
+    Command("demo", "demo", "run a real 4-rank gloo job on CPU under the live agent while one rank's data loader "
+            "stalls: the verdict, /metrics, the trace and the report"),
     Command("watch", "watch",
             "wait for the dumps NCCL writes when ranks die; analyse and export each incident once"),
     Command("run", "run", "run a training command with the live agent in every rank (no code change)"),

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..incident.delivery import ExportOutcome, ExportStatus, export_hint, replay_command
+from ..incident.delivery import ExportOutcome, ExportStatus, export_fix, replay_command
 from ..incident.pipeline import IncidentResult
 from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig
@@ -23,8 +23,10 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK and grpc load only when a command exp
     from ..trace.spans import IncidentTrace
 from ._common import (
     EXIT_FAILED,
+    EXIT_LOST,
     EXIT_NOT_DELIVERED,
     EXIT_OK,
+    EXIT_STATUS_HELP,
     EXIT_UNUSABLE,
     add_export_args,
     add_input_args,
@@ -32,7 +34,10 @@ from ._common import (
     count,
     error,
     export_config,
+    identity_env_ok,
     incident_from_args,
+    incident_key,
+    job_id,
     outputs_ok,
     print_json,
     terminal_progress,
@@ -47,7 +52,7 @@ __all__ = [
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     this = command("export")
-    parser = sub.add_parser(this.name, help=this.summary, description=this.description)
+    parser = sub.add_parser(this.name, help=this.summary, description=this.description, epilog=EXIT_STATUS_HELP)
     add_input_args(parser)
     add_export_args(parser)
     add_trace_args(parser)
@@ -69,9 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--job-id", metavar="ID", help="job identity for trace ids (default: $FR_OTEL_JOB_ID, the "
-                        "torchelastic or Slurm run id, else derived from the dumps)")
-    parser.add_argument("--incident", default="", metavar="KEY",
+    parser.add_argument("--job-id", type=job_id, metavar="ID", help="job identity for trace ids (default: "
+                        "$FR_OTEL_JOB_ID, the torchelastic or Slurm run id, else derived from the dumps)")
+    parser.add_argument("--incident", type=incident_key, default="", metavar="KEY",
                         help="incident key, when one job has several (default: none)")
     parser.add_argument("--full", action="store_true", help="export every entry, not just the focus")
     parser.add_argument("--last-n", type=count, default=DEFAULT_LAST_N, metavar="N",
@@ -109,7 +114,7 @@ def report_delivery(incident: IncidentResult, config: ExportConfig, args: argpar
         print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
         return EXIT_OK
     error(line)
-    return EXIT_NOT_DELIVERED
+    return EXIT_LOST if outcome.lost else EXIT_NOT_DELIVERED
 
 
 def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: ExportConfig) -> str:
@@ -127,7 +132,7 @@ def describe_outcome(outcome: ExportOutcome, trace: IncidentTrace, config: Expor
 
 
 def run(args: argparse.Namespace) -> int:
-    if not outputs_ok(args):
+    if not outputs_ok(args) or not (args.job_id or identity_env_ok()):
         return EXIT_UNUSABLE
     config = export_config(args)
     if config is None:
@@ -157,8 +162,12 @@ def run_replay(args: argparse.Namespace) -> int:
     if result.ok:
         print(f"fr-otel: replayed {result.spans_sent} spans to {result.endpoint}")
         return EXIT_OK
-    hint = export_hint(result.error, config)
+    fix = export_fix(result.error, config)
+    hint = f"; {fix.hint}" if fix is not None else ""
+    left = [name for name in args.files if os.path.isfile(name)]
+    if fix is not None and left and (fix.endpoint or fix.protocol or fix.insecure):
+        hint += f"; run: {replay_command(left, config, fix)}"  # the command that finishes the job
     rejected = f", {result.spans_rejected} rejected by the collector" if result.spans_rejected else ""
     error(f"replay to {result.endpoint} incomplete: {result.spans_sent} spans sent{rejected}, {result.spans_spooled} "
-          f"still in their files ({result.error}){'; ' + hint if hint else ''}")
+          f"still in their files ({result.error}){hint}")
     return EXIT_NOT_DELIVERED

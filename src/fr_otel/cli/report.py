@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from ..report.text import verdict_line
-from ..report.trace_section import TraceDelivery
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -24,6 +24,9 @@ from ._common import (
     outputs_ok,
 )
 from .commands import command
+
+if TYPE_CHECKING:
+    from ..report.trace_section import TraceDelivery
 
 __all__ = ["DEFAULT_OUTPUT", "add_html_arg", "register", "run", "write_html"]
 
@@ -54,7 +57,7 @@ def write_html(path: str, job: Job, verdict: Verdict, *, trace: TraceDelivery | 
 
     document = render(job, verdict, trace=trace)
     try:
-        size = write_report(path, document)
+        size = write_report(path, document, follow_links=True)  # -o/--html: the user named this path
     except OSError as exc:
         error(f"cannot write the HTML report {path}: {exc.strerror or exc}")
         return False

@@ -25,6 +25,7 @@ from ..watch import (
     parse_rank_set,
 )
 from ._common import (
+    EXIT_LOST,
     EXIT_NOT_DELIVERED,
     EXIT_OK,
     EXIT_UNUSABLE,
@@ -33,6 +34,7 @@ from ._common import (
     count,
     error,
     export_config,
+    identity_env_ok,
     non_negative_seconds,
     outputs_ok,
     seconds,
@@ -67,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="export what is in this long after an incident's first dump (default: %(default)s)")
     parser.add_argument("--poll", type=seconds, default=DEFAULT_POLL_S, metavar="SECONDS",
                         help="seconds between looks at the folder (default: %(default)s)")
-    parser.add_argument("--once", action="store_true", help="exit after the first incident (exit code as export)")
+    parser.add_argument("--once", action="store_true", help="exit after the first incident (exit status as export: "
+                        "0 delivered or written, 3 spooled or partly rejected, 4 lost)")
     parser.add_argument("--state", metavar="FILE", help=f"state file (default: DIR/{STATE_NAME})")
     add_quiet_arg(parser)
     add_export_args(parser)
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings is None:
         return EXIT_UNUSABLE
-    if not outputs_ok(args):
+    if not outputs_ok(args) or not (args.job_id or identity_env_ok()):
         return EXIT_UNUSABLE
     _log_to_stderr()
     stop = threading.Event()
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     names = f"{settings.prefix}<rank>" if settings.prefix else "<anything><rank>"
     expect = (f"ranks {compress_ranks(settings.expected_ranks)}" if settings.expected_ranks is not None
               else "the world size in the dumps' pg_config")
-    where = config.endpoint or f"OTLP JSON Lines files in {out_dir(settings.out_dir)}"
+    where = config.shown_target() if config.endpoint else f"OTLP JSON Lines files in {out_dir(settings.out_dir)}"
     logging.getLogger("fr_otel.watch").info(
         "watching %s for %s (expecting %s; settle %gs, deadline %gs); exporting to %s; state in %s (%d incident(s) "
         "so far)", settings.directory, names, expect, settings.settle_s, settings.deadline_s, where,
@@ -142,5 +145,5 @@ def run(args: argparse.Namespace) -> int:
     if stop.is_set():
         logging.getLogger("fr_otel.watch").info("stopping (SIGTERM)")
     if args.once and incident is not None and not incident.ok:
-        return EXIT_NOT_DELIVERED
+        return EXIT_LOST if incident.status == "failed" else EXIT_NOT_DELIVERED
     return EXIT_OK

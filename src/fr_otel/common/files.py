@@ -3,9 +3,17 @@
 Reports, traces, spools, dump copies and the watcher's state go to paths users (or
 whoever can write the folder) choose. Writing there must never turn ``/dev/full`` into
 a regular file, block forever on a FIFO, or leave half a file behind: so a path that
-exists must be a regular file (a symlink is followed to its target and that is
-replaced), and the new content goes to a temporary file in the same folder that is
-then renamed over it, so readers see the old file or the new one, never a mix.
+exists must be a regular file, and the new content goes to a temporary file in the same
+folder (created ``O_EXCL | O_NOFOLLOW``) that is then renamed over it, so readers see the
+old file or the new one, never a mix.
+
+Symbolic links: most files fr-otel writes have names it picks, in folders it does not own
+(``incident.json``, ``incident.html``, ``ranks.json``, ``steps.json`` and the agent's dumps
+beside the dumps, the watcher's state, traces and spools under ``--out``). Anyone who can
+write there can plant ``incident.html -> ~/.bashrc``; so by default a link at the name is
+*replaced* by the new regular file (rename swaps the directory entry, never opening the
+link), its target left untouched, with one warning. Only a path a person named for this
+one output (``-o``, ``--html``) is followed to its target (``follow_links=True``).
 """
 
 from __future__ import annotations
@@ -15,7 +23,12 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["OutputRefused", "atomic_write", "check_output_dir", "check_output_file", "file_kind"]
+from .log import logger
+from .text import printable
+
+__all__ = ["OutputRefused", "atomic_write", "check_output_dir", "check_output_file", "file_kind", "own_folder"]
+
+_log = logger("fr_otel.files")
 
 
 class OutputRefused(OSError):
@@ -57,18 +70,60 @@ def check_output_dir(path: str | os.PathLike[str]) -> Path:
     return _check(path, Path(path), directory=True)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False) -> Path:
+def _check_entry(path: Path, folder_made: bool = False) -> bool:
+    """``path`` itself (a link is not followed) may be replaced by a new regular file: it is
+    missing, a regular file or a symbolic link (True: a link, to be replaced); anything else
+    raises :class:`OutputRefused`."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not folder_made and not path.parent.is_dir():
+            raise OutputRefused(f"{path}: its folder {path.parent} does not exist") from None
+        return False
+    except OSError as exc:
+        raise OutputRefused(exc.errno, f"{path}: cannot use as output: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        return True
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputRefused(f"{path}: is {file_kind(st.st_mode)}, not a regular file; refusing to write there")
+    return False
+
+
+def own_folder(path: str | os.PathLike[str]) -> Path:
+    """A folder fr-otel names inside one it does not own (the agent's ``<dump dir>/<trace id>/``):
+    created when missing (its parents too); refused (:class:`OutputRefused`) when what is there
+    is a symbolic link or not a directory, so nothing is written into a planted folder link."""
+    folder = Path(path)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+            raise OutputRefused(f"{folder}: is {kind}, not a directory; refusing to write into it") from None
+    return folder
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False,
+                 follow_links: bool = False) -> Path:
     """Write ``data`` as ``path`` all at once (temp file in the same folder, then rename).
 
     ``replace=False`` creates the file only if it does not exist (``FileExistsError``
     otherwise; file systems without hard links fall back to a plain rename). A path
-    that exists must be a regular file (:class:`OutputRefused`); a symlink's target is
-    what gets replaced. Returns the path written.
+    that exists must be a regular file (:class:`OutputRefused`). A symbolic link at
+    ``path`` is replaced by the new file, its target untouched (one warning), unless
+    ``follow_links`` (a path a person named for this output): then its target is what
+    gets replaced. Returns the path written.
     """
-    target = check_output_file(path, folder_made=mkdir)
+    if follow_links:
+        target = check_output_file(path, folder_made=mkdir)
+    else:
+        target = Path(path)
+        _check_entry(target, folder_made=mkdir)
     if mkdir:
         target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)  # O_EXCL|O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), _mode_for(target))
@@ -76,15 +131,23 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
             fh.flush()
             os.fsync(fh.fileno())
         if replace:
-            check_output_file(target)  # not swapped for a FIFO or folder meanwhile
+            # Not swapped for a FIFO or a folder meanwhile; a link swapped in is replaced, not followed.
+            was_link = False
+            if follow_links:
+                check_output_file(target)
+            else:
+                was_link = _check_entry(target)
             os.replace(tmp_name, target)
+            if was_link:
+                _log.warning("%s was a symbolic link: replaced by a regular file, its target left untouched",
+                             printable(str(target)))
         else:
             try:
-                os.link(tmp_name, target)  # fails if someone created the file meanwhile
+                os.link(tmp_name, target)  # fails if someone created the file (or a link) meanwhile
             except FileExistsError:
                 raise
             except OSError:  # no hard links on this file system
-                if target.exists():
+                if os.path.lexists(target):
                     raise FileExistsError(f"{target} exists") from None
                 os.replace(tmp_name, target)
     finally:
@@ -92,13 +155,16 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
-    return Path(path) if not os.path.islink(path) else target
+    return Path(path) if not (follow_links and os.path.islink(path)) else target
 
 
 def _mode_for(target: Path) -> int:
-    """Keep an existing file's permissions; new files get what ``open()`` would give them."""
+    """Keep an existing regular file's permissions (never a link target's); new files get what
+    ``open()`` would give them."""
     try:
-        return os.stat(target).st_mode & 0o777
+        st = os.lstat(target)
+        if stat.S_ISREG(st.st_mode):
+            return st.st_mode & 0o777
     except OSError:
         pass
     return 0o666 & ~_umask()

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["PrintableFormatter", "one_line", "printable"]
+__all__ = ["MAX_ATTRIBUTE_CHARS", "PrintableFormatter", "clip", "one_line", "printable"]
+
+#: The longest string any span attribute fr-otel sends may be (Tempo truncates beyond 2048 bytes
+#: by default): the trace's own attributes and the root attributes read from incident.json alike.
+MAX_ATTRIBUTE_CHARS = 2000
+
+
+def clip(text: str, limit: int) -> str:
+    """At most ``limit`` characters, an ellipsis saying when it was cut: dumps may hold huge strings."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _escape(char: str) -> str:
@@ -39,8 +48,7 @@ def one_line(value: object, limit: int = 300) -> str:
     """``value`` (text or an exception) flattened to one printable line of at most ``limit`` characters."""
     if isinstance(value, BaseException):
         value = str(value) or type(value).__name__
-    flat = printable(" ".join(str(value).split()))
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return clip(printable(" ".join(str(value).split())), limit)
 
 
 class PrintableFormatter(logging.Formatter):

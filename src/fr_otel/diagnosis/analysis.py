@@ -17,13 +17,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..common.ranks import compress_ranks
-from ..read.dump import op_name
-from ..read.frame import Frame, is_user_frame
-from ..read.live_stack import LiveStacks
-from ..read.rank_process import RankProcess
 from .cascade import explained_absences, waiting_on
+from .culprit_record import culprit_record
+from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
 from .mismatch import find_mismatches
+from .mixed_incidents import mixed_incidents
 from .p2p import add_p2p_waits
 from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
@@ -54,7 +53,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
-    clock = Clock.of(job, weigh=not options.ending)
+    clock = Clock.of(job, weigh=not options.ending, raised_over_s=options.raised_over_s)
     if options.ending:
         notes.append("the dumps were taken as the job ended: every wait counts, whatever its age")
     graph = WaitGraph()
@@ -100,8 +99,17 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         verdict = "straggler" if chosen else "healthy"
         if clock.young:
             notes.append(_young_note(clock))
+    stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
+    call = judge_network(job)
+    if call.explains:
+        verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict, notes)
+    elif verdict in ("healthy", "straggler") and job.missing_ranks:
+        notes.append(f"rank(s) {compress_ranks(job.missing_ranks)} left no dump: their state is unknown, so the job "
+                     "is not called healthy")
+        verdict, chosen = "inconclusive", set()
     incomplete = None
-    if job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy"):
+    if (job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy")
+            and not call.explains):
         waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
                                | {r for s in states if s.in_flight for r in s.in_flight.entered}))
         incomplete = Incomplete(len(job.dumps), job.world_size, waiting, job.missing_ranks)
@@ -121,7 +129,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         notes.append("no rank is waiting on another in the recorded collectives")
 
     unknown = _explained_absences(job, graph, chosen, clock) if verdict in ("hang", "desync") else {}
-    culprits = [_culprit(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
+    culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
     blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
@@ -147,7 +155,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         culprits=culprits,
         ranks_loaded=len(job.dumps),
         world_size=job.world_size,
-        problems=list(job.problems),
+        problems=[*job.problems, *filter(None, [mixed_incidents(job.dumps)])],
         notes=_dedupe(notes),
         groups=states,
         missing_ranks=job.missing_ranks,
@@ -157,10 +165,58 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         incomplete=incomplete,
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
+        hosts=host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns),
         steps=steps,
         ages=clock.summary(),
         waiting=waiting,
+        job_ended=options.ending,
     )
+
+
+def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], evidence: dict[int, list[Evidence]],
+                   chosen: set[int], verdict: str, notes: list[str]) -> tuple[str, set[int]]:
+    """Culprits from what the network says (see :mod:`.hosts`): this node cut off, the store's host
+    lost, or lost hosts; missing ranks on hosts that still answer are reported, not blamed, and a
+    rank merely behind its peers (not enqueued yet, no proven fault of its own) is their sequel."""
+    stuck = next((s for s in states if s.in_flight and s.in_flight.entered), None)
+    group = stuck.group.name if stuck else (next(iter(job.groups)) if job.groups else "")
+    seq = stuck.in_flight.seq if stuck and stuck.in_flight else None
+    waiting = stuck.in_flight.entered if stuck and stuck.in_flight else ()
+    hosts = job.hosts
+    missing = set(job.missing_ranks)
+
+    def report_only(rank: int, text: str) -> None:
+        evidence[rank] = [Evidence("unknown", group, seq, text)]
+        chosen.add(rank)
+
+    if call.cut_off is not None:
+        here = sorted(r for r in job.dumps if hosts.get(r) == call.cut_off)
+        for rank in here:
+            evidence.setdefault(rank, []).insert(0, Evidence(
+                "not_completed", group, seq, f"rank {rank} on {call.cut_off}: {call.why[call.cut_off]}", direct=True))
+        for rank in sorted(missing):
+            report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here, cut off from "
+                              f"{call.cut_off}: its state is unknown")
+        return "hang", (set(here) | missing)
+    suspects = [call.store_lost] if call.store_lost is not None else list(call.lost)
+    for host in suspects:
+        for rank in sorted(r for r in missing if hosts.get(r) == host):
+            evidence[rank] = [Evidence("missing_dump", group, seq, f"rank {rank} left no dump: {call.why[host]}",
+                                       waiting, sole=len(suspects) == 1)] + [
+                e for e in evidence.get(rank, []) if e.kind != "missing_dump"]
+            chosen.add(rank)
+    for rank in sorted(missing - {r for r in missing if hosts.get(r) in suspects}):
+        if rank in call.alive_elsewhere or call.store_lost is not None:
+            report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here"
+                              + (", but its host's agent answers: alive elsewhere" if rank in call.alive_elsewhere
+                                 else "; its state is unknown"))
+    behind = sorted(r for r in chosen if r in job.dumps and hosts.get(r) not in suspects
+                    and all(e.kind in ("not_enqueued", "straggler") for e in evidence.get(r, [])))
+    if behind:
+        chosen -= set(behind)
+        notes.append(f"rank(s) {compress_ranks(behind)} had not yet enqueued what their peers wait in, with no fault "
+                     f"of their own: the lost host(s) {', '.join(suspects)} explain the incident")
+    return ("hang" if verdict in ("healthy", "straggler", "inconclusive") else verdict), chosen
 
 
 def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:
@@ -261,83 +317,3 @@ def _group_state(job: Job, pg: ProcessGroup) -> GroupState:
         unknown=unknown,
     )
     return state
-
-
-# ---------------------------------------------------------------------------
-# Culprit records
-
-
-def _culprit(job: Job, rank: int, evidence: list[Evidence], explained: tuple[int, str] | None = None) -> Culprit:
-    """The rank's record, strongest evidence first; ``explained``: (culprit, why) for an absent rank
-    whose silence that culprit explains (kind ``unknown``)."""
-    ordered = sorted(
-        evidence,
-        key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, -len(e.waiting), e.seq or 0),
-    )
-    if explained is not None:
-        head = ordered[0]
-        ordered.insert(0, Evidence("unknown", head.group, head.seq, explained[1], head.waiting, op=head.op,
-                                   peer=head.peer))
-    primary = ordered[0]
-    pg = job.groups.get(primary.group)
-    op = primary.op
-    if op is None and primary.seq is not None:
-        for r in (rank, *primary.waiting):
-            found = job.entries_at(r, primary.group, primary.seq)
-            if found:
-                op = found[0].profiling_name
-                break
-    process = job.processes.get(rank)
-    dump = job.dumps.get(rank)
-    now = dump.now if dump is not None else None
-    text = primary.text
-    if now is not None and now.where is not None:
-        text += " " + _now_sentence(rank, process, now, primary.kind, op, primary.seq)
-    return Culprit(
-        rank=rank,
-        kind=primary.kind,
-        group_name=primary.group,
-        group_desc=pg.desc if pg else "",
-        collective_seq_id=primary.seq,
-        evidence=text,
-        op=op,
-        waiting_ranks=primary.waiting,
-        last_frame=_last_user_frame(job, rank),
-        related=tuple(_dedupe_evidence(ordered[1:])),
-        peer=primary.peer,
-        process=process,
-        now=now,
-        waits_on=(explained[0],) if explained is not None else (),
-    )
-
-
-def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind: str, op: str | None,
-                  seq: int | None) -> str:
-    """"Now rank 2 (host vm, pid 4242) is in time.sleep at train.py:27 in main, not in all_reduce #26." """
-    who = f"rank {rank} ({process.label})" if process is not None and process.label else f"rank {rank}"
-    text = f"Now {who} is {now.describe()}"
-    if kind == "not_enqueued" and op and now.in_collective is None:
-        text += f", not in {op_name(op)}" + (f" #{seq}" if seq is not None else "")
-    return text + "."
-
-
-def _dedupe_evidence(items: list[Evidence]) -> list[Evidence]:
-    seen = set()
-    out = []
-    for e in items:
-        key = (e.kind, e.group, e.seq)
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return out
-
-
-def _last_user_frame(job: Job, rank: int) -> Frame | None:
-    """The innermost frame outside torch of the rank's newest entry: where the user's code was."""
-    dump = job.dumps.get(rank)
-    if dump is None or not dump.has_frames:
-        return None
-    for e in reversed(dump.tail):  # the tail holds the newest entries
-        if e.frames:
-            return next((f for f in e.frames if is_user_frame(f.filename)), e.frames[0])
-    return None

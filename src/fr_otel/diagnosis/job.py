@@ -18,13 +18,21 @@ from operator import not_
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
+from ..read.entry_rules import is_default_group, unnamed_world
 from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 
-__all__ = ["DEFAULT_PG_DESC", "ProcessGroup", "Job", "build_job"]
+__all__ = ["Job", "ProcessGroup", "build_job", "group_label"]
 
-DEFAULT_PG_DESC = "default_pg"
+
+def group_label(name: str, desc: str) -> str:
+    """A group as people know it, the one way every output names it: its desc with its name
+    (``EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP (93)``) when the desc says more than the numeric
+    name, else the name."""
+    if desc and desc not in ("undefined", name):
+        return f"{desc} ({name})" if name else desc
+    return name or desc or "?"
 
 
 @dataclass(slots=True)
@@ -41,10 +49,8 @@ class ProcessGroup:
 
     @property
     def label(self) -> str:
-        """Human name: the desc when it says more than the numeric name."""
-        if self.desc and self.desc not in ("undefined", self.name):
-            return f"{self.desc} ({self.name})" if self.name else self.desc
-        return self.name or self.desc or "?"
+        """Human name (:func:`group_label`)."""
+        return group_label(self.name, self.desc)
 
 
 @dataclass(slots=True)
@@ -95,6 +101,23 @@ class Job:
         if h is None or h.position(seq) is None:
             return []
         return [e for e in dump.entries if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p]
+
+    def op_at(self, ranks: tuple[int, ...], group: str, seq: int) -> str | None:
+        """The call (``nccl:all_reduce``) at ``group`` #``seq`` as the first of ``ranks`` that
+        recorded it says: from its tail, else its columns; never loads a full dump."""
+        for rank in ranks:
+            dump = self.dumps.get(rank)
+            if dump is None:
+                continue
+            for e in dump.tail:
+                if e.pg_name == group and e.collective_seq_id == seq and not e.is_p2p:
+                    return e.profiling_name
+            h = dump.histories.get(group)
+            i = h.position(seq) if h is not None else None
+            fp = dump.fingerprints.get(h.fingerprint[i]) if h is not None and i is not None else None
+            if fp:
+                return (f"{dump.backend}:" if dump.backend not in ("", "unknown") else "") + str(fp[0])
+        return None
 
     def first_enqueue(self, group: str, seq: int) -> int | None:
         """When any rank first enqueued ``group`` #``seq`` (from the columns); None if none recorded it.
@@ -236,7 +259,7 @@ def build_job(read: ReadResult) -> Job:
             if not name:
                 # gloo (torch 2.13): config recorded before the group had a name; at
                 # best it holds the world's ranks.
-                if cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
+                if unnamed_world(name, cfg.ranks):
                     world_hint = cfg.ranks
                 continue
             if cfg.ranks and (name, id(cfg.ranks)) not in counted:
@@ -331,7 +354,7 @@ def _world_size(
 
 def _default_group(groups: dict[str, ProcessGroup]) -> ProcessGroup | None:
     for pg in groups.values():
-        if pg.desc == DEFAULT_PG_DESC:
+        if is_default_group(pg.name, pg.desc):
             return pg
     return groups.get("0")
 

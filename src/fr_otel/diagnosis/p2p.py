@@ -21,11 +21,11 @@ the evidence. p2p counters are never compared across ranks (they are per rank).
 
 from __future__ import annotations
 
-import re
 from array import array
 from dataclasses import dataclass, field
 
 from ..read.dump import Entry, P2PChannel
+from ..read.entry_rules import p2p_name
 from .job import Job, ProcessGroup
 from .mismatch import describe_call
 from .pace import Clock
@@ -34,7 +34,6 @@ from .waits import WaitGraph
 
 __all__ = ["P2PFindings", "add_p2p_waits"]
 
-_CHANNEL = re.compile(r"^(send|recv) (\d+)(->|<-)(\d+|\?)$")
 
 
 @dataclass(slots=True)
@@ -105,18 +104,18 @@ def _group(job: Job, pg: ProcessGroup, graph: WaitGraph, evidence: dict[int, lis
         if h is None:
             continue
         for name, ch in h.p2p.items():
-            m = _CHANNEL.match(name)
-            if m is None:
+            parsed = p2p_name(name)
+            if parsed is None:
                 continue
-            kind, me, _, other = m.groups()
-            if int(me) >= len(members) or members[int(me)] != rank:
+            kind, me, other = parsed
+            if me >= len(members) or members[me] != rank:
                 continue  # the recorded local rank does not fit the member list: do not guess
-            if other == "?":
+            if other is None:
                 any_recvs[rank] = _Channel(rank, None, name, ch)
                 continue
-            if int(other) >= len(members):
+            if other >= len(members):
                 continue
-            peer = members[int(other)]
+            peer = members[other]
             if kind == "send":
                 sends[(rank, peer)] = _Channel(rank, peer, name, ch)
             else:
@@ -193,7 +192,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
                 "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
         for who, other in ((s, r), (r, s)):
             found.mismatches.append((who.rank, Evidence("mismatch", pg.name, None, text, (other.rank,), False, True,
-                                                        op=_profiling(job, who), peer=other.rank)))
+                                                        op=_profiling(job, who), peer=other.rank, p2p=True)))
     if s.done and r.done:
         return
     if s.done != r.done:
@@ -205,7 +204,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
             "not_completed", pg.name, None,
             f"rank {stuck.rank} posted {stuck.name} on {pg.label} but has not completed it, while rank "
             f"{other.rank} completed the matching {other.name}: its device or network stalled",
-            (), True, True, op=_profiling(job, stuck), peer=other.rank))
+            (), True, True, op=_profiling(job, stuck), peer=other.rank, p2p=True))
         return
     both = max(s.created_ns, r.created_ns)  # the transfer could start once both were posted
     if not clock.stuck(both, s.rank, clock.earliest((r.rank,)), what=f"{s.name} / {r.name} on {pg.label}"):
@@ -216,7 +215,8 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
             "neither completed; the transfer itself is stuck (device or network) and the recorder cannot single "
             "out a rank")
     for me, other in ((s, r), (r, s)):
-        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note)
+        graph.add_mutual(me.rank, [other.rank], hub, f"{s.name} / {r.name} on {pg.label}", note,
+                         op={s.rank: _profiling(job, s), r.rank: _profiling(job, r)})
 
 
 def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: WaitGraph,

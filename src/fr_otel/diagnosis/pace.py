@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..common.stall import DEFAULT_STALL_S
+
 if TYPE_CHECKING:  # types only: the live agent imports the rule without the analysis
     from ..read.dump import GroupHistory, RankDump
     from .job import Job
 
-__all__ = ["DAY_NS", "DEFAULT_STALL_S", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
+__all__ = ["DAY_NS", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
            "learn_pace", "stall_threshold_s"]
 
 #: A dump file written within this long after its last recorded activity dates the dump.
 DAY_NS = 86_400 * 10**9
-#: In flight this long is a stall when the job's pace is unknown (the agent's ``stall_seconds`` default).
-DEFAULT_STALL_S = 60.0
 #: "Well past normal": this many times the longest normal wait, pause or op.
 STALL_FACTOR = 3.0
 #: Never a stall below this, whatever the pace (a millisecond-step job still pauses for GC).
@@ -200,18 +200,23 @@ class Clock:
     dumped: dict[int, int]  # rank -> when its dump was taken (where known)
     pace: Pace
     stall_seconds: float = DEFAULT_STALL_S
+    raised_over_s: float | None = None  # the live agent's stall threshold for this incident: never asks more
     young: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged not stuck
     old: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged stuck
     unknown: int = 0  # waits whose age could not be measured (counted stuck)
 
     @classmethod
-    def of(cls, job: Job, *, weigh: bool = True) -> Clock:
-        """``weigh``: False when the job is known to be ending (every wait then counts, whatever its age)."""
+    def of(cls, job: Job, *, weigh: bool = True, raised_over_s: float | None = None) -> Clock:
+        """``weigh``: False when the job is known to be ending (every wait then counts, whatever its age).
+        ``raised_over_s``: the threshold the live agent raised this incident over, so the verdict never
+        calls young the wait the agent has just called stuck (a short history, or ranks that started
+        seconds apart, can make the learnt pace ask for more)."""
         dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None} if weigh else {}
-        return cls(dumped, learn_pace(job) if dumped else Pace())
+        return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s)
 
     def threshold_s(self, timeout_ms: int | None = None) -> float:
-        return stall_threshold_s(timeout_ms, self.pace.normal_s, self.stall_seconds)
+        learnt = stall_threshold_s(timeout_ms, self.pace.normal_s, self.stall_seconds)
+        return learnt if self.raised_over_s is None else min(learnt, self.raised_over_s)
 
     def earliest(self, ranks: Iterable[int]) -> int | None:
         """The earliest known dump time among ``ranks`` (None: none known)."""

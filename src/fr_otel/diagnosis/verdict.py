@@ -6,7 +6,6 @@ Plain data with ``to_dict()`` for the public JSON schema; no logic beyond format
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from ..common.ranks import compress_ranks
@@ -14,12 +13,14 @@ from ..read.dump import Progress
 from ..read.frame import Frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
-from .job import Job, ProcessGroup
+from .hosts import HostFinding
+from .job import Job, ProcessGroup, group_label
 from .pace import Ages
+from .stops import StopOrder, StopPoint
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Evidence", "Culprit",
-    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "Verdict", "Waiting", "format_clock",
+    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "UNKNOWN_STALL", "Verdict", "Waiting",
     "reference_ns",
 ]
 
@@ -30,6 +31,20 @@ KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "stra
 NOT_BLAMED = frozenset({"unknown"})
 
 DEFAULT_STRAGGLER_THRESHOLD_S = 0.05
+
+#: Said wherever an age would be printed (the terminal, the page, the trace) when the dumps carry
+#: no time of their own: the newest recorded activity is then the reference, and an age to it
+#: (often a few ms) says nothing of how long the hang lasted.
+UNKNOWN_STALL = "stall duration unknown (no dump time)"
+
+
+def _where(name: str, desc: str, seq: int | None, op: str | None, p2p: bool) -> str:
+    """``TENSOR_MODEL_PARALLEL_GROUP (37) #88684 nccl:_reduce_scatter_base``, or for send/recv
+    ``PIPELINE_MODEL_PARALLEL_GROUP (57), send/recv nccl:send 0->1``: a culprit's and each of its
+    related evidence's place, in the same words."""
+    kind = ", send/recv" if p2p else ""
+    return (f"{group_label(name, desc)}{f' #{seq}' if seq is not None else ''}{kind}"
+            f"{f' {op}' if op else ''}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +57,9 @@ class AnalysisOptions:
     # The dumps were taken as the job ended (an uncaught exception, SIGTERM): nothing in flight will
     # finish, so every wait counts whatever its age (else ages are weighed: diagnosis.pace).
     ending: bool = False
+    # The live agent raised this incident for a wait older than this (its stall threshold): a wait as
+    # old is a stall, even where the pace learnt from a short or uneven history asks for more.
+    raised_over_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +73,21 @@ class Evidence:
     waiting: tuple[int, ...] = ()  # ranks directly waiting on this one here
     sole: bool = False  # the only rank the waiting ranks wait for here
     direct: bool = False  # seen in the rank's own state, not inferred from who waits on it
-    op: str | None = None  # the send/recv call (``nccl:send 1->2``) when the evidence is point-to-point
-    peer: int | None = None  # the other side's global rank of that send/recv
+    op: str | None = None  # the call (``nccl:all_reduce``, ``nccl:send 1->2``), where its entries say
+    peer: int | None = None  # the other side's global rank of a send/recv
+    desc: str = ""  # the group's desc (filled with the culprit record)
+    p2p: bool = False  # point-to-point evidence (a send/recv), not a collective
+
+    @property
+    def where(self) -> str:
+        """The group (desc and name), sequence number and call, as the culprit's own are said."""
+        return _where(self.group, self.desc, self.seq, self.op, self.p2p)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A related item of the JSON schema: the keys a culprit has for its own evidence, same shapes."""
+        return {"kind": self.kind, "process_group": {"name": self.group, "desc": self.desc},
+                "collective_seq_id": self.seq, "evidence": self.text, "op": self.op,
+                "waiting_ranks": list(self.waiting), "peer": self.peer}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +113,7 @@ class Culprit:
     process: RankProcess | None = None  # where it runs, when known
     now: LiveStacks | None = None  # its threads' stacks at incident time (live agent only)
     waits_on: tuple[int, ...] = ()  # kind "unknown": the culprit(s) that explain its silence
+    p2p: bool = False  # its strongest evidence is a send/recv, not a collective
 
     @property
     def blamed(self) -> bool:
@@ -92,6 +124,16 @@ class Culprit:
     def node(self) -> str | None:
         """The scheduler's (Slurm's) node name, when the rank's process says one."""
         return self.process.node if self.process is not None else None
+
+    @property
+    def group_label(self) -> str:
+        """Its blamed group as people know it (:func:`fr_otel.diagnosis.job.group_label`)."""
+        return group_label(self.group_name, self.group_desc)
+
+    @property
+    def where(self) -> str:
+        """Blamed group, sequence number and call: ``EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP (94) #3429 nccl:_all_gather_base``."""
+        return _where(self.group_name, self.group_desc, self.collective_seq_id, self.op, self.p2p)
 
     def now_dict(self) -> dict[str, Any] | None:
         """The JSON ``now`` key: where the rank runs and what its main thread is doing."""
@@ -122,11 +164,7 @@ class Culprit:
             "waiting_ranks": list(self.waiting_ranks),
             "peer": self.peer,
             "last_frame": self.last_frame._asdict() if self.last_frame else None,
-            "related": [
-                {"kind": e.kind, "process_group": e.group, "collective_seq_id": e.seq, "evidence": e.text,
-                 "waiting_ranks": list(e.waiting), "op": e.op, "peer": e.peer}
-                for e in self.related
-            ],
+            "related": [e.to_dict() for e in self.related],
             "host": self.host,
             "node": self.node,
             "step": self.step,
@@ -162,6 +200,7 @@ class GroupState:
     note: str | None = None
 
     def to_dict(self, latest_ns: int | None) -> dict[str, Any]:
+        """The JSON shape; ``latest_ns``: when the dumps were written (None: ages unknown)."""
         known = {r: p for r, p in self.progress.items() if p is not None}
         out: dict[str, Any] = {
             "name": self.group.name,
@@ -232,114 +271,6 @@ class Incomplete:
                 "waiting_ranks": list(self.waiting_ranks), "missing_ranks": list(self.missing_ranks)}
 
 
-@dataclass(frozen=True, slots=True)
-class StopPoint:
-    """How far an undated culprit got: its last enqueued collective in its blamed group, and
-    the earliest time (its peers' clocks) a peer enqueued the next one, which it never did."""
-
-    rank: int
-    group: str
-    label: str  # the group's human name
-    desc: str
-    last_enqueued: int
-    before_ns: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "process_group": self.group, "last_enqueued": self.last_enqueued,
-                "before_ns": self.before_ns}
-
-
-@dataclass(frozen=True, slots=True)
-class StopOrder:
-    """Culprits by when they stopped: ``ranks`` first-to-stop first when ``ordered``."""
-
-    ranks: tuple[int, ...]
-    stopped_ns: dict[int, int] = field(default_factory=dict)  # rank -> last activity, its own clock
-    ordered: bool = False
-    note: str | None = None  # why the order is not known
-    points: tuple[StopPoint, ...] = ()  # culprits' progress, when their stops are undated
-    same_point: bool = False  # undated culprits all stopped after the same collective
-    program_first: int | None = None  # the undated culprit that got least far (program order)
-
-    @property
-    def first(self) -> int | None:
-        return self.ranks[0] if self.ordered and self.ranks else None
-
-    def delay_s(self, rank: int) -> float | None:
-        """Seconds after the first culprit stopped (None when not ordered)."""
-        if not self.ordered or rank not in self.stopped_ns or self.first is None:
-            return None
-        return (self.stopped_ns[rank] - self.stopped_ns[self.first]) / 1e9
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ranks": list(self.ranks), "ordered": self.ordered, "first": self.first, "note": self.note,
-                "same_point": self.same_point, "program_first": self.program_first,
-                "points": [p.to_dict() for p in self.points]}
-
-    def sentence(self) -> str:
-        """``rank 9 stopped first, 10:41:03.218 UTC; rank 14 0.410 s later`` (or why not)."""
-        if self.points and (self.same_point or self.program_first is not None):
-            return self.progress_sentence()
-        if not self.ordered or not self.ranks:
-            return f"order of stopping unknown: {self.note}" if self.note else ""
-        first = self.ranks[0]
-        text = f"rank {first} stopped first, {format_clock(self.stopped_ns[first])}"
-        if len(self.ranks) == 1:
-            return f"{text} (the only culprit)"
-        later = [f"rank {r} {self.delay_s(r):.3f} s later" for r in self.ranks[1:6]]
-        if len(self.ranks) > 6:
-            later.append(f"… {len(self.ranks) - 6} more")
-        return "; ".join([text, *later])
-
-
-    def progress_sentence(self) -> str:
-        """Undated culprits placed by progress: the same point, or who got least far; with time bounds."""
-        pts = self.points
-        by_rank = {p.rank: p for p in pts}
-        if self.same_point:
-            names = sorted({p.group for p in pts}, key=lambda n: (len(n), n))
-            where = pts[0].label if len(names) == 1 else f"{pts[0].desc} ({', '.join(names[:6])})"
-            who = _rank_list([p.rank for p in pts])
-            text = (f"{who} stopped at the same point: last enqueued #{pts[0].last_enqueued} on {where}; "
-                    "which stopped first is unknown (no recorded activity dates their stop)")
-        else:
-            first = by_rank[self.program_first]  # type: ignore[index]
-            others = "; ".join(f"rank {p.rank} #{p.last_enqueued} on {p.label}" for p in pts
-                               if p.rank != first.rank)
-            text = (f"rank {first.rank} stopped first in program order: its last enqueued is #{first.last_enqueued} "
-                    f"on {first.label}, the others got further ({others}); no recorded activity dates the stops")
-        bounds = [p for p in pts if p.before_ns]
-        if not bounds:
-            return text
-        clocks = {_clock_after(p.before_ns) for p in bounds}  # type: ignore[arg-type]
-        nexts = {p.last_enqueued + 1 for p in bounds}
-        if len(clocks) == 1 and len(bounds) == len(pts) and len(nexts) == 1:
-            everyone = "both" if len(pts) == 2 else ("all" if len(pts) > 1 else f"rank {pts[0].rank}")
-            return (f"{text}; {everyone} before {clocks.pop()}, when their peers entered #{nexts.pop()} "
-                    "(peers' clocks)")
-        each = ", ".join(f"rank {p.rank} before {_clock_after(p.before_ns)} (peers entered "  # type: ignore[arg-type]
-                         f"#{p.last_enqueued + 1} on {p.label})" for p in bounds[:6])
-        return f"{text}; {each}, on the peers' clocks"
-
-
-def _rank_list(ranks: list[int]) -> str:
-    """``ranks 9 and 14`` / ``ranks 1,3-5``."""
-    if len(ranks) == 2:
-        return f"ranks {ranks[0]} and {ranks[1]}"
-    return f"ranks {compress_ranks(ranks)}" if len(ranks) > 1 else f"rank {ranks[0]}"
-
-
-def _clock_after(ns: int) -> str:
-    """A bound "before ``ns``" in ms, rounded up so it never claims more than is known."""
-    return format_clock(-(-ns // 1_000_000) * 1_000_000)
-
-
-def format_clock(ns: int) -> str:
-    """Epoch ns as ``10:41:03.218 UTC``."""
-    t = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
-    return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d} UTC"
-
-
 @dataclass(slots=True)
 class Verdict:
     """The answer: one word, the culprits with evidence, and what limited it."""
@@ -358,14 +289,29 @@ class Verdict:
     incomplete: Incomplete | None = None  # set when too few dumps are present to name anyone
     stop_order: StopOrder | None = None  # culprits by when they stopped (hang verdicts only)
     nodes: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # nodes (else hosts) with several culprits
+    hosts: list[HostFinding] = field(default_factory=list)  # hosts lost, cut off, or holding culprits
     steps: dict[int, int] = field(default_factory=dict)  # rank -> training step it is in, where counted
     ages: Ages | None = None  # how old what was in flight was, against the job's pace
     waiting: list[Waiting] = field(default_factory=list)  # ranks stuck only behind the culprits
+    job_ended: bool = False  # the incident was raised as the job ended (uncaught exception, SIGTERM)
 
     @property
     def blamed(self) -> list[Culprit]:
         """The culprits, without the ranks only reported (``unknown``)."""
         return [c for c in self.culprits if c.blamed]
+
+    @property
+    def dated(self) -> bool:
+        """The reference time is when the dumps were written, so an age to it is how long an op
+        has been in flight. Otherwise it is the newest recorded activity: see :data:`UNKNOWN_STALL`."""
+        return self.reference_source == "dump_files" and bool(self.reference_ns)
+
+    def age_ns(self, since_ns: int | None) -> int | None:
+        """How long before the dumps were written ``since_ns`` was; None when not known (no time
+        recorded, or the dumps not dated: the one rule every age printed follows)."""
+        if not since_ns or not self.dated:
+            return None
+        return self.reference_ns - since_ns  # type: ignore[operator]
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -382,12 +328,14 @@ class Verdict:
             "incomplete": self.incomplete.to_dict() if self.incomplete else None,
             "stop_order": self.stop_order.to_dict() if self.stop_order is not None else None,
             "nodes": [{"host": h, "ranks": list(r)} for h, r in self.nodes],  # h: the node name where known
+            "hosts": [h.to_dict() for h in self.hosts],
             "steps": {"known": bool(self.steps), "by_rank": {str(r): s for r, s in sorted(self.steps.items())}},
             "ages": self.ages.to_dict() if self.ages is not None else None,
             "waiting": [w.to_dict() for w in self.waiting],
+            "job_ended": self.job_ended,
         }
         if include_groups:
-            out["groups"] = [g.to_dict(self.reference_ns) for g in self.groups]
+            out["groups"] = [g.to_dict(self.reference_ns if self.dated else None) for g in self.groups]
         return out
 
 

@@ -17,7 +17,7 @@ at that member, and everyone inside waits on it (:meth:`WaitGraph.explain_mutual
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from ..common.ranks import compress_ranks
 from .job import Job
@@ -26,6 +26,9 @@ from .verdict import Evidence, GroupState
 
 __all__ = ["WaitGraph", "add_waits"]
 
+#: A send/recv hub's call (``nccl:send 0->1``), or each rank's own for a transfer both sides posted.
+Call: TypeAlias = "str | dict[int, str] | None"
+
 
 class WaitGraph:
     """Ranks and (group, seq, why) hubs: rank -> hub -> ranks it waits on (O(n) edges)."""
@@ -33,7 +36,8 @@ class WaitGraph:
     def __init__(self) -> None:
         self.edges: dict[Any, set[Any]] = {}
         # hub -> (kind, describe(culprit, waiting ranks text))
-        self.hubs: dict[tuple[str, int | None, str], tuple[str, Callable[[int, str], str], str | None]] = {}
+        # hub -> (kind, describe, call): the call one string, or per rank (a send/recv pair's two sides)
+        self.hubs: dict[tuple[str, int | None, str], tuple[str, Callable[[int, str], str], Call]] = {}
         self.mutual_hubs: set[Any] = set()
         self._mutual_notes: dict[Any, str] = {}  # mutual hub -> why no rank can be singled out
         # Proven causes (own device or network stalled; called a different op): what they in
@@ -46,10 +50,11 @@ class WaitGraph:
         return [self._mutual_notes[h] for h in self._mutual_notes if h in self.mutual_hubs]
 
     def add_mutual(self, waiter: int, others: list[int], hub: tuple[str, int | None, str], inside: str,
-                   note: str) -> None:
-        """``waiter`` and ``others`` are all inside one collective or transfer (``inside``) none finished."""
+                   note: str, op: Call = None) -> None:
+        """``waiter`` and ``others`` are all inside one collective or transfer (``inside``) none finished;
+        ``op``: a transfer's calls, per rank."""
         self.add(waiter, hub, others, "not_completed",
-                 lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}, which rank {q} never finishes")
+                 lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}, which rank {q} never finishes", op)
         self.mutual_hubs.add(hub)
         self._mutual_notes[hub] = note
 
@@ -87,7 +92,7 @@ class WaitGraph:
 
     def add(
         self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: str,
-        describe: Callable[[int, str], str], op: str | None = None,
+        describe: Callable[[int, str], str], op: Call = None,
     ) -> None:
         """``waiter`` waits (through ``hub``) on ``targets``; ``op`` names a send/recv hub's call."""
         self.edges.setdefault(waiter, set()).add(hub)
@@ -104,7 +109,9 @@ class WaitGraph:
                 waiters = tuple(sorted(w for w, hubs in self.edges.items() if isinstance(w, int) and hub in hubs))
                 text = describe(rank, compress_ranks(waiters))
                 peer = waiters[0] if op is not None and len(waiters) == 1 else None
-                out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1, op=op, peer=peer))
+                call = op.get(rank) if isinstance(op, dict) else op
+                out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1, op=call, peer=peer,
+                                    p2p=op is not None))
         return out
 
     def culprits(self) -> tuple[list[int], list[str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
 from ..diagnosis.job import Job
@@ -22,7 +22,7 @@ from ..read.rank_map import write_host_map
 from ..read.steps import STEPS_FILE
 
 if TYPE_CHECKING:
-    from ..diagnosis.verdict import Verdict
+    from ..diagnosis.verdict import Culprit, Verdict
     from ..otlp.config import ExportConfig
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
@@ -51,10 +51,13 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     if any(d.steps is not None for d in job.dumps.values()):
         atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode("utf-8"), mkdir=True)
     page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
+    order = verdict.stop_order
     summary = {
         "verdict": verdict.verdict,
-        "culprits": [{"rank": c.rank, "kind": c.kind, "evidence": c.evidence, **(c.now_dict() or {})}
-                     for c in verdict.culprits[:64]],
+        "culprits": [_culprit_summary(c, verdict.steps) for c in verdict.culprits[:64]],
+        "first_stopped": order.first if order is not None else None,
+        "stop_order": (order.sentence() or None) if order is not None else None,
+        "hosts": [h.to_dict() for h in verdict.hosts[:64]],
         "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
                    "sentence": page.sentence, "replay": page.replay},
         "spans": len(trace.spans),
@@ -67,3 +70,14 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     path = write_identity(folder, identity)
     write_report(folder / REPORT_FILE, render(job, verdict, trace=page))
     return path
+
+
+def _culprit_summary(c: Culprit, steps: dict[int, int]) -> dict[str, Any]:
+    """What a person asks first of a culprit (who, on which host, in which step, where it is now),
+    readable in ``incident.json`` without the dumps: ``fr-otel demo`` prints it as the live verdict."""
+    from ..report.text import step_sentence
+
+    known = c.step is not None or c.collective_step is not None
+    return {"rank": c.rank, "kind": c.kind, "evidence": c.evidence, "host": c.host, "step": c.step,
+            "collective_step": c.collective_step, "steps": step_sentence(c, steps) if known else None,
+            **(c.now_dict() or {})}

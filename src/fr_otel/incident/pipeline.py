@@ -23,17 +23,17 @@ from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
 from ..diagnosis.verdict import AnalysisOptions, Verdict
 from ..read.dump import RankDump
-from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job
+from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
-from ..report.trace_section import TraceDelivery
-from ..trace.options import TraceOptions
-from .delivery import ExportOutcome, ExportStatus
-from .sinks import IncidentSink
 
-if TYPE_CHECKING:  # the SDK loads only when a trace is built
+if TYPE_CHECKING:  # the SDK loads only when a trace is built; the export's types only when one runs
+    from ..report.trace_section import TraceDelivery
+    from ..trace.options import TraceOptions
     from ..trace.spans import IncidentTrace
+    from .delivery import ExportOutcome
+    from .sinks import IncidentSink
 
 __all__ = ["IncidentPlan", "IncidentResult", "evidence_from_dumps", "evidence_from_files", "run_incident"]
 
@@ -85,6 +85,8 @@ class IncidentResult:
         if self.trace is not None and self.outcome is not None and config is not None:
             return self.outcome.for_page(self.trace.trace_id_hex, len(self.trace.spans), config)
         if self.identity is not None:
+            from ..report.trace_section import TraceDelivery
+
             return TraceDelivery.recorded(self.identity.trace_id, self.identity.summary)
         return None
 
@@ -154,10 +156,15 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
 
 def _analysis_options(plan: IncidentPlan, identity: IncidentIdentity | None) -> AnalysisOptions:
     """An incident raised as the job ended (an uncaught exception, SIGTERM: the live agent's reason,
-    or the one incident.json recorded) counts every wait, however young: nothing will finish now."""
-    reason = next((str(v) for k, v in (plan.trace.root_attributes if plan.trace else ()) if k == REASON_ATTRIBUTE),
-                  identity.reason if identity is not None else "")
-    return replace(plan.analysis, ending=True) if ends_job(reason) else plan.analysis
+    or the one incident.json recorded) counts every wait, however young: nothing will finish now.
+    A live stall incident counts a wait as old as the threshold it was raised over as a stall."""
+    live = plan.trace.root_attributes if plan.trace else ()
+    root = live if any(k == REASON_ATTRIBUTE for k, _ in live) else (identity.root_attributes if identity else ())
+    reason = next((str(v) for k, v in root if k == REASON_ATTRIBUTE), "")
+    if ends_job(reason):
+        return replace(plan.analysis, ending=True)
+    over = raised_over_s(root)
+    return plan.analysis if over is None else replace(plan.analysis, raised_over_s=over)
 
 
 def _with_identity(options: TraceOptions, identity: IncidentIdentity | None) -> TraceOptions:
@@ -173,6 +180,8 @@ def _write_files(result: IncidentResult, plan: IncidentPlan) -> None:
     from .files import write_incident_files
 
     assert plan.files_to is not None and result.trace is not None and plan.sink is not None
+    from .delivery import ExportOutcome, ExportStatus
+
     outcome = result.outcome or ExportOutcome(ExportStatus.FAILED, "not delivered", None, None)
     try:
         result.files = write_incident_files(plan.files_to, result.job, result.verdict, result.trace, outcome,

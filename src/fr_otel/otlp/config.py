@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar
 from urllib.parse import unquote
 
+from ..common.commands import shown_endpoint
 from ..common.text import printable
 from .endpoint import check_endpoint
 
@@ -180,6 +181,10 @@ class ExportConfig:
         if self.endpoint is not None:
             return self.endpoint
         return DEFAULT_GRPC_ENDPOINT if self.protocol == "grpc" else DEFAULT_HTTP_ENDPOINT
+
+    def shown_target(self) -> str:
+        """:meth:`target` as it may be printed (logs, lines, the report): query values masked."""
+        return shown_endpoint(self.target())
 
 
 def parse_headers(value: str, *, source: str = "headers") -> dict[str, str]:

@@ -21,6 +21,8 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..common.text import printable
+
 __all__ = ["Unencodable", "EncodedChunk", "encode_chunks", "encode_request"]
 
 _Q = struct.Struct("<Q")
@@ -55,6 +57,16 @@ def _len(n: int) -> bytes:
     return _SMALL[n] if n < 16384 else _varint(n)
 
 
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (a non-UTF-8 byte from argv or the environment, e.g. in
+    ``--service-name`` or ``OTEL_RESOURCE_ATTRIBUTES``) is escaped rather than losing the trace
+    (the SDK's encoder would raise there)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return printable(text).encode("utf-8")
+
+
 def _field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field (``tag`` is the already shifted key byte)."""
     return bytes((tag,)) + _len(len(payload)) + payload
@@ -67,7 +79,7 @@ def _any_value(value: Any) -> bytes:
     if value is True or value is False:
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, str):
-        return _field(0x0A, value.encode("utf-8"))
+        return _field(0x0A, _utf8(value))
     if isinstance(value, bool):  # pragma: no cover - bool subclasses
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
@@ -86,7 +98,7 @@ def _any_value(value: Any) -> bytes:
 
 
 def _key_value(key: str, value: Any) -> bytes:
-    return _field(0x0A, key.encode("utf-8")) + _field(0x12, _any_value(value))
+    return _field(0x0A, _utf8(key)) + _field(0x12, _any_value(value))
 
 
 class _Cache:
@@ -122,7 +134,7 @@ class _Cache:
     def string(self, tag: int, text: str) -> bytes:
         piece = self.text.get((tag, text))
         if piece is None:
-            piece = self.text[(tag, text)] = _field(tag, text.encode("utf-8")) if text else b""
+            piece = self.text[(tag, text)] = _field(tag, _utf8(text)) if text else b""
         return piece
 
     def status_of(self, status: Any) -> bytes:
@@ -132,7 +144,7 @@ class _Cache:
         piece = self.status.get(key)
         if piece is None:
             code, message = key
-            body = (_field(0x12, message.encode("utf-8")) if message else b"") + (b"\x18" + _varint(code) if code else b"")
+            body = (_field(0x12, _utf8(message)) if message else b"") + (b"\x18" + _varint(code) if code else b"")
             piece = self.status[key] = _field(0x7A, body)
         return piece
 
@@ -197,7 +209,7 @@ def _scope_head(scope: Any, cache: _Cache) -> bytes:
 
 
 def _tail(schema_url: str | None) -> bytes:
-    return _field(0x1A, schema_url.encode("utf-8")) if schema_url else b""
+    return _field(0x1A, _utf8(schema_url)) if schema_url else b""
 
 
 class EncodedChunk:

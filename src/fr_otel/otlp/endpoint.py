@@ -10,11 +10,10 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
+from ..common.names import host_name
 from ..common.text import printable
 
 __all__ = ["check_endpoint"]
-
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 def check_endpoint(protocol: str, value: str, source: str) -> None:
@@ -42,7 +41,7 @@ def check_endpoint(protocol: str, value: str, source: str) -> None:
     if parts.username is not None:
         raise ValueError(f"{source}: an endpoint carries no user:password (send credentials as headers), "
                          f"got {shown!r}")
-    if not (_HOST.fullmatch(host) or ":" in host and _is_ipv6(host)):
+    if not (host_name(host) or ":" in host and _is_ipv6(host)):
         raise ValueError(f"{source}: not a valid host in endpoint {shown!r}")
 
 

@@ -35,7 +35,6 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import time
 import uuid
@@ -46,6 +45,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from ..common.log import logger
 from ..common.text import one_line
 from .chunks import Chunk, SpansOrRequests, encoded_chunks, repack
 from .config import DEFAULT_MAX_REQUEST_BYTES, ExportConfig
@@ -61,7 +61,7 @@ from .transport import Sender
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "ExportResult", "export_spans", "replay", "write_embedded"]
 
-_logger = logging.getLogger("fr_otel")
+_logger = logger("fr_otel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +115,7 @@ def export_spans(
     spans)`` while they are encoded first.
     """
     start = time.monotonic()
-    endpoint = config.target()
+    endpoint = config.shown_target()  # for lines and logs only: query values masked
     if config.disabled:
         return ExportResult(endpoint=endpoint, error="export disabled (OTEL_SDK_DISABLED=true)")
     state = DeliveryBudget.start(config, start, deadline_s, max_attempts)
@@ -171,7 +171,7 @@ def replay(
     An unreadable file is skipped and named in ``error``. ``progress`` as in :func:`export_spans`.
     """
     start = time.monotonic()
-    endpoint = config.target()
+    endpoint = config.shown_target()  # for lines and logs only: query values masked
     if config.disabled:
         return ExportResult(endpoint=endpoint, error="replay disabled (OTEL_SDK_DISABLED=true)")
     state = DeliveryBudget.start(config, start, deadline_s, max_attempts)
@@ -203,7 +203,7 @@ def replay(
             if remove_on_success and (delivered or not undelivered):
                 try:
                     if undelivered:
-                        write_jsonl(path, [c.spoolable for c in undelivered], replace=True)
+                        write_jsonl(path, [c.spoolable for c in undelivered], replace=True, follow_links=True)
                     else:
                         path.unlink(missing_ok=True)
                 except OSError as exc:

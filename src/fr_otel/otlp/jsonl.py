@@ -78,23 +78,27 @@ def write_jsonl(
     requests: Iterable[ExportTraceServiceRequest | bytes],
     *,
     replace: bool = False,
+    follow_links: bool = False,
 ) -> Path:
     """Write one line per request; append to an existing file unless ``replace``.
 
     Items are requests or lines already rendered by :func:`to_jsonl_line`. A new (or
     replaced) file appears complete or not at all (temp file + link/rename), so a
     reader never sees half a file. Appends go out in one ``write`` on an ``O_APPEND``
-    descriptor, which keeps concurrent writers' lines whole on local disks.
+    descriptor, which keeps concurrent writers' lines whole on local disks. A symbolic
+    link at ``path`` is replaced, never appended through, unless ``follow_links`` (a file
+    a person named: ``fr-otel replay FILE`` rewriting it).
     """
     target = Path(path)
     payload = b"".join(r if isinstance(r, bytes) else to_jsonl_line(r) for r in requests)
-    if not replace and target.exists():
-        _append(target, payload)
+    if not replace and target.exists() and (follow_links or not target.is_symlink()):
+        _append(target, payload, follow_links)
         return target
     try:
-        return atomic_write(target, payload, replace=replace, mkdir=True)
+        return atomic_write(target, payload, replace=replace or target.is_symlink(), mkdir=True,
+                            follow_links=follow_links)
     except FileExistsError:  # someone created it meanwhile: add our lines to theirs
-        _append(target, payload)
+        _append(target, payload, follow_links)
         return target
 
 
@@ -117,9 +121,10 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[ExportTraceServiceRequest]:
     return requests
 
 
-def _append(target: Path, payload: bytes) -> None:
+def _append(target: Path, payload: bytes, follow_links: bool) -> None:
     check_output_file(target)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+    nofollow = 0 if follow_links else getattr(os, "O_NOFOLLOW", 0)  # a link swapped in: ELOOP, not written through
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | nofollow, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or device since the check
             raise OutputRefused(f"{target}: not a regular file; refusing to append to it")

@@ -28,6 +28,7 @@ from operator import itemgetter, methodcaller, not_
 from typing import Any, Callable, Iterable, Sequence
 
 from .dump import GroupHistory, P2PChannel, op_name
+from .entry_rules import done_flags
 from .validate import INT64_MAX, columns_ok, fingerprint_ok
 
 try:  # the optional compiled scan (setuptools builds it where a C compiler is found)
@@ -192,23 +193,18 @@ def _call_ids(calls: Iterable[tuple]) -> list[int]:
     return list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, calls, repeat(4))))
 
 
-def _done_flags(flags: Iterable[Any], gloo: bool) -> bytes:
-    # bytes() takes bools (and small ints) only: a str or None flag is a TypeError (slow path)
-    return bytes(flags if gloo else map("completed".__eq__, flags))
-
-
 def _columns_from_rows(rows: list[tuple], gloo: bool) -> _Columns:
     if not rows:
         return (), (), (), b"", b"", []
     ids = _call_ids(map(_CALL, rows))
     *_, groups, seq, created, is_p2p, done = zip(*rows)
-    return groups, seq, created, bytes(is_p2p), _done_flags(done, gloo), ids
+    return groups, seq, created, bytes(is_p2p), done_flags(done, gloo), ids
 
 
 def _columns_by_key(raw: list[dict[str, Any]], gloo: bool) -> _Columns:
     return (
         list(map(_GROUP, raw)), list(map(_SEQ, raw)), list(map(_CREATED, raw)), bytes(map(_IS_P2P, raw)),
-        _done_flags(map(_RETIRED if gloo else _STATE, raw), gloo), _call_ids(map(_FP, raw)),
+        done_flags(map(_RETIRED if gloo else _STATE, raw), gloo), _call_ids(map(_FP, raw)),
     )
 
 

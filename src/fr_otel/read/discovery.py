@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+from itertools import islice
 from pathlib import Path
 from typing import Sequence
 
+from ..common.names import host_name
 from .sidecars import SIDECARS
 
 __all__ = ["choose_per_rank", "discover", "host_from_name", "rank_from_name"]
@@ -38,33 +41,36 @@ def rank_from_name(name: str, prefix: str | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-# What dump file names put around the host: NCCL's and the agent's prefixes, NVRx's ``_dump_``.
-_NAME_MARKERS = ("comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
-_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# What dump file names put around the host: NCCL's, torchcomms' and the agent's prefixes, NVRx's ``_dump_``.
+_NAME_MARKERS = ("torchcomms", "torchcomm", "comm_lib", "nccl", "gloo", "fr", "trace", "dump", "rank")
 
 
 def host_from_name(path: str) -> str | None:
     """The host a dump file name carries (``nccl_trace_rank_node02_5`` -> ``node02``), or None.
 
-    The rank is the trailing number; what is left once the known prefixes and separators
-    are gone is the host, if it is a valid host name (letters, digits, dots, dashes).
+    The rank is the trailing number; the host is what is left beside a recorder's known
+    prefix (``nccl_trace_rank``, ``comm_lib_trace_rank``, ``torchcomm_fr_trace``...) once
+    that prefix and the separators are gone, if it is a host name
+    (:data:`fr_otel.common.names.HOST_NAME`). A name with no known prefix carries no host:
+    its prefix is a prefix (``mytrace_3``), and torchcomms' names (``torchcomm_fr_trace_3``)
+    are prefix and rank only.
     """
     name = os.path.basename(path)
     match = _RANK_SUFFIX.search(name)
     if not match:
         return None
-    rest, before = name[: match.start()].strip("_-."), None
+    rest, before, stripped = name[: match.start()].strip("_-."), None, False
     while rest != before:
         before = rest
         for marker in _NAME_MARKERS:
             low = rest.lower()
             if low.startswith(marker) and (len(rest) == len(marker) or rest[len(marker)] in "_-."):
-                rest = rest[len(marker):].strip("_-.")
+                rest, stripped = rest[len(marker):].strip("_-."), True
             elif low.endswith(marker) and (len(rest) == len(marker) or rest[-len(marker) - 1] in "_-."):
-                rest = rest[: -len(marker)].strip("_-.")
-    if not rest or not _HOST.fullmatch(rest) or rest.isdigit():
+                rest, stripped = rest[: -len(marker)].strip("_-."), True
+    if not stripped or rest.isdigit():
         return None
-    return rest
+    return host_name(rest)
 
 
 def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tuple[list[tuple[int, str]], list[str]]:
@@ -75,10 +81,12 @@ def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tup
         path = Path(raw)
         if path.is_dir():
             try:
-                names = sorted(entry.name for entry in os.scandir(path))
+                with os.scandir(path) as listing:
+                    entries = {entry.name: _is_dir(entry) for entry in listing}
             except OSError as exc:
                 problems.append(f"{path}: cannot list: {exc.strerror or exc}")
                 continue
+            names = sorted(entries)
             ranked: list[tuple[int, str]] = []
             for name in names:
                 rank = rank_from_name(name, prefix)
@@ -91,8 +99,7 @@ def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tup
                     problems.append(f"{child}: not a regular file (a FIFO, device, socket or broken or looping "
                                     "link); skipped")
             if not ranked:
-                wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
-                problems.append(f"{path}: no dump files (no file name {wanted})")
+                problems.append(_no_dumps(path, entries, prefix))
             found.extend(ranked)
         elif path.is_file() and path.name in SIDECARS:
             continue  # read by read_sidecars
@@ -107,6 +114,59 @@ def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tup
         else:
             problems.append(f"{path}: no such file or directory")
     return found, problems
+
+
+MAX_NAMES_SHOWN = 6
+#: Subfolders of a folder without dumps looked into (names only) to say which hold dumps.
+MAX_SUBFOLDERS = 256
+_MAX_NAMES_READ = 100_000  # per subfolder: a listing is never read without end
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """A folder (through links); a looping or unreadable link is not (its own problem line says why)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _no_dumps(path: Path, entries: dict[str, bool], prefix: str | None) -> str:
+    """Why a folder gave no dump, and what would: the names it holds (and the prefix they share),
+    or the subfolders that hold dumps (a parent folder, or a folder of several incidents)."""
+    wanted = f"starts with {prefix!r} and ends in a rank number" if prefix else "ends in a rank number"
+    text = f"{path}: no dump files (no file name {wanted})"
+    files = [n for n, is_dir in sorted(entries.items()) if not is_dir and n not in SIDECARS]
+    if files:
+        shown = ", ".join(files[:MAX_NAMES_SHOWN]) + (f", … ({len(files)} files)" if len(files) > MAX_NAMES_SHOWN
+                                                      else "")
+        text += f"; file names seen: {shown}"
+        stems = {n[: _RANK_SUFFIX.search(n).start()] for n in files if rank_from_name(n) is not None}  # type: ignore[union-attr]
+        if prefix is not None and len(stems) == 1:
+            (stem,) = stems
+            text += f"; they would be dumps with --prefix {shlex.quote(stem)}" if stem else \
+                "; they would be dumps without --prefix"
+    held = _dump_subfolders(path, [n for n, is_dir in sorted(entries.items()) if is_dir], prefix)
+    if held:
+        listed = ", ".join(f"{n}/ ({k} dump file{'s' if k != 1 else ''})" for n, k in held[:MAX_NAMES_SHOWN])
+        more = f", … ({len(held)} subfolders)" if len(held) > MAX_NAMES_SHOWN else ""
+        text += (f"; subfolders with dumps: {listed}{more}: pass one of them (one incident each), "
+                 f"e.g. {shlex.quote(str(path / held[0][0]))}")
+    return text
+
+
+def _dump_subfolders(path: Path, subfolders: list[str], prefix: str | None) -> list[tuple[str, int]]:
+    """(name, dump files by name) of each subfolder whose file names claim ranks: names only, bounded."""
+    out = []
+    for name in subfolders[:MAX_SUBFOLDERS]:
+        try:
+            with os.scandir(path / name) as listing:
+                claims = sum(1 for entry in islice(listing, _MAX_NAMES_READ)
+                             if rank_from_name(entry.name, prefix) is not None and entry.name not in SIDECARS)
+        except OSError:
+            continue
+        if claims:
+            out.append((name, claims))
+    return out
 
 
 def choose_per_rank(found: list[tuple[int, str]], problems: list[str]) -> list[tuple[int, str]]:

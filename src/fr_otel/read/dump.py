@@ -212,7 +212,7 @@ class RankDump:
     tail: list[Entry] = field(default_factory=list)
     entry_count: int = 0
     fingerprints: dict[int, tuple] = field(default_factory=dict)  # id -> (op, sizes..., dtypes...)
-    next_created_ns: dict[int, int] = field(default_factory=dict)  # tail record_id -> next enqueue
+    next_created_ns: dict[int, int] = field(default_factory=dict)  # record_id -> next enqueue (the tail's; see next_enqueue_ns)
     latest_ns: int = 0  # newest enqueue or completion time in the dump
     from_start: bool = False  # the ring never wrapped and nothing was left out (record ids start at 0)
     has_frames: bool = False
@@ -226,6 +226,7 @@ class RankDump:
     compact: bool = False
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry] | None] | None = None
+    _all_next_known: bool = False
 
     @property
     def entries(self) -> list[Entry]:
@@ -239,6 +240,18 @@ class RankDump:
                     loaded = None
             self._entries = loaded if loaded is not None else list(self.tail)
         return self._entries
+
+    def next_enqueue_ns(self, record_id: int) -> int | None:
+        """When this rank enqueued the op after entry ``record_id``: an upper bound on that entry's
+        completion, since a rank's ops run in order. The reader keeps it for the tail; any other
+        entry's comes from the full entry list, built once. None for the newest entry."""
+        known = self.next_created_ns.get(record_id)
+        if known is not None or self._all_next_known or (self.tail and record_id >= self.tail[-1].record_id):
+            return known  # the newest entry has no next: no need to load the rest
+        entries = self.entries
+        self.next_created_ns.update((a.record_id, b.time_created_ns) for a, b in zip(entries, entries[1:]))
+        self._all_next_known = True
+        return self.next_created_ns.get(record_id)
 
     def set_entries(self, entries: list[Entry] | None) -> None:
         """Hold the full entry list, parsed along with the columns (None: build it on first use)."""
@@ -283,8 +296,9 @@ class RankDump:
 
     def __getstate__(self) -> dict:
         # Ship columns and tail between processes, never a loader closure or the full list.
-        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_entries", "_loader")}
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_entries", "_loader", "_all_next_known")}
 
     def __setstate__(self, state: dict) -> None:
         for f in self.__dataclass_fields__:
             setattr(self, f, state.get(f))
+        self._all_next_known = False

@@ -18,9 +18,10 @@ from itertools import islice
 from typing import Any, Sequence
 
 from ..common.files import file_kind
-from ..common.text import one_line, printable
+from ..common.text import one_line
 from .columns import summarise
 from .dump import Entry, RankDump
+from .entry_rules import backend_of
 from .failed import PAYLOAD_KEY as FAILED_KEY
 from .failed import failed_from_raw
 from .frame import Frame
@@ -120,9 +121,9 @@ def _parse_stream(
             return None
         if head == b"\x80":
             kind = "truncated or corrupt pickle"
-            raw = load_restricted(fh)
-            trailing = fh.read(1)
-            if trailing:
+            data = fh.read()
+            raw, used = load_restricted(data)
+            if used < len(data):
                 problems.append(f"{path}: data after the end of the pickle (another pickle, or garbage); ignored")
         elif head in (b"{", b" ", b"\n", b"\t", b"\r"):
             kind = "invalid JSON"
@@ -173,7 +174,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     if not isinstance(raw_entries, list):
         problems.append(f"{path}: 'entries' is a {type(raw_entries).__name__}, not a list; ignored")
         raw_entries = []
-    backend = _backend(raw_entries, comm_lib)
+    backend = backend_of(raw_entries, comm_lib)
     gloo = backend == "gloo"
     stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
     summary = summarise(raw_entries, gloo)  # None when a column fails validation (fr_otel.read.validate hooks)
@@ -222,13 +223,6 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
     for mark in failed_from_raw(raw.get(FAILED_KEY)):
         dump.mark_failed(mark)
     return dump
-
-
-def _backend(raw_entries: list[Any], comm_lib: str) -> str:
-    for e in raw_entries:
-        if isinstance(e, dict) and isinstance(e.get("profiling_name"), str) and ":" in e["profiling_name"]:
-            return printable(e["profiling_name"].split(":", 1)[0])
-    return "nccl" if comm_lib else "unknown"
 
 
 def _entries(

@@ -7,28 +7,32 @@ so the incident's writer (:mod:`fr_otel.incident.files`) leaves this file beside
 reading a folder picks it up (:mod:`fr_otel.read.sidecars`), so an offline analysis names
 the same hosts and stacks and an export gives the same trace id.
 
-The file is untrusted input like the dumps: unknown keys are ignored, ill-typed values
-dropped, and a file that cannot be used costs one problem line.
+The file is untrusted input like the dumps: it is read by :mod:`.side_files`, unknown keys are
+ignored, ill-typed values dropped, identities checked, and a file that cannot be used costs one
+problem line.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..common.text import one_line
+from ..common.ids import trace_id_for
+from ..common.names import identity_problem, is_trace_id
 from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
 from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
+from .rank_map import per_rank_processes
 from .rank_process import RankProcess, process_from_raw
+from .side_files import bounded_attributes, read_side_file, side_file_present
 
-__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "IncidentIdentity", "dump_file_sizes",
-           "ends_job", "find_identity", "read_identity"]
+__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "ROOT_ATTRIBUTE_PREFIX",
+           "STALL_REASON", "THRESHOLD_ATTRIBUTE",
+           "IncidentIdentity", "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
@@ -37,13 +41,29 @@ REASON_ATTRIBUTE = "fr_otel.incident.reason"
 #: How the agent words the reasons of incidents raised as the job ends (an uncaught exception,
 #: SIGTERM): nothing in flight will finish then, so the analysis counts every wait, young or old.
 ENDING_REASONS = ("uncaught ", "SIGTERM")
+#: The root attributes an incident file may carry: the agent's own (how it detected the incident).
+ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
+
+
+#: Why the live agent raises an incident when a collective stays in flight too long, and the root
+#: attribute with the threshold its wait was older than.
+STALL_REASON = "stall"
+THRESHOLD_ATTRIBUTE = "fr_otel.incident.detected.threshold_s"
 
 
 def ends_job(reason: str) -> bool:
     """An incident raised for ``reason`` was raised as the job ended."""
     return reason.startswith(ENDING_REASONS)
-_MAX_BYTES = 64 << 20
-_ROOT_VALUE_TYPES = (str, int, float, bool)
+
+
+def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
+    """The threshold a live stall incident was raised over (its wait in flight was older), or None
+    when the attributes are not a stall's or name no usable threshold."""
+    attrs = dict(root_attributes)
+    value = attrs.get(THRESHOLD_ATTRIBUTE)
+    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or type(value) not in (int, float) or not 0 < value < 1e9:
+        return None
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -101,9 +121,12 @@ class IncidentIdentity:
 
 
 def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
-    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any."""
+    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any.
+
+    Anything named ``incident.json`` there is read (a FIFO or a looping link costs a problem
+    line, as a dump would), so a bad one is said, not skipped in silence."""
     folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
-    found = [f / INCIDENT_FILE for f in sorted(folders) if (f / INCIDENT_FILE).is_file()]
+    found = [f / INCIDENT_FILE for f in sorted(folders) if side_file_present(str(f / INCIDENT_FILE))]
     if len(found) > 1:
         problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
                         "using none")
@@ -112,51 +135,53 @@ def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) 
 
 
 def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:
-    """Parse one ``incident.json``; None (and one problem line) when unusable."""
-    try:
-        if os.path.getsize(path) > _MAX_BYTES:
-            problems.append(f"{path}: larger than {_MAX_BYTES >> 20} MiB, not an incident file; ignored")
-            return None
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable incident file: {one_line(exc)}; ignored")
+    """Parse one ``incident.json`` through the side-file reader (:mod:`.side_files`); None (and one
+    problem line) when unusable. The job id, incident key and trace id must be identities
+    (:func:`fr_otel.common.names.identity_problem`) and agree with each other."""
+    path = str(path)
+    raw = read_side_file(path, problems, "ignored")
+    if raw is None:
         return None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+    if raw.get("format") != FORMAT:
         problems.append(f"{path}: not an fr-otel incident file (format {FORMAT!r} expected); ignored")
         return None
     job_id, incident, trace_id = raw.get("job_id"), raw.get("incident"), raw.get("trace_id")
     if not (isinstance(job_id, str) and job_id and isinstance(incident, str) and isinstance(trace_id, str)):
         problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
         return None
-    processes: dict[int, RankProcess] = {}
-    stacks: dict[int, LiveStacks] = {}
-    failed: dict[int, tuple[FailedCollective, ...]] = {}
-    ranks = raw.get("ranks")
-    for key, doc in (ranks.items() if isinstance(ranks, dict) else ()):
-        if not (isinstance(key, str) and key.isdigit() and isinstance(doc, dict)):
-            continue
-        rank = int(key)
-        process = process_from_raw(doc, "incident file")
-        if process is not None:
-            processes[rank] = process
-        now = stacks_from_raw(doc.get("now"))
-        if now is not None:
-            stacks[rank] = now
-        marks = failed_from_raw(doc.get("failed"))
-        if marks:
-            failed[rank] = marks
-    root = raw.get("root_attributes")
-    root_attributes = tuple(
-        (item[0], item[1]) for item in (root if isinstance(root, list) else ())
-        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        and type(item[1]) in _ROOT_VALUE_TYPES
-    )
+    why = identity_problem(job_id, "job_id") or identity_problem(incident, "incident")
+    if why is None and not (is_trace_id(trace_id) and trace_id == f"{trace_id_for(job_id, incident):032x}"):
+        why = "its trace_id is not the one its job_id and incident give"
+    if why is not None:
+        problems.append(f"{path}: {why}; ignored")
+        return None
+    entries = per_rank_processes(path, raw, problems, "hosts, pids and stacks from it unknown", _rank_entry)
+    root_attributes = bounded_attributes(path, raw.get("root_attributes"), problems, ROOT_ATTRIBUTE_PREFIX)
     summary = raw.get("summary")
     files = raw.get("files")
-    files = {k: v for k, v in files.items() if isinstance(k, str) and type(v) is int} if isinstance(files, dict) else {}
-    return IncidentIdentity(job_id, incident, trace_id, root_attributes, processes, stacks, failed,
-                            network_from_raw(raw.get("network")), summary if isinstance(summary, dict) else {}, files,
-                            str(path))
+    files = {k: v for k, v in files.items() if type(v) is int} if isinstance(files, dict) else {}
+    return IncidentIdentity(
+        job_id, incident, trace_id, root_attributes,
+        processes={r: e.process for r, e in entries.items() if e.process is not None},
+        stacks={r: e.now for r, e in entries.items() if e.now is not None},
+        failed={r: e.failed for r, e in entries.items() if e.failed},
+        network=network_from_raw(raw.get("network")),
+        summary=summary if isinstance(summary, dict) else {}, files=files, path=path)
+
+
+class _RankEntry(NamedTuple):
+    process: RankProcess | None
+    now: LiveStacks | None
+    failed: tuple[FailedCollective, ...]
+
+
+def _rank_entry(doc: Any) -> _RankEntry | None:
+    """One rank's entry of an incident file: where it ran, its stacks at incident time, what failed."""
+    if not isinstance(doc, dict):
+        return None
+    entry = _RankEntry(process_from_raw(doc, "incident file"), stacks_from_raw(doc.get("now")),
+                       failed_from_raw(doc.get("failed")))
+    return entry if entry.process is not None or entry.now is not None or entry.failed else None
 
 
 def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:

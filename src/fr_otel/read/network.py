@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.names import host_name
 from ..common.text import printable
-from .rank_process import host_name
 
 __all__ = ["PAYLOAD_KEY", "NetworkFacts", "network_from_raw"]
 

@@ -13,8 +13,8 @@ hosts it can vouch for (never replacing one the agent wrote); reading the folder
 ``last_heard_ns`` (written at incident time) is when the rank last reached the job's store: for
 a rank that left no dump, when it went silent.
 
-The file is untrusted input like the dumps: only well-typed values are kept, and a bad file
-costs one problem line.
+The file is untrusted input like the dumps: it is read by :mod:`.side_files`, only
+well-typed values and real host names are kept, and a bad file costs one problem line.
 """
 
 from __future__ import annotations
@@ -23,13 +23,17 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ..common.files import atomic_write
-from .json_file import per_rank, read_json_file, read_per_rank_file
-from .rank_process import RankProcess, host_name, process_from_raw
+from ..common.names import host_name
+from .rank_process import RankProcess, bad_names, process_from_raw
+from .side_files import per_rank, read_side_file
 
-__all__ = ["RANKS_FILE", "HostMap", "add_hosts", "host_map_json", "read_host_map", "read_rank_map", "write_host_map"]
+__all__ = ["RANKS_FILE", "HostMap", "add_hosts", "host_map_json", "per_rank_processes", "read_host_map",
+           "read_rank_map", "write_host_map"]
+
+T = TypeVar("T")
 
 #: Its name ends in no rank number, so the reader never takes it for a dump.
 RANKS_FILE = "ranks.json"
@@ -77,21 +81,41 @@ def _parse(value: Any) -> RankProcess | None:
 
 
 def read_rank_map(path: str, problems: list[str]) -> dict[int, RankProcess]:
-    """Rank -> :class:`RankProcess` from a ``ranks.json``; {} (and one line) when unusable."""
-    return read_per_rank_file(path, problems, _CONSEQUENCE, _parse)
+    """Rank -> :class:`RankProcess` from a ``ranks.json`` (read by :mod:`.side_files`); {} (and one
+    line) when unusable; host names that are not host names are read as unknown (one line)."""
+    host_map = read_host_map(path, problems)
+    return host_map.processes if host_map is not None else {}
 
 
 def read_host_map(path: str, problems: list[str]) -> HostMap | None:
-    """The whole map, world size included; None (and one line) when unusable."""
-    doc = read_json_file(path, problems, _CONSEQUENCE)
+    """The whole map, world size and last-heard times included; None (and one line) when unusable."""
+    doc = read_side_file(path, problems, _CONSEQUENCE)
     if doc is None:
         return None
     world = doc.get("world_size")
     world_size = world if type(world) is int and 0 < world <= _MAX_WORLD else None
-    seen: list[str] = []  # the ranks mapping was judged once, above
-    heard = {r: ns for r, ns in per_rank(doc, path, seen, _CONSEQUENCE, _heard).items()}
-    return HostMap(per_rank(doc, path, problems, _CONSEQUENCE, _parse), world_size, heard,
+    seen: list[str] = []  # the ranks mapping is judged once, below
+    heard = per_rank(path, doc, seen, _CONSEQUENCE, _heard)
+    return HostMap(per_rank_processes(path, doc, problems, _CONSEQUENCE, _parse), world_size, heard,
                    host_name(doc.get("store_host")))
+
+
+def per_rank_processes(path: str, doc: dict[str, Any] | None, problems: list[str], consequence: str,
+                       parse: Callable[[Any], T | None]) -> dict[int, T]:
+    """:func:`.side_files.per_rank` for entries that name hosts (``ranks.json``, ``incident.json``):
+    a ``host`` or ``node`` that is not a host name (``node7 $(touch x)``) costs one line in all."""
+    bad = 0
+
+    def counted(value: Any) -> T | None:
+        nonlocal bad
+        bad += bad_names(value)
+        return parse(value)
+
+    out = per_rank(path, doc, problems, consequence, counted)
+    if bad:
+        problems.append(f"{path}: {bad} host or node name{'s' if bad > 1 else ''} that {'are' if bad > 1 else 'is'} "
+                        "not a host name (letters, digits, '.', '-', '_') read as unknown")
+    return out
 
 
 def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str) -> dict[int, RankProcess]:
@@ -112,10 +136,11 @@ def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProc
                    store_host: str | None = None) -> Path | None:
     """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
     ``processes`` does not name (several nodes write the same folder). An existing map that
-    cannot be read is left alone (None: it may be newer than this reader); raises OSError."""
+    cannot be read is left alone (None: it may be newer than this reader); raises OSError. A link
+    planted in its place is never read: it is replaced, its target untouched."""
     path = Path(folder) / RANKS_FILE
     merged = dict(processes)
-    if path.is_file():
+    if path.is_file() and not path.is_symlink():
         seen: list[str] = []
         old = read_host_map(str(path), seen)
         if old is None or seen:

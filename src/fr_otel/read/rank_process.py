@@ -9,6 +9,9 @@ The agent's payload carries it under :data:`PAYLOAD_KEY` as
 ``{"host": str, "node": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
 :func:`process_from_raw` keeps only well-typed values.
 
+Host and node names must be host names (:func:`fr_otel.common.names.host_name`): they end up
+in commands people paste (``ssh node7 py-spy dump``), so anything else is read as unknown.
+
 ``host`` is always the socket host name (what DCGM and node exporters label metrics
 with, so joins work); ``node`` is the scheduler's name for the machine where one says
 (Slurm's ``SLURMD_NODENAME``), which is what people type into ``scontrol``/``sinfo``:
@@ -20,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_HOST", "PAYLOAD_KEY", "RankProcess", "host_name", "process_from_raw"]
+from ..common.names import host_name
+
+__all__ = ["PAYLOAD_KEY", "RankProcess", "bad_names", "process_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) that says where the rank ran.
 PAYLOAD_KEY = "fr_otel_process"
-MAX_HOST = 255  # DNS names are at most 253 characters; anything longer is not a host name
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +89,12 @@ def process_from_raw(info: Any, source: str) -> RankProcess | None:
     return process if process.known else None
 
 
-def host_name(value: Any) -> str | None:
-    """A host or node name, if it is one (a printable string of DNS length)."""
-    return value if type(value) is str and 0 < len(value) <= MAX_HOST and value.isprintable() else None
+def bad_names(info: Any) -> int:
+    """How many of ``info``'s ``host`` and ``node`` are there but are not host names (read as
+    unknown by :func:`process_from_raw`): a side file reports them in one line."""
+    if not isinstance(info, dict):
+        return 0
+    return sum(1 for key in ("host", "node") if info.get(key) is not None and host_name(info[key]) is None)
 
 
 def _non_negative(value: Any) -> int | None:

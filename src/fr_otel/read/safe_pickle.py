@@ -14,14 +14,23 @@ one load may allocate at a small multiple of the file's size (an ``RLIMIT_DATA``
 soft limit, raised back afterwards), so such a file fails fast with ``MemoryError``
 before touching the memory. Only single-purpose processes (the CLI, ``watch``, the
 reader's workers) use it: never call it inside a training process.
+
+Time is bounded too. CPython's int hash is the value modulo 2**61 - 1, so a dict of keys
+``k * (2**61 - 1)`` takes quadratic time to build (1.1 MB of pickle: 27 s). Dumps key their
+dicts by strings and small ints only, so before loading, :mod:`fr_otel.read.pickle_keys`
+walks the opcodes (in C where built: ~2-4% of the load) and any other dict key, or a set,
+refuses the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import pickle
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
+
+from .pickle_keys import MEMO_PROBLEM, key_problem
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "ForbiddenPickle", "load_restricted", "memory_budget", "budget_for"]
 
@@ -44,13 +53,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise ForbiddenPickle("refuses persistent ids (dumps hold only plain data)")
 
 
-def load_restricted(fileobj: IO[bytes]) -> Any:
-    """Unpickle plain data (dict, list, tuple, str, bytes, numbers, bool, None) only.
+def load_restricted(data: bytes) -> tuple[Any, int]:
+    """Unpickle plain data (dict, list, tuple, str, bytes, numbers, bool, None) only; returns the
+    object and how many bytes of ``data`` the pickle took (more is trailing data).
 
-    Pass a buffered binary file (``open(path, "rb")``): the C unpickler prefetches
-    through ``peek`` and is as fast as ``pickle.load``; a bare ``BytesIO`` is ~3x slower.
+    Raises :class:`ForbiddenPickle` for a global, a persistent id, a set or a dict key that is
+    not a string or a small int (:func:`~fr_otel.read.pickle_keys.key_problem`), MemoryError
+    for a memo index no pickler writes, and what the unpickler raises for a corrupt file.
     """
-    return _RestrictedUnpickler(fileobj).load()
+    problem = key_problem(data)
+    if problem == MEMO_PROBLEM:
+        raise MemoryError(problem)
+    if problem is not None:
+        raise ForbiddenPickle(f"refuses {problem}")
+    # The C unpickler prefetches through peek(): as fast as pickle.loads; a bare BytesIO is ~3x slower.
+    stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
+    value = _RestrictedUnpickler(stream).load()
+    return value, stream.tell()
 
 
 def budget_for(file_bytes: int) -> int:

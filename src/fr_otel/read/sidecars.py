@@ -28,6 +28,7 @@ from .incident_file import INCIDENT_FILE, IncidentIdentity, find_identity
 from .network import NetworkFacts
 from .rank_map import RANKS_FILE, HostMap, read_host_map
 from .rank_process import RankProcess
+from .side_files import side_file_present
 from .steps import STEPS_FILE, read_steps_file
 
 __all__ = ["SIDECARS", "SideFacts", "read_sidecars", "sidecar_folders"]
@@ -75,7 +76,7 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
             facts.world_size = facts.world_size or host_map.world_size
             facts.store_host = facts.store_host or host_map.store_host
         steps_path = folder / STEPS_FILE
-        if steps_path.is_file():
+        if side_file_present(str(steps_path)):  # a FIFO or a looping link is read too: its problem is said
             for rank, log in read_steps_file(str(steps_path), problems).items():
                 dump = dumps.get(rank)
                 if dump is not None and dump.steps is None:
@@ -102,4 +103,4 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
 
 
 def _read_if_there(path: Path, problems: list[str]) -> HostMap | None:
-    return read_host_map(str(path), problems) if path.is_file() else None
+    return read_host_map(str(path), problems) if side_file_present(str(path)) else None

@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, overload
 
-from .json_file import read_per_rank_file
+from .side_files import read_per_rank_file
 
 __all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "StepStarts", "read_steps_file", "step_log_from_raw"]
 

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from ..common.text import one_line, printable
 from .dump import Entry
+from .entry_rules import completed
 from .frame import Frame
 
 __all__ = [
@@ -376,7 +377,7 @@ def entry_from_raw(
         r.flag("is_p2p"),
         state,
         retired,
-        state == "completed" or (gloo and retired),
+        completed(state, retired, gloo),
         created,
         r.time("time_discovered_started_ns"),
         r.time("time_discovered_completed_ns"),

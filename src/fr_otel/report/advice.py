@@ -1,87 +1,148 @@
-"""What to do next, per culprit kind: the runbook step the report puts on every card.
+"""What to do next, per culprit kind: the runbook step on every card of the page and under every
+culprit in the terminal.
 
-Kept apart from the page's layout because it is the product's operational knowledge (which
-command on which host, what to look for), reviewed by different people than the markup.
-Returns escaped HTML: commands in ``<code>``, dump text through :func:`esc`.
+Kept apart from the layouts because it is the product's operational knowledge (which command on
+which host, what to look for), reviewed by different people than the markup. A step is a
+sequence of parts, plain text and :class:`Code` (a command or a literal), so the page shows
+commands in ``<code>`` (:func:`as_html`) and the terminal in backticks (:func:`as_text`).
+
+A process that is gone cannot be ``py-spy``'d: after a watchdog dump (NCCL aborts the process once
+it has written one) or an incident raised as the job ended, the step points at what is left, the
+rank's log and its host's kernel log (:func:`process_gone`).
 """
 
 from __future__ import annotations
 
+import re
+
+from ..common.commands import py_spy_command_line
 from ..common.ranks import compress_ranks
-from ..diagnosis.verdict import Culprit
+from ..diagnosis.verdict import Culprit, Verdict
 from ..read.dump import op_name
-from .facts import Facts
-from .markup import esc, seq_label
+from .markup import esc
 
-__all__ = ["general_next_step", "next_step"]
+__all__ = ["Code", "Step", "as_html", "as_lines", "as_text", "general_next_step", "next_step", "process_gone"]
+
+#: Sources of a rank's process record that saw it alive at incident time (the agent's payload,
+#: the live incident's file); a ranks.json is written at start-up and says nothing of the end.
+_LIVE_SOURCES = ("agent", "incident file")
 
 
-def _py_spy(c: Culprit, what: str = "dump") -> str:
-    """The py-spy command for this culprit, with its real host and pid when known."""
+class Code(str):
+    """A command or literal: ``<code>`` on the page, in backticks on the terminal."""
+
+    __slots__ = ()
+
+
+Step = tuple[str, ...]  # plain text and Code parts, in reading order
+
+
+def as_html(step: Step) -> str:
+    """The step as escaped HTML, commands in ``<code>`` (dump text goes through :func:`esc`)."""
+    return "".join(f"<code>{esc(p, 400)}</code>" if isinstance(p, Code) else esc(p) for p in step)
+
+
+def as_text(step: Step) -> str:
+    """The step as one terminal line, commands in backticks."""
+    return "".join(f"`{p}`" if isinstance(p, Code) else p for p in step)
+
+
+_SENTENCE_END = re.compile(r"(?<=\.) (?=[A-Z])")
+
+
+def as_lines(step: Step) -> list[str]:
+    """:func:`as_text`, one sentence a line: a step for a terminal that a person reads down."""
+    return _SENTENCE_END.split(as_text(step))
+
+
+def process_gone(v: Verdict, c: Culprit) -> str | None:
+    """Why rank ``c``'s process is gone, in a few words, or None when it may still run."""
+    if v.job_ended:
+        return "the incident was raised as the job ended"
+    if c.now is not None or (c.process is not None and c.process.source in _LIVE_SOURCES):
+        return None  # the live agent saw it running at incident time
+    if "nccl" in v.backends:
+        return "NCCL aborts a process once its watchdog has written a dump like this"
+    return None  # gloo never dumps itself: someone pulled this one from a live process
+
+
+def _py_spy(c: Culprit, what: str = "dump") -> Code:
+    """The py-spy command for this culprit, with its real host and pid when known (shell-quoted:
+    people paste it)."""
     p = c.process
-    pid = str(p.pid) if p is not None and p.pid is not None else "PID"
     host = p.host if p is not None and p.host else c.host
-    cmd = f"py-spy {what} --pid {pid}"
-    if host:
-        cmd = f"ssh {host} {cmd}"
-    return f"<code>{esc(cmd, 400)}</code>"
+    return Code(py_spy_command_line(what, p.pid if p is not None else None, host))
 
 
-def next_step(f: Facts, c: Culprit) -> str:
+def _gone(r: int, why: str, c: Culprit) -> Step:
+    """Where to look for a rank whose process is gone, and the py-spy step should it still run."""
+    return (f" Its process is gone ({why}): look at rank {r}'s log (its last lines, a traceback) and its host's "
+            "kernel log (", Code("dmesg -T"), ": the OOM killer, a segfault). If it still runs, ", _py_spy(c),
+            " shows where it is.")
+
+
+def next_step(v: Verdict, c: Culprit) -> Step:
     """The next step for culprit ``c``: where to look, with its real host and pid when known."""
     r = c.rank
-    op = esc(op_name(c.op or "the collective"), 80)
-    seq = seq_label(c.collective_seq_id)
-    nccl = "nccl" in f.verdict.backends
+    op = op_name(c.op or "the collective")
+    seq = f"#{c.collective_seq_id}" if c.collective_seq_id is not None else ""
+    gone = process_gone(v, c)
     if c.kind == "not_enqueued":
-        return (f"Rank {r} never reached {op} {seq}: its Python was somewhere else. Find out where: "
-                f"{_py_spy(c)} (add <code>--native</code> for C++ frames) on rank {r}'s "
-                "process while it is still alive, its stacks below, and its log (a stuck data loader, "
-                "checkpoint or file I/O, an exception in a different code path, a held GIL, a "
-                "rank-dependent branch that skips the collective).")
+        head = f"Rank {r} never reached {op} {seq}: its Python was somewhere else."
+        if gone:
+            return (head, *_gone(r, gone, c), *((" Its last recorded call site is under Stacks.",)
+                                                if c.last_frame is not None else ()))
+        return (f"{head} Find out where: ", _py_spy(c), " (add ", Code("--native"), " for C++ frames) on rank "
+                f"{r}'s process while it is still alive, its stacks below, and its log (a stuck data loader, "
+                "checkpoint or file I/O, an exception in a different code path, a held GIL, a rank-dependent branch "
+                "that skips the collective).")
     if c.kind == "not_completed":
-        if nccl:
+        if "nccl" in v.backends:
             return (f"Rank {r} entered {op} {seq} but its GPU or network never finished it while its peers did. "
-                    "Check that host's GPU and NIC: <code>dmesg | grep -i xid</code> and DCGM health "
-                    "(<code>dcgmi health -c</code>) for XID / ECC errors, <code>nvidia-smi -q</code>, the NIC's link "
-                    "state and error counters (<code>ibstat</code>, <code>ethtool -S</code>), and the NCCL log "
-                    "(<code>NCCL_DEBUG=INFO</code>) around the reference time.")
-        return (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
-                "(TCP connectivity to its peers, <code>ss -tnp</code>, interface errors) and whether the process "
-                f"is starved of CPU; {_py_spy(c)} shows where rank {r} is blocked.")
+                    "Check that host's GPU and NIC: ", Code("dmesg | grep -i xid"), " and DCGM health (",
+                    Code("dcgmi health -c"), ") for XID / ECC errors, ", Code("nvidia-smi -q"), ", the NIC's "
+                    "link state and error counters (", Code("ibstat"), ", ", Code("ethtool -S"), "). Then the NCCL "
+                    "log (", Code("NCCL_DEBUG=INFO"), ") around the reference time.")
+        head = (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
+                "(TCP connectivity to its peers, ", Code("ss -tnp"), ", interface errors) and whether the process "
+                "is starved of CPU.")
+        if gone:
+            return (*head, *_gone(r, gone, c))
+        return (*head, " ", _py_spy(c), f" shows where rank {r} is blocked.")
     if c.kind == "mismatch":
-        return (f"Rank {r} called a different collective than its peers at {seq}. Compare the two call sites "
-                "(below, under Stacks): typically a rank-dependent branch, a conditional collective, or tensors "
-                "whose shapes or dtypes differ across ranks. Fix the code so every rank issues the same sequence "
-                "of collectives on this group.")
+        return (f"Rank {r} called a different collective than its peers at {seq or 'the same point'}. Compare the "
+                "two call sites (under Stacks): typically a rank-dependent branch, a conditional collective, or "
+                "tensors whose shapes or dtypes differ across ranks. Fix the code so every rank issues the same "
+                "sequence of collectives on this group.")
     if c.kind == "missing_dump":
-        return (f"There is no dump from rank {r}. Find out whether its process was alive at dump time "
-                "(OOM killer, crash, lost node: the scheduler's and the node's logs, <code>dmesg</code>), and make "
-                "sure every rank can dump (<code>TORCH_NCCL_DUMP_ON_TIMEOUT=1</code>, a writable "
-                "<code>TORCH_FR_DUMP_TEMP_FILE</code> location).")
+        return (f"There is no dump from rank {r}. Find out whether its process was alive at dump time (OOM killer, "
+                "crash, lost node: the scheduler's and the node's logs, ", Code("dmesg"), "). Make sure every rank "
+                "can dump next time (", Code("TORCH_NCCL_DUMP_ON_TIMEOUT=1"), ", a writable ",
+                Code("TORCH_FR_DUMP_TEMP_FILE"), " location).")
     if c.kind == "unknown":
         cause = f"rank {compress_ranks(c.waits_on)}" if c.waits_on else "the culprits above"
-        return (f"Rank {r} left no readable dump, but its peers show it kept pace until {esc(cause)} stopped: it most "
-                f"likely waits on {esc(cause)}, so start there. Then find out why rank {r}'s dump is missing or cut "
-                "short (killed while writing, disk full: the node's logs, <code>dmesg</code>).")
+        return (f"Rank {r} left no readable dump, but its peers show it kept pace until {cause} stopped: it most "
+                f"likely waits on {cause}, so start there. Then find out why rank {r}'s dump is missing or cut "
+                "short (killed while writing, disk full: the node's logs, ", Code("dmesg"), ").")
     if c.kind == "straggler":
-        return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it "
-                f"({_py_spy(c, 'top')}, the torch profiler): data loading, CPU contention, thermal "
-                "throttling or a slower host. A constant offset can also be clock skew between hosts: compare "
-                "their clocks before blaming the rank.")
-    return "Look at this rank's process and host around the reference time."
+        return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it (", _py_spy(c, "top"),
+                ", the torch profiler): data loading, CPU contention, thermal throttling or a slower host. A constant "
+                "offset can also be clock skew between hosts: compare their clocks before blaming the rank.")
+    return ("Look at this rank's process and host around the reference time.",)
 
 
-def general_next_step(f: Facts) -> str:
+def general_next_step(v: Verdict) -> Step:
     """The next step when no rank is to blame (inconclusive, healthy)."""
-    v = f.verdict
     if v.verdict == "inconclusive":
-        return ("Read the notes below. When every member entered a collective and none completed it, the fault "
-                "is inside the collective (device or network): check every host of that group "
-                "(<code>dmesg | grep -i xid</code>, DCGM health, NIC link errors, <code>NCCL_DEBUG=INFO</code> logs). "
-                "Otherwise, dump every rank again (with stack traces) while the job is stuck.")
+        again = ("The processes are gone: their logs and each host's kernel log (", Code("dmesg -T"),
+                 ") are what is left. Next time, let every rank dump with its stacks before the job is killed."
+                 ) if v.job_ended or "nccl" in v.backends else (
+                 "Otherwise, dump every rank again (with stack traces) while the job is stuck.",)
+        return ("Read the notes. When every member entered a collective and none completed it, the fault is "
+                "inside the collective (device or network): check every host of that group (",
+                Code("dmesg | grep -i xid"), ", DCGM health, NIC link errors, ", Code("NCCL_DEBUG=INFO"),
+                " logs). ", *again)
     if v.verdict == "healthy":
         return ("Nothing is stuck in the recorded collectives. If the job still hangs, it hangs outside them "
-                "(point-to-point ops under gloo, a data loader, I/O): <code>py-spy dump</code> every rank.")
-    return "See the notes below."
-
+                "(point-to-point ops under gloo, a data loader, I/O): ", Code("py-spy dump"), " every rank.")
+    return ("See the notes.",)

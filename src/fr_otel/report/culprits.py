@@ -6,9 +6,11 @@ think so, and what do I do now" without scrolling to the tables below.
 
 from __future__ import annotations
 
+from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
-from ..diagnosis.verdict import Culprit, format_clock
-from .advice import general_next_step, next_step
+from ..diagnosis.hosts import LOST_STATES
+from ..diagnosis.verdict import Culprit
+from .advice import as_html, general_next_step, next_step
 from .facts import Facts
 from .headline import headline
 from .markup import badge, esc, seq_label
@@ -24,13 +26,17 @@ def verdict_section(f: Facts) -> str:
     """The Verdict section: stop order, nodes with several culprits, a card per culprit."""
     v = f.verdict
     out = ['<section id="verdict"><h2>Verdict</h2>']
-    if v.stop_order is not None and v.stop_order.sentence():
-        out.append(f'<p class="stop-order">{esc(v.stop_order.sentence(), 600)}</p>')
+    if v.stop_order is not None and v.stop_order.lines():
+        out.append('<p class="stop-order">' + "<br>".join(esc(line, 300) for line in v.stop_order.lines()[:8])
+                   + "</p>")
+    for h in [h for h in v.hosts if h.state in LOST_STATES]:
+        out.append(f'<p class="node lost"><b>{esc(h.host, 120)}</b> {esc(LOST_STATES[h.state])}: '
+                   f'{esc(h.sentence(), 600)}</p>')
     for host, ranks in v.nodes:
         out.append(f'<p class="node"><b>{esc(host, 120)}</b>: ranks {esc(compress_ranks(ranks))} — look at the node</p>')
     if not v.culprits:
         out.append(f'<div class="card noculprit"><p>No culprit rank: {esc(headline(v.verdict).meaning)}.</p>')
-        out.append(f'<p class="next"><b>Next step</b> {general_next_step(f)}</p></div>')
+        out.append(f'<p class="next"><b>Next step</b> {as_html(general_next_step(v))}</p></div>')
     for c in v.culprits[:MAX_CULPRIT_CARDS]:
         out.append(_culprit_card(f, c))
     if v.waiting:
@@ -45,7 +51,7 @@ def verdict_section(f: Facts) -> str:
         for c in rest:
             out.append(
                 f'<tr class="culprit"><td>rank {c.rank}</td><td>{badge(c.kind)}</td>'
-                f'<td>{esc(f.group_label(c.group_name), 120)}</td><td>{seq_label(c.collective_seq_id)}</td>'
+                f'<td>{esc(c.group_label, 120)}</td><td>{seq_label(c.collective_seq_id)}</td>'
                 f'<td>{esc(compress_ranks(c.waiting_ranks)) or "—"}</td><td class="ev">{esc(c.evidence, 400)}</td></tr>')
         out.append("</tbody></table>")
     out.append("</section>")
@@ -53,7 +59,7 @@ def verdict_section(f: Facts) -> str:
 
 
 def _culprit_card(f: Facts, c: Culprit) -> str:
-    label = f.group_label(c.group_name)
+    label = c.group_label + (", send/recv" if c.p2p else "")
     facts = [
         ("Group", f"{esc(label, 160)} <span class=\"dim\">({len(f.job.groups[c.group_name].ranks)} ranks)</span>"
          if c.group_name in f.job.groups else esc(label, 160)),
@@ -87,11 +93,11 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
          f'{badge(c.kind)}</header>'),
         '<dl class="kv">' + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>",
         f'<p class="evidence">{esc(c.evidence, 2000)}</p>',
-        f'<p class="next"><b>Next step</b> {next_step(f, c)}</p>',
+        f'<p class="next"><b>Next step</b> {as_html(next_step(f.verdict, c))}</p>',
     ]
     if c.related:
         items = "".join(
-            f"<li>{badge(e.kind)} {esc(f.group_label(e.group), 120)} {seq_label(e.seq)}"
+            f"<li>{badge(e.kind)} {esc(e.where, 200)}"
             + (f" — waited on by {esc(compress_ranks(e.waiting))}" if e.waiting else "")
             + f'<div class="dim">{esc(e.text, 600)}</div></li>'
             for e in c.related[:24]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..diagnosis.focus import incident_focus
 from ..diagnosis.job import Job, ProcessGroup
 from ..diagnosis.verdict import Culprit, Verdict, reference_ns
 from ..read.dump import Entry, RankDump, op_name
@@ -158,30 +159,18 @@ class Stuck:
 
 
 def _stuck(job: Job, verdict: Verdict) -> dict[tuple[str, int], Stuck]:
-    """Each culprit's collective (the first culprit's first), else the oldest blocked one."""
+    """The collectives the incident is mainly about (:func:`~fr_otel.diagnosis.focus.incident_focus`)."""
     by_name = {g.group.name: g for g in verdict.groups}
-    out: dict[tuple[str, int], Stuck] = {}
+    ops: dict[tuple[str, int | None], str | None] = {}
     for c in verdict.culprits:
-        if c.collective_seq_id is None or c.kind == "straggler":
-            continue
-        key = (c.group_name, c.collective_seq_id)
-        if key in out:
-            continue
-        gs = by_name.get(c.group_name)
+        ops.setdefault((c.group_name, c.collective_seq_id), c.op)
+    out: dict[tuple[str, int], Stuck] = {}
+    for key in incident_focus(verdict).main[:MAX_STUCK]:
+        gs = by_name.get(key[0])
         fl = gs.in_flight if gs else None
-        op = op_name(c.op) if c.op else c.op
-        if fl is not None and fl.seq == c.collective_seq_id:
+        op = op_name(o) if (o := ops.get(key)) else o
+        if fl is not None and fl.seq == key[1]:
             out[key] = Stuck(fl.op or op, fl.entered, fl.not_entered, fl.since_ns)
         else:
             out[key] = Stuck(op, (), (), None)
-        if len(out) >= MAX_STUCK:
-            break
-    if out:
-        return out
-    blocked = [g for g in verdict.groups if g.in_flight is not None and g.note is None]
-    if not blocked:
-        return out
-    blocked.sort(key=lambda g: (not g.in_flight.not_entered, g.in_flight.since_ns or 0))  # type: ignore[union-attr]
-    fl = blocked[0].in_flight
-    assert fl is not None
-    return {(blocked[0].group.name, fl.seq): Stuck(fl.op, fl.entered, fl.not_entered, fl.since_ns)}
+    return out

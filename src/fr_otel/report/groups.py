@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.verdict import GroupState
+from ..diagnosis.verdict import UNKNOWN_STALL, GroupState
 from ..read.dump import Progress
 from .facts import Facts
 from .markup import badge, esc, fmt_duration
@@ -40,7 +40,9 @@ def _group_in_flight_text(f: Facts, g: GroupState) -> str:
     fl = g.in_flight
     if fl is None:
         return ""
-    age = f", in flight {fmt_duration(f.ref - fl.since_ns)}" if f.ref and fl.since_ns else ""
+    age_ns = f.verdict.age_ns(fl.since_ns)
+    age = (f", in flight {fmt_duration(age_ns)} when dumped" if age_ns is not None else
+           f"; {UNKNOWN_STALL}" if fl.since_ns else "")
     missing = f"; not entered: {compress_ranks(fl.not_entered)}" if fl.not_entered else ""
     return f"{fl.op or 'collective'} #{fl.seq} entered by {compress_ranks(fl.entered) or 'none'}{missing}{age}"
 
@@ -57,7 +59,8 @@ def _rank_in_group(f: Facts, g: GroupState, r: int, p: Progress | None, max_enq:
         x = f.pending_in(r, name)  # the same collective: Facts found it from the same counters
         op = esc(x.op if x is not None else "collective", 80)
         created = x.created_ns if x is not None else None
-        age = f" for {fmt_duration(f.ref - created)}" if with_age and created and f.ref else ""
+        age_ns = f.verdict.age_ns(created) if with_age else None
+        age = f" for {fmt_duration(age_ns)}" if age_ns is not None else ""
         others_done = g.in_flight is not None and g.in_flight.seq != seq
         verb = "stuck in" if others_done else "in"
         return f"{verb} {op} #{seq}{age} (not completed)"

@@ -81,10 +81,11 @@ def render(
     )
 
 
-def write_report(path: str | os.PathLike[str], document: str) -> int:
-    """Write ``document`` atomically as UTF-8 (see :mod:`fr_otel.common.files`); returns its size in bytes."""
+def write_report(path: str | os.PathLike[str], document: str, *, follow_links: bool = False) -> int:
+    """Write ``document`` atomically as UTF-8 (see :mod:`fr_otel.common.files`: a symbolic link at
+    ``path`` is replaced, unless ``follow_links`` for a path a person named); returns its size in bytes."""
     data = document.encode("utf-8", "replace")
-    atomic_write(path, data)
+    atomic_write(path, data, follow_links=follow_links)
     return len(data)
 
 

@@ -21,10 +21,12 @@ from functools import partial
 from typing import NamedTuple
 
 from ..common.ranks import compress_ranks
+from ..common.text import clip
 from ..diagnosis.job import Job
+from ..diagnosis.verdict import UNKNOWN_STALL
 from ..read.dump import MAX_ESTIMATED_END_NS, Entry, op_interval
 from .facts import Facts, history_at
-from .markup import clip, fmt_duration, fmt_rel
+from .markup import fmt_duration, fmt_rel
 
 __all__ = ["Bar", "Lane", "Op", "families", "lanes_for"]
 
@@ -189,9 +191,9 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
     rows.sort(key=lambda x: x[0])
     out: list[Op] = []
     for i, (created, name, seq, done, fp, e) in enumerate(rows):
-        nxt = rows[i + 1][0] if i + 1 < len(rows) else None
-        if e is not None and e.record_id in d.next_created_ns:
-            nxt = d.next_created_ns[e.record_id]
+        nxt = d.next_enqueue_ns(e.record_id) if e is not None else None
+        if nxt is None and i + 1 < len(rows):
+            nxt = rows[i + 1][0]  # an op known by its columns only: the next one shown
         group_next = None if (e is not None and e.is_p2p) else partial(f.job.first_enqueue, name, seq + 1)
         _, end, est, open_ = op_interval(created, done, ref, completed_ns=e.time_completed_ns if e else None,
                                          duration_ms=e.duration_ms if e else None, next_created_ns=nxt,
@@ -213,7 +215,9 @@ def _op_title(f: Facts, rank: int | None, o: Op, ref: int) -> str:
     num = f"#{o.seq}" if not o.p2p else f"p2p #{o.seq}"
     lines = [f"{who}{o.name} {num} on {f.group_label(o.group)}", f"enqueued {fmt_rel(o.created - ref)}"]
     if o.open:
-        lines.append(f"in flight, never completed ({fmt_duration(ref - o.created)} at the reference time)")
+        age = f.verdict.age_ns(o.created)
+        lines.append(f"in flight, never completed ({fmt_duration(age)} when dumped)" if age is not None else
+                     f"in flight, never completed; {UNKNOWN_STALL}")
     elif o.est:
         lines.append(f"done; end estimated at {fmt_rel(o.end - ref)} (no completion time recorded: the next "
                      f"enqueue here or in the group, at most {fmt_duration(MAX_ESTIMATED_END_NS)})")

@@ -9,14 +9,13 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["badge", "clip", "esc", "fmt_duration", "fmt_rel", "seq_label"]
+from ..common.text import clip
+
+__all__ = ["badge", "esc", "fmt_duration", "fmt_rel", "seq_label"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
-def clip(text: str, limit: int = 160) -> str:
-    """At most ``limit`` characters (an ellipsis says when cut): dumps may hold huge strings."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def esc(value: object, limit: int | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ..common.text import clip
 from ..read.dump import MAX_ESTIMATED_END_NS
 from .facts import Facts
 from .lanes import Bar, Lane, families, lanes_for
@@ -191,7 +192,7 @@ def _text_fits(text: str, width: float, px: float = 6.1) -> str:
     n = int((width - 6) / px)
     if n < min(len(text), 8):
         return ""
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clip(text, n)
 
 
 def render_timeline(f: Facts) -> str:

@@ -12,19 +12,23 @@ and a throw-away TSDB; waits until it is ready; answers PromQL through the HTTP 
 
 Stdlib only (no requests); never imports torch. Raises :class:`PrometheusError` with the
 server's log tail when it cannot start or a query fails.
+
+Elsewhere than this network namespace (a test's simulated host): ``command_prefix`` runs the
+binary through a launcher (``ip netns exec NS``), ``connect`` opens the API's connections from
+there (a socket made in that namespace); its ``127.0.0.1`` is then the namespace's own.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -64,11 +68,16 @@ def find_prometheus() -> str | None:
     return shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").is_file() else None)
 
 
+#: Opens a TCP connection to (host, port) within a timeout: how the API is reached.
+Connect = Callable[[tuple[str, int], float], socket.socket]
+
+
 class PrometheusServer:
     """One Prometheus process; use as a context manager (or ``start()``/``stop()``).
 
     ``targets``: ``host:port`` strings scraped as job ``job``; ``labels`` are added to all
     of them. ``rule_files`` are loaded (evaluated every ``evaluation_interval``).
+    ``command_prefix`` and ``connect``: run and reach it in another network namespace.
     """
 
     def __init__(
@@ -84,6 +93,8 @@ class PrometheusServer:
         binary: str | None = None,
         workdir: str | os.PathLike[str] | None = None,
         startup_timeout: float = 30.0,
+        command_prefix: Sequence[str] = (),
+        connect: Connect | None = None,
     ) -> None:
         self.targets = list(targets)
         self.job = job
@@ -97,6 +108,8 @@ class PrometheusServer:
         self._own_workdir: tempfile.TemporaryDirectory[str] | None = None
         self.workdir: Path | None = None
         self.startup_timeout = startup_timeout
+        self.command_prefix = list(command_prefix)
+        self._connect: Connect = connect or (lambda address, timeout: socket.create_connection(address, timeout))
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -105,6 +118,11 @@ class PrometheusServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (the binary's own, through ``command_prefix``'s execs)."""
+        return self._proc.pid if self._proc is not None else None
 
     def config(self) -> dict[str, Any]:
         """The generated configuration (a dict; written as JSON, which Prometheus reads as YAML)."""
@@ -133,6 +151,7 @@ class PrometheusServer:
         atomic_write(config_path, json.dumps(self.config(), indent=2).encode())
         self.port = unused_tcp_port()
         cmd = [
+            *self.command_prefix,
             self.binary,
             f"--config.file={config_path}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
@@ -147,10 +166,9 @@ class PrometheusServer:
             if self._proc.poll() is not None:
                 raise PrometheusError(f"prometheus exited with {self._proc.returncode}:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
+                if self._get("/-/ready", timeout=1)[0] == 200:
+                    return self
+            except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.1)
         self.stop()
@@ -184,18 +202,25 @@ class PrometheusServer:
         return (self.workdir / "prometheus.log").read_text(errors="replace")[-limit:] or "(empty log)"
 
     # -- HTTP API ---------------------------------------------------------------------
+    def _get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        """GET ``path`` over a connection from ``connect``: (status, body)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.sock = self._connect(("127.0.0.1", self.port), timeout)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
     def api(self, path: str, **params: Any) -> Any:
         """GET ``/api/v1/<path>``; returns ``data``; raises PrometheusError on an error status."""
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-        url = f"{self.url}/api/v1/{path}" + (f"?{query}" if query else "")
+        status, raw = self._get(f"/api/v1/{path}" + (f"?{query}" if query else ""))
         try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                body = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read())
-            except ValueError:
-                raise PrometheusError(f"{path}: HTTP {exc.code}") from None
+            body = json.loads(raw)
+        except ValueError:
+            raise PrometheusError(f"{path}: HTTP {status}") from None
         if body.get("status") != "success":
             raise PrometheusError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]

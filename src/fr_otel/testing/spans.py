@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
-from ..trace.ids import hashed_id
+from ..common.ids import hashed_id
 
 __all__ = ["synthetic_spans"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..common.text import printable
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip, printable
 
 __all__ = [
-    "MAX_STRING_CHARS", "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",
+    "MAX_LIST_ITEMS", "MAX_ITEM_CHARS", "bounded", "bounded_value",
     "RANK", "WORLD_SIZE", "BACKEND", "PG_NAME", "PG_DESC", "PG_SIZE", "SEQ_ID", "P2P_SEQ_ID", "OP_ID", "OP",
     "RECORD_ID", "STATE", "RETIRED", "COMPLETED", "IS_P2P", "TIMEOUT_MS", "INPUT_SIZES", "OUTPUT_SIZES",
     "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
@@ -22,7 +22,7 @@ __all__ = [
     "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
     "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
-    "CULPRIT_HOSTS", "CULPRIT_NODES", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
+    "CULPRIT_HOSTS", "CULPRIT_NODES", "LOST_HOSTS", "HOST_FINDINGS", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
     "HOST_NAME", "PROCESS_PID", "STUCK", "UNKNOWN_RANKS", "RANKS", "RANKS_COUNT", "RANKS_STATE", "GROUPS",
     "GROUPS_COUNT", "SUMMARY", "RANKS_IN_FULL", "RANKS_AGGREGATED",
@@ -80,6 +80,8 @@ HISTORY_LAST_SEQ = "fr_otel.history.last_seq"
 STACK = "fr_otel.stack"
 CULPRIT_HOSTS = "fr_otel.culprit_hosts"  # per culprit, "" where unknown
 CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several culprits
+LOST_HOSTS = "fr_otel.lost_hosts"  # hosts lost, cut off, or running a store that stopped answering
+HOST_FINDINGS = "fr_otel.host_findings"  # one sentence each: "node1 (ranks 2-3): no dump; last heard ..."
 FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits
 STOP_ORDER_NOTE = "fr_otel.stop_order.note"  # why the culprits cannot be ordered (and how far undated ones got)
 STOPPED_AFTER_S = "fr_otel.stopped_after_s"  # a culprit: seconds after the first culprit stopped
@@ -110,7 +112,6 @@ PROCESS_PID = "process.pid"
 
 # --- Limits: what any one attribute may cost, whatever the dump held -----------------------
 
-MAX_STRING_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
 MAX_LIST_ITEMS = 1024
 MAX_ITEM_CHARS = 256
 MAX_LIST_CHARS = 16_000
@@ -118,13 +119,10 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _text(value: str, limit: int) -> str:
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
-    value = printable(value, keep_lines=True)  # escaping may lengthen it: clip again
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    return clip(printable(clip(value, limit), keep_lines=True), limit)  # escaping may lengthen it: clip again
 
 
-def bounded_value(value: Any, limit: int = MAX_STRING_CHARS) -> Any:
+def bounded_value(value: Any, limit: int = MAX_ATTRIBUTE_CHARS) -> Any:
     """One attribute value OTLP can encode, clipped: None when there is nothing to send.
 
     Strings are escaped and clipped to ``limit`` characters; ints outside int64 become

@@ -13,17 +13,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as _SDK_VERSION
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from ..common.ids import span_id_for
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict, reference_ns
 from ..read.dump import Entry
 from ..version import __version__
 from . import attributes as A
-from .ids import span_id_for
 from .options import DEFAULT_SERVICE_NAME, TraceOptions
 
-__all__ = ["MAX_ATTRIBUTE_CHARS", "SCOPE", "TraceFrame", "base_resource", "clip", "span_name"]
+__all__ = ["SCOPE", "TraceFrame", "base_resource", "span_name"]
 
-MAX_ATTRIBUTE_CHARS = 2000  # Tempo truncates beyond 2048 bytes by default
 SCOPE = InstrumentationScope("fr_otel", __version__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
@@ -87,10 +86,6 @@ def base_resource(service_name: str | None) -> Resource:
     if not resource.attributes.get("service.name"):
         resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
     return resource
-
-
-def clip(text: str, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def span_name(e: Entry) -> str:

@@ -8,10 +8,12 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
+from ..diagnosis.hosts import LOST_STATES
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from . import attributes as A
-from .frame import SCOPE, TraceFrame, clip
+from .frame import SCOPE, TraceFrame
 
 __all__ = ["incident_span", "now_attributes"]
 
@@ -54,6 +56,10 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         attrs[A.CULPRIT_HOSTS] = [c.host or "" for c in blamed]
     if v.nodes:
         attrs[A.CULPRIT_NODES] = [f"{h}: {compress_ranks(r)}" for h, r in v.nodes]
+    gone = [h for h in v.hosts if h.state in LOST_STATES]
+    if gone:
+        attrs[A.LOST_HOSTS] = [h.host for h in gone]
+        attrs[A.HOST_FINDINGS] = [clip(h.sentence(), 500) for h in gone[:64]]
     if v.stop_order is not None and v.stop_order.first is not None:
         attrs[A.FIRST_STOPPED] = v.stop_order.first
     elif v.stop_order is not None and v.stop_order.points:
@@ -71,7 +77,8 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
     events = [
         Event(
             "culprit",
-            A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, "message": c.evidence,
+            A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, A.PG_DESC: c.group_desc,
+                       "message": c.evidence,
                        **now_attributes(c.process, c.now, max_frames)}),
             timestamp=frame.now,
         )
@@ -105,6 +112,6 @@ def now_attributes(process: RankProcess | None, now: LiveStacks | None, max_fram
     where = now.where if now is not None else None
     if now is not None and where is not None:
         attrs[A.NOW] = clip(now.describe(), 500)
-        attrs[A.STACK_NOW] = clip(now.text(max_frames))
+        attrs[A.STACK_NOW] = clip(now.text(max_frames), MAX_ATTRIBUTE_CHARS)
         attrs.update({A.CODE_FUNCTION: where.name, A.CODE_FILE: where.filename, A.CODE_LINE: where.line})
     return attrs

@@ -16,12 +16,14 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
-from ..diagnosis.verdict import Verdict
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
+from ..diagnosis.focus import incident_focus
+from ..diagnosis.verdict import UNKNOWN_STALL, Verdict
 from ..read.dump import Entry
 from ..read.frame import is_user_frame
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
-from .frame import SCOPE, TraceFrame, clip, span_name
+from .frame import SCOPE, TraceFrame, span_name
 from .incident_span import now_attributes
 
 __all__ = ["RankSpans"]
@@ -43,13 +45,10 @@ class RankSpans:
         resource = self._resource(rank)
         rank_span_id = frame.span_id("rank", rank)
         out: list[ReadableSpan] = []
-        next_created = dump.next_created_ns
-        if any(e.record_id not in next_created for e in chosen[:-1]):
-            next_created = _next_created(dump.entries)
         start = min((e.time_created_ns for e in chosen), default=frame.now)
         for e in chosen:
             _, end, estimated, _ = e.interval(
-                frame.now, next_created_ns=next_created.get(e.record_id),
+                frame.now, next_created_ns=dump.next_enqueue_ns(e.record_id),
                 group_next_ns=partial(frame.job.first_enqueue, e.pg_name, e.collective_seq_id + 1))
             span_id = frame.span_id("entry", rank, e.pg_name, e.record_id, e.collective_seq_id,
                                   e.p2p_seq_id, e.op_id)
@@ -98,8 +97,8 @@ class RankSpans:
             A.RETIRED: e.retired,
             A.COMPLETED: e.completed,
             A.IS_P2P: e.is_p2p,
-            A.INPUT_SIZES: clip(_sizes(e.input_sizes)),
-            A.OUTPUT_SIZES: clip(_sizes(e.output_sizes)),
+            A.INPUT_SIZES: clip(_sizes(e.input_sizes), MAX_ATTRIBUTE_CHARS),
+            A.OUTPUT_SIZES: clip(_sizes(e.output_sizes), MAX_ATTRIBUTE_CHARS),
             A.INPUT_DTYPES: list(e.input_dtypes),
             A.OUTPUT_DTYPES: list(e.output_dtypes),
             A.THREAD_NAME: e.thread_name,
@@ -124,18 +123,23 @@ class RankSpans:
         status = Status(StatusCode.UNSET)
         if not e.completed:
             attrs[A.IN_FLIGHT] = True
-            age_ms = (self.frame.now - e.time_created_ns) / 1e6
-            events.append(Event("never completed", {"fr_otel.age_ms": age_ms}, timestamp=end))
+            # Its age when dumped; undated dumps leave it unknown (UNKNOWN_STALL), never a few ms to
+            # the newest activity. Past the timeout even then when that lower bound already is.
+            age_ns = self.frame.verdict.age_ns(e.time_created_ns)
+            at_least_ms = (self.frame.now - e.time_created_ns) / 1e6
+            events.append(Event("never completed", {"fr_otel.age_ms": age_ns / 1e6} if age_ns is not None else {},
+                                timestamp=end))
             stuck = self.stuck.get((e.pg_name, e.collective_seq_id)) if not e.is_p2p else None
-            if e.timeout_ms and age_ms > e.timeout_ms:
+            in_flight = f"in flight {age_ns / 1e9:.1f} s" if age_ns is not None else UNKNOWN_STALL
+            if e.timeout_ms and at_least_ms > e.timeout_ms:
                 attrs[A.PAST_TIMEOUT] = True
                 attrs[A.ERROR_TYPE] = "timeout"
-                status = Status(StatusCode.ERROR,
-                                f"in flight {age_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
+                status = Status(StatusCode.ERROR, f"in flight {'' if age_ns is not None else 'over '}"
+                                f"{at_least_ms / 1e3:.1f} s, past its {e.timeout_ms / 1e3:.0f} s timeout")
             elif stuck is not None:
                 # The incident is the reason: no need to wait for the 30-minute timeout to say so.
                 attrs[A.ERROR_TYPE] = self.frame.verdict.verdict
-                status = Status(StatusCode.ERROR, f"in flight {age_ms / 1e3:.1f} s: {stuck}")
+                status = Status(StatusCode.ERROR, f"{in_flight}: {stuck}")
             if stuck is not None:
                 attrs[A.STUCK] = True
         culprit = self.culprits.get(rank)
@@ -147,7 +151,7 @@ class RankSpans:
         if e.frames and (not e.completed or culprit is not None):
             # Full stacks where someone will read them: in-flight ops and the culprit's.
             frames = e.frames[: self.frame.options.max_stack_frames]
-            attrs[A.STACK] = clip("\n".join(f"{f.filename}:{f.line} in {f.name}" for f in frames))
+            attrs[A.STACK] = clip("\n".join(f"{f.filename}:{f.line} in {f.name}" for f in frames), MAX_ATTRIBUTE_CHARS)
             events.extend(
                 Event("frame", A.bounded({A.CODE_FUNCTION: f.name, A.CODE_FILE: f.filename, A.CODE_LINE: f.line}),
                       timestamp=e.time_created_ns)
@@ -191,7 +195,7 @@ class RankSpans:
         if culprit is not None:
             attrs[A.IS_CULPRIT] = True
             attrs[A.CULPRIT_KIND] = culprit.kind
-            attrs[A.CULPRIT_EVIDENCE] = clip(culprit.evidence)
+            attrs[A.CULPRIT_EVIDENCE] = clip(culprit.evidence, MAX_ATTRIBUTE_CHARS)
             if culprit.stopped_after_s is not None:
                 attrs[A.STOPPED_AFTER_S] = culprit.stopped_after_s
             status = Status(StatusCode.ERROR, f"culprit: {culprit.kind}")
@@ -217,25 +221,12 @@ class RankSpans:
 
 
 def _stuck_collectives(verdict: Verdict) -> dict[tuple[str, int], str]:
-    """(group, seq) of the collectives the incident is about -> why: a hang's or desync's
-    oldest collective in flight in each group, and each culprit's."""
+    """(group, seq) of the collectives a hang or desync is about (:func:`incident_focus`) -> why."""
     if verdict.verdict not in ("hang", "desync"):
         return {}
     culprits = compress_ranks(c.rank for c in verdict.culprits)
     why = f"{verdict.verdict}, waiting for rank(s) {culprits}" if culprits else verdict.verdict
-    out = {(g.group.name, g.in_flight.seq): why for g in verdict.groups if g.in_flight is not None}
-    for c in verdict.culprits:
-        if c.collective_seq_id is not None:
-            out[(c.group_name, c.collective_seq_id)] = why
-    return out
-
-
-def _next_created(entries: list[Entry]) -> dict[int, int]:
-    """record_id -> when this rank enqueued its next op (an upper bound on completion)."""
-    out: dict[int, int] = {}
-    for a, b in zip(entries, entries[1:]):
-        out[a.record_id] = b.time_created_ns
-    return out
+    return dict.fromkeys(incident_focus(verdict).all, why)
 
 
 def _sizes(sizes: Sequence[Sequence[int]]) -> str:

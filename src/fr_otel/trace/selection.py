@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from ..diagnosis.focus import incident_focus
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from ..read.columns import TAIL_PER_GROUP
@@ -105,12 +106,11 @@ def detailed_ranks(job: Job, verdict: Verdict, options: TraceOptions) -> set[int
 
 
 def _focus_seqs(verdict: Verdict) -> dict[str, set[int]]:
-    """Per group, the collectives the verdict is about (and the one before each culprit's)."""
+    """Per group, the collectives the incident is about (:func:`incident_focus`), each culprit's
+    related ones, and the one before each culprit's: the context a reader compares with."""
     focus: dict[str, set[int]] = {}
-    for g in verdict.groups:
-        f = g.in_flight
-        if f is not None:
-            focus.setdefault(g.group.name, set()).add(f.seq)
+    for group, seq in incident_focus(verdict).all:
+        focus.setdefault(group, set()).add(seq)
     for c in verdict.culprits:
         for group, seq in [(c.group_name, c.collective_seq_id), *((e.group, e.seq) for e in c.related)]:
             if seq is not None:

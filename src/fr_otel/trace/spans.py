@@ -27,13 +27,14 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ..common.ids import trace_id_for
 from ..common.progress import ProgressCallback
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from .aggregate_spans import aggregate_spans
 from .collective_spans import collective_spans
 from .frame import TraceFrame
-from .ids import job_identity, trace_id_for
+from .ids import job_identity
 from .incident_span import incident_span
 from . import attributes as A
 from .options import (

@@ -10,12 +10,13 @@ watcher retries it).
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from ..common.log import logger
+from ..common.names import host_name
 from ..common.progress import TerminalProgress
 from ..diagnosis.verdict import AnalysisOptions
 from ..incident.delivery import ExportStatus
@@ -30,13 +31,14 @@ from ..otlp.config import ExportConfig
 from ..read.discovery import host_from_name
 from ..read.dump import RankDump
 from ..read.rank_map import RANKS_FILE, add_hosts, read_rank_map, write_host_map
+from ..read.side_files import side_file_present
 from ..trace.options import TraceOptions
 from .mounts import is_shared_filesystem
 from .state import Incident
 
 __all__ = ["IncidentExport"]
 
-_log = logging.getLogger("fr_otel.watch")
+_log = logger("fr_otel.watch")
 
 
 class IncidentExport:
@@ -109,10 +111,10 @@ class IncidentExport:
         folder = self.folder
         path = folder / RANKS_FILE
         seen: list[str] = []
-        known = read_rank_map(str(path), seen) if path.is_file() else {}
+        known = read_rank_map(str(path), seen) if side_file_present(str(path)) else {}
         if seen:
             return  # unreadable: the analysis reports it; never overwrite what we cannot read
-        local = socket.gethostname() if is_shared_filesystem(folder) is False else None
+        local = host_name(socket.gethostname()) if is_shared_filesystem(folder) is False else None
         hosts = {r: h for r, d in dumps.items() if (h := host_from_name(d.path) or local)}
         added = add_hosts(known, hosts, "watch")
         if not added:

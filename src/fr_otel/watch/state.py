@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import stat
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.text import one_line, printable
 
@@ -27,7 +27,7 @@ STATE_NAME = ".fr-otel-watch.json"
 _STATE_VERSION = 1
 MAX_REMEMBERED = 64  # incidents kept in the state file
 
-_log = logging.getLogger("fr_otel.watch")
+_log = logger("fr_otel.watch")
 
 Signature = tuple[str, int, int]  # (file name, mtime_ns, size)
 

@@ -15,7 +15,6 @@ stragglers, not a new incident.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
@@ -23,15 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..common.log import logger
 from ..common.progress import TerminalProgress
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
-from ..diagnosis.job import DEFAULT_PG_DESC
 from ..diagnosis.verdict import AnalysisOptions
 from ..otlp.config import ExportConfig
 from ..read.discovery import rank_from_name
 from ..read.dump import RankDump
 from ..read.dump_file import read_dump_file
+from ..read.entry_rules import is_default_group, unnamed_world
 from ..trace.options import TraceOptions
 from .incident_export import IncidentExport
 from .settings import WatchSettings
@@ -46,7 +46,7 @@ from .state import (
 
 __all__ = ["DumpWatcher"]
 
-_log = logging.getLogger("fr_otel.watch")
+_log = logger("fr_otel.watch")
 
 
 @dataclass(slots=True)
@@ -357,11 +357,10 @@ def _config_world(dump: RankDump) -> frozenset[int] | None:
     """
     configs = dump.pg_config.values()
     for cfg in configs:
-        if cfg.desc == DEFAULT_PG_DESC and cfg.ranks:
+        if is_default_group(cfg.name, cfg.desc) and cfg.ranks:
             return frozenset(cfg.ranks)
     for cfg in configs:
-        # gloo (torch 2.13) records the world under an empty name, if at all
-        if not cfg.name and cfg.ranks and cfg.ranks == tuple(range(len(cfg.ranks))):
+        if unnamed_world(cfg.name, cfg.ranks) and cfg.ranks:
             return frozenset(cfg.ranks)
     return None
 

@@ -1,0 +1,187 @@
+"""Ranks as hosts: which host was lost, which is cut off, and when each went silent.
+
+Users ask first *which node* hung. A node that is cut off, frozen or crashed leaves no dump, so
+its ranks are known only from the host map written before anything went wrong, and its silence
+only from the heartbeats it stopped sending. From inside one node a lost peer and a lost self look
+alike (every peer goes silent): the network facts the analysing node recorded tell them apart
+(:mod:`fr_otel.read.network`): whether the job's store still answered, and which hosts' agents
+accepted a connection.
+
+Three calls, in this order:
+
+- **cut off**: the analysing node reached none of the other hosts it tried, and every other host's
+  ranks are missing: it is the one cut off (its own ranks are the culprits; the others are
+  reported, not blamed);
+- **store host lost**: the job's store stopped answering here while another host still answers:
+  the store's host is the suspect, and ranks on hosts that answer are alive elsewhere (reported,
+  not blamed);
+- **lost host**: every rank of a host is missing and the host went silent (no heartbeat for a few
+  polls, or its agent answered nothing): a lost node, named as one.
+
+Pure data in, pure data out: the analysis turns the call into culprits and evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common.clock import format_clock
+from ..common.ranks import compress_ranks
+from .job import Job
+
+__all__ = ["LOST_STATES", "SILENT_S", "HostFinding", "NetworkCall", "host_findings", "judge_network",
+           "silent_before_s"]
+
+#: The host states that answer "which node": each with the words a headline says it in.
+LOST_STATES = {"cut_off": "cut off", "store_lost": "lost (it runs the job's store)", "lost": "lost"}
+
+#: A rank last heard from this long before the last rank heard from counts as silent.
+SILENT_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostFinding:
+    """One host of the job as the verdict sees it."""
+
+    host: str
+    ranks: tuple[int, ...]  # the job's ranks on it (the host map)
+    missing: tuple[int, ...]  # of them, the ones with no dump
+    blamed: tuple[int, ...]  # of them, the ones named as culprits
+    state: str  # "lost" | "cut_off" | "store_lost" | "culprit" | "unknown"
+    last_heard_ns: int | None = None  # the latest heartbeat of its missing ranks
+    silent_before_s: float | None = None  # how long before the others stalled it went silent
+    answered: bool | None = None  # did its agent answer the analysing node (None: not tried)
+    store: bool = False  # it runs the job's store
+
+    def sentence(self) -> str:
+        """``node1 (ranks 2-3): no dump; last heard 13:01:02.5 UTC, 0.4 s before the others stalled``."""
+        who = f"{self.host} ({_ranks_word(self.ranks)})"
+        what = {"lost": "no dump", "cut_off": "cut off from every other host",
+                "store_lost": "no dump; it runs the job's store, which stopped answering",
+                "culprit": "culprit", "unknown": "no dump here; alive elsewhere"}.get(self.state, self.state)
+        if self.state in ("lost", "store_lost") and len(self.missing) < len(self.ranks):
+            what = f"no dump from {_ranks_word(self.missing)}"
+        text = f"{who}: {what}"
+        if self.last_heard_ns:
+            text += f"; last heard {format_clock(self.last_heard_ns)}"
+            if self.silent_before_s is not None:
+                when = "before" if self.silent_before_s >= 0 else "after"
+                text += f", {abs(self.silent_before_s):.1f} s {when} the others stalled"
+        if self.answered is False:
+            text += "; its agent does not answer"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "ranks": list(self.ranks), "missing": list(self.missing),
+                "blamed": list(self.blamed), "state": self.state, "last_heard_ns": self.last_heard_ns,
+                "silent_before_stall_s": self.silent_before_s, "answered": self.answered, "store": self.store,
+                "sentence": self.sentence()}
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkCall:
+    """What the network facts and the host map say about the missing ranks."""
+
+    cut_off: str | None = None  # the analysing node, cut off from every other host
+    store_lost: str | None = None  # the store's host, lost (the store stopped answering here)
+    lost: tuple[str, ...] = ()  # hosts lost: every rank missing, and silent
+    alive_elsewhere: frozenset[int] = frozenset()  # missing ranks on hosts that answered: not to blame
+    why: dict[str, str] = field(default_factory=dict)  # host -> one sentence of evidence
+
+    @property
+    def explains(self) -> bool:
+        """The network says who: the verdict need not wait for the dumps it cannot have."""
+        return bool(self.cut_off or self.store_lost or self.lost)
+
+
+def _ranks_word(ranks: Iterable[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
+
+
+def _by_host(job: Job) -> dict[str, tuple[int, ...]]:
+    out: dict[str, list[int]] = {}
+    for rank, p in job.processes.items():
+        if p.host and (job.world_size is None or rank < job.world_size):
+            out.setdefault(p.host, []).append(rank)
+    return {h: tuple(sorted(r)) for h, r in out.items()}
+
+
+def silent_before_s(job: Job, ranks: Iterable[int], stall_ns: int | None) -> tuple[int | None, float | None]:
+    """The latest heartbeat of ``ranks``, and how long before ``stall_ns`` that was (None: unknown)."""
+    heard = [job.last_heard[r] for r in ranks if r in job.last_heard]
+    last = max(heard) if heard else None
+    return last, ((stall_ns - last) / 1e9 if last is not None and stall_ns else None)
+
+
+def _silent(job: Job, ranks: Iterable[int]) -> bool:
+    """Every one of ``ranks`` stopped its heartbeat a while before the others' last (or never beat);
+    the comparison is between heartbeats, so no clock but the store's polls is involved."""
+    if not job.last_heard:
+        return False
+    limit = max(job.last_heard.values()) - int(SILENT_S * 1e9)
+    return all(job.last_heard.get(r, 0) < limit for r in ranks)
+
+
+def judge_network(job: Job) -> NetworkCall:
+    """Cut off, store host lost, or lost hosts: what the host map, heartbeats and probes say."""
+    hosts = _by_host(job)
+    missing = set(job.missing_ranks)
+    if not hosts or not missing:
+        return NetworkCall()
+    net = job.network
+    gone = {h: r for h, r in hosts.items() if r and set(r) <= missing}  # every rank of it without a dump
+    answered = net.answered if net is not None else {}
+    if net is not None and net.seen_from in hosts:
+        here = net.seen_from
+        others = [h for h in hosts if h != here]
+        tried = [h for h in others if h in answered]
+        if others and tried and not any(answered[h] for h in tried) and set(gone) >= set(others):
+            return NetworkCall(cut_off=here, why={here: (
+                f"{here} reached none of the other hosts ({', '.join(sorted(tried)[:6])} did not answer) and every "
+                f"rank elsewhere went silent: {here} is the one cut off"
+                + (f"; the job's store at {net.store_address} stopped answering it too" if net.store_lost else ""))})
+    store_host = job.store_host or (net.store_host if net is not None else None)
+    alive = frozenset(rank for h, ranks in hosts.items() if answered.get(h) for rank in ranks if rank in missing)
+    if net is not None and net.store_lost and store_host and store_host in gone and store_host != net.seen_from:
+        since = f" since {format_clock(net.store_silent_since_ns)}" if net.store_silent_since_ns else ""
+        others_up = sorted(h for h, ok in answered.items() if ok)
+        return NetworkCall(store_lost=store_host, alive_elsewhere=alive, why={store_host: (
+            f"the job's store at {net.store_address or store_host} ({store_host}) has not answered {net.seen_from}"
+            f"{since}" + (f", while {', '.join(others_up[:6])} still answer" if others_up else "")
+            + f": {store_host} is the suspect")})
+    lost = tuple(sorted(h for h, r in gone.items()
+                        if answered.get(h) is False or _silent(job, r)))
+    why = {h: f"every rank of {h} ({_ranks_word(gone[h])}) left no dump and went silent" for h in lost}
+    return NetworkCall(lost=lost, alive_elsewhere=alive, why=why)
+
+
+def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_ns: int | None) -> list[HostFinding]:
+    """Every host with a missing rank or a culprit, lost ones first in the order they went silent."""
+    hosts = _by_host(job)
+    missing = set(job.missing_ranks)
+    answered = job.network.answered if job.network is not None else {}
+    store_host = job.store_host or (job.network.store_host if job.network is not None else None)
+    out: list[HostFinding] = []
+    for host, ranks in hosts.items():
+        gone = tuple(r for r in ranks if r in missing)
+        named = tuple(r for r in ranks if r in blamed)
+        if not gone and not named:
+            continue
+        if host == call.cut_off:
+            state = "cut_off"
+        elif host == call.store_lost:
+            state = "store_lost"
+        elif host in call.lost:
+            state = "lost"
+        elif named:
+            state = "culprit"
+        else:
+            state = "unknown"
+        last, before = silent_before_s(job, gone, stall_ns) if gone else (None, None)
+        out.append(HostFinding(host, ranks, gone, named, state, last, before, answered.get(host), host == store_host))
+    order = {"cut_off": 0, "store_lost": 1, "lost": 2, "culprit": 3, "unknown": 4}
+    out.sort(key=lambda f: (order[f.state], f.last_heard_ns or 1 << 62, f.host))
+    return out

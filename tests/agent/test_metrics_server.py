@@ -1,0 +1,116 @@
+"""Issue 25, item 10: /metrics costs one thread whatever connects, and scrapes still answer."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from fr_otel.agent.metrics import FrCollector
+from fr_otel.agent.server import MetricsServer, start_metrics_server
+from fr_otel.agent.state import ProcessInfo, Snapshot
+
+
+def _snapshot() -> Snapshot:
+    return Snapshot(info=ProcessInfo("0", "0", "node-a", "2.13.0", "gloo", "4", "2000"), recorder_enabled=True,
+                    groups=())
+
+
+def native_threads() -> int:
+    """Threads of this process as the kernel counts them (what a pids limit counts)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.fixture
+def server() -> Iterator[MetricsServer]:
+    started = start_metrics_server(FrCollector(_snapshot), 0, "127.0.0.1", idle_timeout_s=2.0)
+    assert started is not None
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def scrape(server: MetricsServer, timeout: float = 5) -> tuple[float, str]:
+    """Seconds one scrape took and its body."""
+    began = time.monotonic()
+    with urllib.request.urlopen(server.url, timeout=timeout) as resp:
+        body = resp.read().decode()
+    return time.monotonic() - began, body
+
+
+def test_300_idle_connections_cost_no_thread_and_scrapes_still_answer(server: MetricsServer) -> None:
+    """The issue: 150 idle connections took a rank from 7 to 157 threads. Now 300 of them (that
+    connect and never send a byte) leave the thread count as it was, and a scrape made while they
+    are open answers at once, with the rank's series."""
+    before = native_threads()
+    idle = []
+    try:
+        for _ in range(300):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.5)  # let the server accept them all
+        assert native_threads() <= before
+        took, body = scrape(server)
+        assert took < 2 and 'fr_info{' in body
+        assert native_threads() <= before
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_idle_connections_are_closed_after_the_idle_timeout(server: MetricsServer) -> None:
+    """A connection that sends nothing is closed by the server (here after 2 s): the client reads EOF."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        began = time.monotonic()
+        s.settimeout(10)
+        assert s.recv(1) == b""
+        assert 1.5 < time.monotonic() - began < 6
+
+
+def test_a_half_sent_request_is_closed_too(server: MetricsServer) -> None:
+    """A slow client that never finishes its headers holds nothing past the timeout."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        assert s.recv(1) == b""
+
+
+def test_an_oversized_request_is_refused(server: MetricsServer) -> None:
+    """Headers over 16 KiB get 431 and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000)
+        assert s.recv(64).startswith(b"HTTP/1.1 431")
+
+
+def test_openmetrics_and_gzip_are_negotiated_and_other_paths_are_404(server: MetricsServer) -> None:
+    """What Prometheus asks for: OpenMetrics, gzip; anything but /metrics (or /) is 404."""
+    import gzip
+
+    req = urllib.request.Request(server.url, headers={"Accept": "application/openmetrics-text; version=1.0.0",
+                                                      "Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert resp.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(resp.read()).decode().endswith("# EOF\n")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(server.url.replace("/metrics", "/secret"), timeout=5)
+    assert err.value.code == 404
+
+
+def test_many_concurrent_scrapes_all_answer(server: MetricsServer) -> None:
+    """40 scrapes at once (more than the 32 connections kept): every one answers."""
+    results: list[str] = []
+
+    def one() -> None:
+        results.append(scrape(server, timeout=15)[1])
+
+    threads = [threading.Thread(target=one) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 40 and all("fr_info{" in r for r in results)

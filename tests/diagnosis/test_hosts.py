@@ -1,0 +1,115 @@
+"""Which node: a lost host, a node cut off, the store's host lost, told apart from what each side saw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fr_otel import analyze, build_job, read_dumps
+from fr_otel.common.ids import trace_id_for
+from fr_otel.report.text import render_verdict
+from fr_otel.testing.dump_builder import DumpBuilder
+
+HOSTS = {r: f"node{r // 2}" for r in range(6)}  # 3 hosts x 2 ranks
+
+
+def _job(folder: Path, present: list[int]) -> int:
+    """6 gloo ranks, 12 all_reduces done; #13 entered by the ranks ``present`` keep and never completed;
+    the others left no dump. Returns when #13 was enqueued (ns)."""
+    job = DumpBuilder(6, backend="gloo")
+    for _ in range(12):
+        job.collective(job.world)
+    job.collective(job.world, ranks=present, done=False)
+    stall_ns = job.clock
+    job.write(folder)
+    for path in folder.iterdir():
+        if int(path.name.rsplit("_", 1)[-1].split(".")[0]) not in present:
+            path.unlink()
+    return stall_ns
+
+
+def _host_map(folder: Path, heard: dict[int, int] | None = None, store_host: str | None = None) -> None:
+    ranks = {str(r): {"host": h, **({"last_heard_ns": heard[r]} if heard and r in heard else {})}
+             for r, h in HOSTS.items()}
+    doc = {"version": 1, "world_size": 6, "ranks": ranks, **({"store_host": store_host} if store_host else {})}
+    (folder / "ranks.json").write_text(json.dumps(doc))
+
+
+def _network(folder: Path, **network: object) -> None:
+    (folder / "incident.json").write_text(json.dumps({
+        "format": "fr-otel/incident/1", "job_id": "j", "incident": "1", "trace_id": f"{trace_id_for('j', '1'):032x}",
+        "network": network}))
+
+
+def test_a_partitioned_node_is_named_as_a_lost_host_with_when_it_went_silent(tmp_path: Path) -> None:
+    """Ranks 2-3 (node1) left no dump and stopped beating 0.4 s before the others stalled: node1 is lost,
+    its ranks are the culprits, the host line says when."""
+    stall = _job(tmp_path, [0, 1, 4, 5])
+    _host_map(tmp_path, {0: stall + 9 * 10**9, 1: stall + 9 * 10**9, 2: stall - 4 * 10**8, 3: stall - 4 * 10**8,
+                         4: stall + 9 * 10**9, 5: stall + 9 * 10**9})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert verdict.verdict == "hang"
+    assert {(c.rank, c.kind, c.host) for c in verdict.blamed} == {(2, "missing_dump", "node1"), (3, "missing_dump", "node1")}
+    (lost,) = [h for h in verdict.hosts if h.state == "lost"]
+    assert lost.host == "node1" and lost.missing == (2, 3) and abs(lost.silent_before_s - 0.4) < 1e-6
+    text = render_verdict(verdict)
+    assert "node1 (ranks 2-3): no dump; last heard" in text and "0.4 s before the others stalled" in text
+    assert "node1 lost" in text.splitlines()[0]
+    assert verdict.to_dict()["hosts"][0]["state"] == "lost"
+
+
+def test_a_node_that_reaches_no_other_host_calls_itself_cut_off(tmp_path: Path) -> None:
+    """From node1's own local incident: the store and both other hosts are silent: node1 is the one cut off;
+    its own ranks are blamed, the others reported, not blamed."""
+    _job(tmp_path, [2, 3])
+    _host_map(tmp_path, store_host="node0")
+    _network(tmp_path, seen_from="node1", store_address="10.0.0.1:29500", store_host="node0",
+             store_silent_since_ns=1, answered={"node0": False, "node2": False})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert verdict.verdict == "hang"
+    assert sorted(c.rank for c in verdict.blamed) == [2, 3]
+    assert sorted(c.rank for c in verdict.culprits if not c.blamed) == [0, 1, 4, 5]
+    assert [h.host for h in verdict.hosts if h.state == "cut_off"] == ["node1"]
+    assert "node1 cut off" in render_verdict(verdict).splitlines()[0]
+
+
+def test_when_the_stores_host_is_lost_the_survivors_name_it_not_each_other(tmp_path: Path) -> None:
+    """From node1: the store (on node0) is silent, node2 still answers: node0's ranks are the suspects,
+    node2's are alive elsewhere; the evidence is never 'incomplete, no culprit'."""
+    _job(tmp_path, [2, 3])
+    _host_map(tmp_path, store_host="node0")
+    _network(tmp_path, seen_from="node1", store_address="10.0.0.1:29500", store_host="node0",
+             store_silent_since_ns=1_764_590_000_000_000_000, answered={"node0": False, "node2": True})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert verdict.verdict == "hang" and verdict.incomplete is None
+    assert {(c.rank, c.kind) for c in verdict.blamed} == {(0, "missing_dump"), (1, "missing_dump")}
+    assert sorted(c.rank for c in verdict.culprits if not c.blamed) == [4, 5]
+    (store,) = [h for h in verdict.hosts if h.state == "store_lost"]
+    assert store.host == "node0" and store.store
+    assert "has not answered node1 since" in next(c for c in verdict.blamed if c.rank == 0).evidence
+
+
+def test_the_stores_own_node_cut_off_from_the_rest_names_itself(tmp_path: Path) -> None:
+    """node0 holds the store (it answers), but node1 and node2 went silent and answer nothing: node0 is cut off."""
+    stall = _job(tmp_path, [0, 1])
+    _host_map(tmp_path, {r: stall - 10**8 for r in (2, 3, 4, 5)} | {0: stall + 9 * 10**9, 1: stall + 9 * 10**9},
+              store_host="node0")
+    _network(tmp_path, seen_from="node0", store_address="10.0.0.1:29500", store_host="node0",
+             answered={"node1": False, "node2": False})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert [h.host for h in verdict.hosts if h.state == "cut_off"] == ["node0"]
+    assert sorted(c.rank for c in verdict.blamed) == [0, 1]
+
+
+def test_missing_ranks_never_make_a_healthy_verdict(tmp_path: Path) -> None:
+    """Nothing in flight (gloo retired it), ranks 2-3 absent and no host map: inconclusive, not healthy."""
+    job = DumpBuilder(4, backend="gloo")
+    for _ in range(6):
+        job.collective(job.world)
+    job.write(tmp_path)
+    for rank in (2, 3):
+        next(tmp_path.glob(f"*_{rank}")).unlink()
+    (tmp_path / "ranks.json").write_text(json.dumps({"version": 1, "world_size": 4, "ranks": {}}))
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert verdict.verdict == "inconclusive"
+    assert any("not called healthy" in n for n in verdict.notes)

@@ -1,0 +1,121 @@
+"""A slow host, live: 3 lab hosts x 2 gloo ranks under ``fr-otel run``; node1 throttled by a cgroup CPU
+quota. The shipped alerts (on a real Prometheus inside the lab) and the agent's log name node1 and
+its two ranks within a minute, and nothing else; before that, two healthy minutes raise nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from support.lab import Lab, lab_unavailable
+from support.lab_job import LabJob, fr_otel_run
+from support.lab_prometheus import LabPrometheus
+from support.rules import EVERY_ALERT, write_lowered_rules
+
+from fr_otel.testing.otlp import wait_for
+from fr_otel.testing.prometheus import find_prometheus
+
+pytestmark = [
+    pytest.mark.gloo,
+    pytest.mark.lab,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real gloo jobs need the torch extra"),
+    pytest.mark.skipif(bool(lab_unavailable()), reason=lab_unavailable() or ""),
+    pytest.mark.skipif(find_prometheus() is None, reason="needs Debian's prometheus (scripts/setup-system.sh)"),
+]
+
+TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+HEALTHY_S = 120.0
+SLOW_NODE, CPU_FRACTION = 1, 0.05  # node1's processes together get 5 % of one CPU: the job runs ~4x slower
+NAMED_WITHIN_S = 60.0
+SLOW_ALERTS = "FrOtelSlow.*"
+HELD_UP = re.compile(r"fr-otel\[rank (\d+)\]: (.*) has held up (.*)")
+
+
+def _env(out: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
+    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_GLOO_TIMEOUT="120",
+               FR_OTEL_OUT_DIR=str(out / "{node}"), FR_OTEL_LOG_LEVEL="info")
+    return env
+
+
+def _held_up_lines(lab: Lab) -> list[tuple[str, str, str, str]]:
+    """(host whose log, rank, who, the rest) of every slow-host line in every host's log."""
+    out = []
+    for proc in lab.processes:
+        for line in proc.output().splitlines():
+            m = HELD_UP.search(line)
+            if m:
+                out.append((lab.hostnames[proc.node], m.group(1), m.group(2), m.group(3)))
+    return out
+
+
+def _step_rate(job: LabJob, seconds: float) -> float:
+    """Steps per second over ``seconds``, by the slowest rank's step markers."""
+    first = min(s.step for s in job.steps().values())
+    time.sleep(seconds)
+    return (min(s.step for s in job.steps().values()) - first) / seconds
+
+
+def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and_healthy_minutes_raise_nothing(
+        tmp_path: Path) -> None:
+    """Two healthy minutes: no slow alert, no line. Then node1 at 5 % of a CPU (the job >= 1.3x slower):
+    within 60 s FrOtelSlowHost names node1, FrOtelSlowRank ranks 2 and 3 only, rank 0's agent logs one
+    line naming node1 (ranks 2-3), and the incident it raises gets the offline verdict, stragglers 2 and 3,
+    and its trace id is the exemplar on the ranks' wait counters."""
+    out = tmp_path / "out"
+    with Lab(3, log_dir=tmp_path) as lab:
+        job = lab.torchrun(TRAIN_LOOP, 2, _env(out), wrap=fr_otel_run())
+        targets = [f"{ip}:{9740 + local}" for ip in lab.ips for local in range(2)]
+        job.wait_step(10, timeout=180)
+        with LabPrometheus(lab, 0, targets, scrape_interval="1s", rule_files=[write_lowered_rules(tmp_path, fors={EVERY_ALERT: "10s"})],
+                           workdir=tmp_path / "prometheus", startup_timeout=60) as prom:
+            prom.wait_for_targets(up=6, timeout=60)
+            began = time.monotonic()
+            lateness = 0.0
+            while time.monotonic() - began < HEALTHY_S:
+                assert prom.firing(SLOW_ALERTS) == [], "a slow alert on a healthy job"
+                lateness = max([lateness, *(s.value for s in prom.query("max(rank_pg:fr_lateness:ratio)"))])
+                time.sleep(2)
+            assert _held_up_lines(lab) == []
+            healthy_rate = _step_rate(job, 15)
+
+            slowed = time.monotonic()
+            lab.slow(SLOW_NODE, CPU_FRACTION)
+            alerted = logged = None
+            while (alerted is None or logged is None) and time.monotonic() - slowed < NAMED_WITHIN_S:
+                if alerted is None and any(a["alertname"] == "FrOtelSlowHost" for a in prom.firing(SLOW_ALERTS)):
+                    alerted = time.monotonic() - slowed
+                if logged is None and _held_up_lines(lab):
+                    logged = time.monotonic() - slowed
+                time.sleep(1)
+            assert alerted is not None and logged is not None, (
+                f"not named within {NAMED_WITHIN_S:g} s: alerts {prom.firing(SLOW_ALERTS)}, log "
+                f"{_held_up_lines(lab)}\n{job.logs()}")
+            slow_rate = _step_rate(job, 15)
+            wait_for(lambda: len(prom.firing("FrOtelSlowRank")) >= 2, 15, 1.0)
+            alerts = prom.firing(SLOW_ALERTS)
+            assert wait_for(lambda: list(out.glob("node0/dumps/*/incident.json")), 60, 0.5), job.logs()
+            incident = json.loads(next(out.glob("node0/dumps/*/incident.json")).read_text())
+
+            def exemplar_traces() -> set[str]:
+                found = prom.exemplars("fr_collective_wait_seconds_total", time.time() - 600, time.time() + 60)
+                return {e.labels.get("trace_id", "") for e in found}
+
+            wait_for(lambda: incident["trace_id"] in exemplar_traces(), 20, 1.0)
+            traces = exemplar_traces()
+        lines = _held_up_lines(lab)
+    print(f"healthy: {healthy_rate:.1f} steps/s, max lateness {lateness:.3f}; slowed: {slow_rate:.1f} steps/s; "
+          f"FrOtelSlowHost after {alerted:.0f} s, the log line after {logged:.0f} s")
+    assert healthy_rate >= 1.3 * slow_rate, "the quota did not slow the job enough to test anything"
+    assert {(a["alertname"], a.get("host"), a.get("rank")) for a in alerts} == {
+        ("FrOtelSlowHost", "node1", None), ("FrOtelSlowRank", "node1", "2"), ("FrOtelSlowRank", "node1", "3")}
+    assert [(host, rank, who) for host, rank, who, _ in lines] == [("node0", "0", "node1 (ranks 2-3)")], lines
+    summary = incident["summary"]
+    assert summary["verdict"] == "straggler", summary
+    assert {c["rank"] for c in summary["culprits"]} == {2, 3}, summary["culprits"]
+    assert traces == {incident["trace_id"]}, "the wait counters' exemplar is the slow host's incident trace"
