@@ -107,9 +107,8 @@ FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
 #: ``debug``, ``info`` (one start-up line on local rank 0, incidents), ``warning`` (problems
 #: only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
-#: ``auto``: in a job over several nodes with several ranks each, one agent per node (local rank 0)
-#: talks to the job's store for the whole node and sends one summary of it at an incident;
-#: ``on``/``off`` force it (see :mod:`fr_otel.agent.node_leader`).
+#: ``auto``: in a multi-node job one agent per node talks to the job's store for the node and sends
+#: one summary of it at an incident; ``on``/``off`` force it (see :mod:`fr_otel.agent.node_leader`).
 FR_OTEL_NODE_LEADERS = "FR_OTEL_NODE_LEADERS"
 #: Node-local folder a node's ranks share with their leader (default: /dev/shm, else the temp dir).
 FR_OTEL_NODE_DIR = "FR_OTEL_NODE_DIR"

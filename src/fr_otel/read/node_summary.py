@@ -20,7 +20,6 @@ rank record is one problem line and is left out, never an exception.
 
 from __future__ import annotations
 
-import io
 import pickle
 import struct
 import sys
@@ -178,7 +177,9 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
         if inflater.unconsumed_tail:
             problems.append(f"{source}: over {MAX_SUMMARY_BYTES} bytes inflated; skipped")
             return None
-        raw = load_restricted(io.BufferedReader(io.BytesIO(body)))
+        raw, used = load_restricted(body)
+        if used != len(body):
+            raise ValueError(f"{len(body) - used} bytes after the summary")
     except (zlib.error, ForbiddenPickle, MemoryError, RecursionError, EOFError, pickle.UnpicklingError,
             ValueError, TypeError) as exc:
         problems.append(f"{source}: corrupt node summary: {one_line(exc)}")

@@ -22,7 +22,8 @@ from ..common.ranks import compress_ranks
 from ..diagnosis.verdict import GroupState
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
-from .frame import SCOPE, TraceFrame, clip
+from ..common.text import clip
+from .frame import SCOPE, TraceFrame
 
 __all__ = ["MAX_AGGREGATE_SPANS", "aggregate_spans"]
 
