@@ -113,3 +113,40 @@ def test_missing_ranks_never_make_a_healthy_verdict(tmp_path: Path) -> None:
     verdict = analyze(build_job(read_dumps(tmp_path)))
     assert verdict.verdict == "inconclusive"
     assert any("not called healthy" in n for n in verdict.notes)
+
+
+
+def test_a_lost_hosts_line_says_the_step_its_ranks_were_last_heard_at(tmp_path: Path) -> None:
+    """ranks.json keeps each rank's step at its last heartbeat: node1's line says step 12 in the verdict, the trace
+    root, incident.json and the page, and the map written beside the incident keeps every rank's step."""
+    from fr_otel.incident.pipeline import IncidentPlan, run_incident  # noqa: PLC0415
+    from fr_otel.incident.sinks import sink_for  # noqa: PLC0415
+    from fr_otel.otlp.config import resolve_export_config  # noqa: PLC0415
+    from fr_otel.trace.options import TraceOptions  # noqa: PLC0415
+
+    stall = _job(tmp_path, [0, 1, 4, 5])
+    _host_map(tmp_path, {0: stall + 9 * 10**9, 1: stall + 9 * 10**9, 2: stall - 5 * 10**8, 3: stall - 4 * 10**8,
+                         4: stall + 9 * 10**9, 5: stall + 9 * 10**9})
+    doc = json.loads((tmp_path / "ranks.json").read_text())
+    steps = {0: 14, 1: 14, 2: 11, 3: 12, 4: 14, 5: 14}  # rank 3 was heard last, at step 12
+    for rank, step in steps.items():
+        doc["ranks"][str(rank)]["last_step"] = step
+    (tmp_path / "ranks.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    sink = sink_for(resolve_export_config(environ={}), tmp_path / "traces")  # the embedded file: no network
+    result = run_incident(read_dumps(tmp_path), IncidentPlan(trace=TraceOptions(job_id="j", incident="1"), sink=sink,
+                                                             files_to=out))
+    assert result.job.last_step == steps
+    (lost,) = [h for h in result.verdict.hosts if h.state == "lost"]
+    assert lost.last_step == 12
+    line = "node1 (ranks 2-3): no dump; last heard "
+    assert " at step 12, 0.4 s before the others stalled" in lost.sentence() and lost.sentence().startswith(line)
+    assert lost.sentence() in render_verdict(result.verdict)
+    assert result.trace is not None
+    assert list(dict(result.trace.spans[0].attributes or {})["fr_otel.host_findings"]) == [lost.sentence()]
+    incident = json.loads((out / "incident.json").read_text())
+    (entry,) = [h for h in incident["summary"]["hosts"] if h["host"] == "node1"]
+    assert entry["last_step"] == 12 and entry["sentence"] == lost.sentence()
+    assert "at step 12, 0.4 s before" in (out / "incident.html").read_text()
+    again = json.loads((out / "ranks.json").read_text())
+    assert {int(r): e["last_step"] for r, e in again["ranks"].items()} == steps

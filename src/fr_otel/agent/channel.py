@@ -17,12 +17,13 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     i/<k>/files         the files the coordinator left beside its dumps (zlib'd JSON), for every node
     final/<rank>        a rank's recorder at its exit, for later incidents' coordinators
     host/<rank>         JSON {host, node, pid, local_rank}: where the rank runs, set once at start-up
-    hb/<rank>           the wall clock (ns) of the rank's last poll: when it was last heard from
+    hb/<rank>           the wall clock (ns) of the rank's last poll, and its training step then ("<ns> <step>")
     term/count          add() counter of ranks that received SIGTERM
     term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
     w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
     nodes               add() counter of node leaders; each takes the next number n once
-    nhb/<n>             node n's heartbeat, from its leader: JSON {host, leader, t, ranks: {rank: last heard}}
+    nhb/<n>             node n's heartbeat, from its leader: JSON {host, leader, t, ranks: {rank: last heard},
+                        steps: {rank: its training step then}}
     i/<k>/nodes         add() counter of node summaries sent for incident k
     i/<k>/node/<j>      the j-th node summary (see :mod:`fr_otel.read.node_summary`)
     i/<k>/need          the ranks (as runs) whose whole recorders the coordinator asks their leaders for
@@ -47,11 +48,24 @@ from typing import Any
 from ..common.log import logger
 from .store_link import STORE_TIMEOUT_S, StoreLink
 
-__all__ = ["IncidentChannel", "connect_channel", "job_digest"]
+__all__ = ["IncidentChannel", "beat_text", "connect_channel", "job_digest", "parse_beat"]
 
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
 log = logger("fr_otel.agent")
+
+
+def beat_text(now_ns: int, step: int | None) -> str:
+    """A heartbeat's text: ``"<wall clock ns>"``, or ``"<ns> <step>"`` once the rank counts steps."""
+    return str(now_ns) if step is None else f"{now_ns} {step}"
+
+
+def parse_beat(text: str) -> tuple[int, int | None] | None:
+    """``(ns, step)`` from :func:`beat_text`'s text (step None when absent); None when it is not one."""
+    parts = text.strip().split(" ")
+    if not 1 <= len(parts) <= 2 or not all(p.isascii() and p.isdigit() and len(p) < 20 for p in parts):
+        return None
+    return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
 class _LinkedStore:
@@ -132,16 +146,18 @@ class IncidentChannel:
         """Where each of ``ranks`` said it runs (ranks that have not said yet are left out)."""
         return {r: _json(_text(v)) for r, v in self._fetch([(r, f"host/{r}") for r in ranks]).items()}
 
-    def heartbeat(self, rank: int, now_ns: int) -> None:
-        self.store.set(f"hb/{rank}", str(now_ns))
+    def heartbeat(self, rank: int, now_ns: int, step: int | None = None) -> None:
+        """This rank polled now, in training step ``step`` (None: no step counted yet)."""
+        self.store.set(f"hb/{rank}", beat_text(now_ns, step))
 
-    def last_heard(self, ranks: list[int]) -> dict[int, int]:
-        """When each of ``ranks`` last polled the store (wall clock ns); never-heard ranks left out."""
-        out: dict[int, int] = {}
+    def last_heard(self, ranks: list[int]) -> dict[int, tuple[int, int | None]]:
+        """When each of ``ranks`` last polled the store (wall clock ns) and its training step then (None:
+        not counted); never-heard ranks left out."""
+        out: dict[int, tuple[int, int | None]] = {}
         for rank, value in self._fetch([(r, f"hb/{r}") for r in ranks]).items():
-            text = _text(value)
-            if text.isdigit():
-                out[rank] = int(text)
+            beat = parse_beat(_text(value))
+            if beat is not None:
+                out[rank] = beat
         return out
 
     # -- node leaders --------------------------------------------------------------------

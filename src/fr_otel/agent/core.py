@@ -156,7 +156,7 @@ class Agent:
             return None
         statuses = self.tracker.statuses
         return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
-                        COUNTER.step if COUNTER.source else None, COUNTER.started_ns,
+                        COUNTER.current, COUNTER.started_ns,
                         group_waits(self.waits, statuses) if self.waits is not None else ())
 
     def all_groups(self) -> tuple[GroupInfo, ...]:

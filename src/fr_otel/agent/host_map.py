@@ -61,23 +61,20 @@ class HostMapKeeper:
         self._next_try = 0.0
 
     @property
+    def announced(self) -> bool:
+        return self._announced
+
+    @property
     def complete(self) -> bool:
         return len(self.processes) >= self.world_size
 
-    def poll(self, now_ns: int, *, beat: bool = True) -> None:
-        """One poll's store work: announce (once), heartbeat (unless a node leader beats for this rank),
-        and on a node leader gather the map until it is complete or the tries run out. Store errors
-        propagate (the caller guards)."""
-        if not self._announced:
-            me = self.processes[self.rank]
-            store_host, _, _ = self.channel.address.rpartition(":")
-            holds = bool(store_host) and holds_address(store_host)
-            if holds:
-                self.store_host = me.host
-            self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
-            self._announced = True
+    def poll(self, now_ns: int, *, beat: bool = True, step: int | None = None) -> None:
+        """One poll's store work: announce (once), heartbeat with the rank's training step ``step``
+        (unless a node leader beats for this rank), and on a node leader gather the map until it is
+        complete or the tries run out. Store errors propagate (the caller guards)."""
+        self.announce()
         if beat:
-            self.channel.heartbeat(self.rank, now_ns)
+            self.channel.heartbeat(self.rank, now_ns, step)
         if (self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try
                 and self.world_size <= GATHER_MAX_WORLD):
             self._tries += 1
@@ -85,6 +82,18 @@ class HostMapKeeper:
             self.gather()
             if self.complete or self._tries == GATHER_TRIES:
                 self.write()
+
+    def announce(self) -> None:
+        """Say where this rank runs (once: a store call only the first time)."""
+        if self._announced:
+            return
+        me = self.processes[self.rank]
+        store_host, _, _ = self.channel.address.rpartition(":")
+        holds = bool(store_host) and holds_address(store_host)
+        if holds:
+            self.store_host = me.host
+        self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
+        self._announced = True
 
     def gather(self, ranks: list[int] | None = None) -> None:
         """Fetch where every rank (of ``ranks``) not known yet runs (one bounded round trip per 256 ranks)."""

@@ -28,6 +28,7 @@ from .incident_work import flush_incident, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
+from .step_counter import COUNTER
 from .store_link import StoreUnavailable
 
 __all__ = ["ENDING_WINDOW_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
@@ -83,12 +84,13 @@ class IncidentRunner:
         this node's leader: :mod:`.node_leader`); without it, this node's own incident for a stall no
         incident covers yet (see :mod:`.local_incident`)."""
         now_ns = time.time_ns() if now_ns is None else now_ns
+        step = COUNTER.current  # beside every heartbeat: a lost node is said with the step it was in
         role = self.me.node
         mode = "flat"
         if role is not None:
             with self.me.health.guard("keeping in touch through this node's leader"):
                 try:
-                    mode = role.poll(now_ns)
+                    mode = role.poll(now_ns, step)
                 except StoreUnavailable:
                     mode = "beat"  # the leader's heartbeat found the store down: said by the link
         try:
@@ -96,6 +98,9 @@ class IncidentRunner:
                 assert role is not None
                 if role.board is not None:
                     self.join_board(role.board.incidents)
+                if not self.me.hosts.announced and self.reachable():  # once: where this rank runs
+                    with self.me.health.guard("saying where this rank runs"), suppress(StoreUnavailable):
+                        self.me.hosts.announce()
                 if self._fresh(stalls):  # rare: then the store itself (the board may lag it)
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
@@ -103,7 +108,7 @@ class IncidentRunner:
                 return
             if self.reachable():
                 with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
-                    self.me.hosts.poll(now_ns, beat=mode == "flat")
+                    self.me.hosts.poll(now_ns, beat=mode == "flat", step=step)
                 if mode != "beat":
                     self.join_open()
                 self.raise_for(stalls)

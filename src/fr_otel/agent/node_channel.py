@@ -6,8 +6,8 @@ system, so no call here can block on anything but the local kernel):
 
 - ``board``: written by the leader on every poll: who leads (rank, pid), when it last polled
   (wall clock), the incidents it knows of, and for each which ranks' recorders it has sent on;
-- ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll), which the leader sends
-  on in one heartbeat for the node;
+- ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll and its training step then),
+  which the leader sends on in one heartbeat for the node;
 - ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise.
 
 Files, not sockets: a leader that dies or freezes leaves a board that simply stops changing, and
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.files import atomic_write
+from .channel import beat_text, parse_beat
 
 __all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
 
@@ -91,9 +92,9 @@ class NodeChannel:
         self.rank = rank
 
     # -- every rank -----------------------------------------------------------------------
-    def beat(self, now_ns: int) -> None:
-        """This rank's heartbeat for its leader."""
-        atomic_write(self.folder / f"hb.{self.rank}", str(now_ns).encode(), mkdir=True)
+    def beat(self, now_ns: int, step: int | None = None) -> None:
+        """This rank's heartbeat for its leader (``step``: its training step, None while not counted)."""
+        atomic_write(self.folder / f"hb.{self.rank}", beat_text(now_ns, step).encode(), mkdir=True)
 
     def board(self) -> Board | None:
         """The leader's board, or None when there is none (yet) or it cannot be read."""
@@ -121,7 +122,11 @@ class NodeChannel:
 
     def heard(self) -> dict[int, int]:
         """Each local rank's last heartbeat (wall clock ns), from the files its ranks write."""
-        out: dict[int, int] = {}
+        return {rank: ns for rank, (ns, _) in self.beats().items()}
+
+    def beats(self) -> dict[int, tuple[int, int | None]]:
+        """Each local rank's last heartbeat and its training step then (None: not counted)."""
+        out: dict[int, tuple[int, int | None]] = {}
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -134,8 +139,9 @@ class NodeChannel:
                 text = (self.folder / name).read_bytes()[:32].decode("ascii", "replace").strip()
             except OSError:
                 continue
-            if text.isdigit():
-                out[int(rank)] = int(text)
+            beat = parse_beat(text)
+            if beat is not None:
+                out[int(rank)] = beat
         return out
 
     def ready(self, k: int, ranks: list[int]) -> list[int]:

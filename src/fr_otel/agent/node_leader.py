@@ -69,16 +69,16 @@ class NodeRole:
         self._polls = 0
         self._lost_said = False
 
-    def poll(self, now_ns: int) -> str:
+    def poll(self, now_ns: int, step: int | None = None) -> str:
         """This poll's part: ``"relayed"`` (a member with a live leader: no store call), ``"owner"`` (look for
         incidents in the store), ``"beat"`` (the leader's node heartbeat, sent here) or ``"flat"`` (no live
         leader: this rank keeps in touch with the store itself). Store errors propagate."""
         self._polls += 1
-        self.node.beat(now_ns)
+        self.node.beat(now_ns, step)
         if self.leader:
             if self._polls % 2:
                 return "owner"
-            self.beat(now_ns)
+            self.beat(now_ns, step)
             return "beat"
         board = self.node.board()
         if board is not None and board.leader != self.rank and board.fresh(now_ns, self.poll_interval):
@@ -100,14 +100,17 @@ class NodeRole:
         """A member whose leader carries its part (a fresh board)."""
         return not self.leader and self.board is not None
 
-    def beat(self, now_ns: int) -> None:
-        """The node's heartbeat: when each of its ranks last polled (a node counts once in the store)."""
+    def beat(self, now_ns: int, step: int | None = None) -> None:
+        """The node's heartbeat: when each of its ranks last polled, and in which training step (a node
+        counts once in the store)."""
         if self.number is None:
             self.number = self.channel.register_node()
-        heard = dict(sorted(self.node.heard().items())[:MAX_RANKS_PER_NODE])
-        heard[self.rank] = now_ns
-        self.channel.node_heartbeat(self.number, {"host": self.process.host or "", "leader": self.rank, "t": now_ns,
-                                                  "ranks": {str(r): t for r, t in heard.items()}})
+        beats = dict(sorted(self.node.beats().items())[:MAX_RANKS_PER_NODE])
+        beats[self.rank] = (now_ns, step)
+        self.channel.node_heartbeat(self.number, {
+            "host": self.process.host or "", "leader": self.rank, "t": now_ns,
+            "ranks": {str(r): t for r, (t, _) in beats.items()},
+            "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}})
 
     def publish_board(self, now_ns: int) -> None:
         """The leader's board for its ranks (after each poll, and once its summary is sent)."""

@@ -57,6 +57,11 @@ class StepCounter:
         self._starts.append((self.step, time.time_ns()))
 
     @property
+    def current(self) -> int | None:
+        """The step this process is in, once a step was counted (None before: no step to say)."""
+        return self.step if self.source else None
+
+    @property
     def started_ns(self) -> int | None:
         """When the current step began (epoch ns), once a step was counted."""
         if not self.source:

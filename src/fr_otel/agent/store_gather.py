@@ -67,17 +67,18 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     payloads: dict[int, bytes] = {}
     finals: dict[int, bytes] = {}
     heard: dict[int, int] = {}
+    steps: dict[int, int] = {}  # each rank's training step at its last heartbeat
     node_hosts: dict[int, str] = {}
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
     try:
-        node_hosts, relayed = _heard(me, ranks, heard)
+        node_hosts, relayed = _heard(me, ranks, heard, steps)
         summaries = _Summaries(me, k, read, heard)
         checked = time.monotonic()
         while me.channel.arrived(k) < _alive(me, heard, relayed) and time.monotonic() < gather_until:
             if not summaries.take():  # decoded as they come: the wait is not wasted
                 time.sleep(_GATHER_POLL_S)
             if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
-                node_hosts, relayed = _heard(me, ranks, heard)
+                node_hosts, relayed = _heard(me, ranks, heard, steps)
                 checked = time.monotonic()
         summaries.take()
         out.summaries = summaries.last
@@ -105,6 +106,7 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
         read.side.processes.setdefault(rank, RankProcess(host=host, source="node heartbeat"))
     read.side.world_size = world
     read.side.last_heard = heard
+    read.side.last_step = steps
     read.side.store_host = me.hosts.store_host
     silent_hosts = {read.side.processes[r].host for r in gone if r in read.side.processes}
     read.side.network = me.network_now({h for h in silent_hosts if h})
@@ -144,10 +146,11 @@ class _Summaries:
                 self.read.dumps[rank] = dump
 
 
-def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int]) -> tuple[dict[int, str], set[int]]:
-    """When each rank was last heard from, into ``heard`` (node heartbeats, then the heartbeats of
-    ranks no live leader beats for); returns the host each node heartbeat names for its ranks and
-    the ranks a live leader beats for."""
+def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int],
+           steps: dict[int, int]) -> tuple[dict[int, str], set[int]]:
+    """When each rank was last heard from, into ``heard``, and its training step then, into ``steps``
+    (node heartbeats, then the heartbeats of ranks no live leader beats for); returns the host each
+    node heartbeat names for its ranks and the ranks a live leader beats for."""
     now = time.time_ns()
     period = me.config.poll_interval * 1e9
     hosts: dict[int, str] = {}
@@ -156,18 +159,23 @@ def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int]) -> tuple[d
         host, t, beat_ranks = host_name(beat.get("host")), beat.get("t"), beat.get("ranks")
         if not isinstance(beat_ranks, dict) or type(t) is not int:
             continue
+        beat_steps = beat.get("steps") if isinstance(beat.get("steps"), dict) else {}
         fresh = now - t <= SILENT_POLLS * _NODE_BEAT_POLLS * period
         for key, ns in beat_ranks.items():
             if not (isinstance(key, str) and key.isdigit() and type(ns) is int):
                 continue
             rank = int(key)
+            if ns >= heard.get(rank, 0) and type(beat_steps.get(key)) is int and beat_steps[key] >= 0:
+                steps[rank] = beat_steps[key]
             heard[rank] = max(heard.get(rank, 0), ns)
             if host:
                 hosts[rank] = host
             if fresh:
                 relayed.add(rank)
     flat = [r for r in ranks if r not in relayed]
-    for rank, ns in me.channel.last_heard(flat).items():
+    for rank, (ns, step) in me.channel.last_heard(flat).items():
+        if ns >= heard.get(rank, 0) and step is not None:
+            steps[rank] = step
         heard[rank] = max(heard.get(rank, 0), ns)
     return hosts, relayed
 

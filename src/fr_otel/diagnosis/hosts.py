@@ -32,7 +32,7 @@ from ..common.ranks import compress_ranks
 from .job import Job
 
 __all__ = ["LOST_STATES", "SILENT_S", "HostFinding", "NetworkCall", "host_findings", "judge_network",
-           "silent_before_s"]
+           "last_step", "silent_before_s"]
 
 #: The host states that answer "which node": each with the words a headline says it in.
 LOST_STATES = {"cut_off": "cut off", "store_lost": "lost (it runs the job's store)", "lost": "lost"}
@@ -54,9 +54,10 @@ class HostFinding:
     silent_before_s: float | None = None  # how long before the others stalled it went silent
     answered: bool | None = None  # did its agent answer the analysing node (None: not tried)
     store: bool = False  # it runs the job's store
+    last_step: int | None = None  # the training step of that latest heartbeat (None: not counted)
 
     def sentence(self) -> str:
-        """``node1 (ranks 2-3): no dump; last heard 13:01:02.5 UTC, 0.4 s before the others stalled``."""
+        """``node1 (ranks 2-3): no dump; last heard 13:01:02.5 UTC at step 12, 0.4 s before the others stalled``."""
         who = f"{self.host} ({_ranks_word(self.ranks)})"
         what = {"lost": "no dump", "cut_off": "cut off from every other host",
                 "store_lost": "no dump; it runs the job's store, which stopped answering",
@@ -66,6 +67,8 @@ class HostFinding:
         text = f"{who}: {what}"
         if self.last_heard_ns:
             text += f"; last heard {format_clock(self.last_heard_ns)}"
+            if self.last_step is not None:
+                text += f" at step {self.last_step}"
             if self.silent_before_s is not None:
                 when = "before" if self.silent_before_s >= 0 else "after"
                 text += f", {abs(self.silent_before_s):.1f} s {when} the others stalled"
@@ -76,6 +79,7 @@ class HostFinding:
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "ranks": list(self.ranks), "missing": list(self.missing),
                 "blamed": list(self.blamed), "state": self.state, "last_heard_ns": self.last_heard_ns,
+                "last_step": self.last_step,
                 "silent_before_stall_s": self.silent_before_s, "answered": self.answered, "store": self.store,
                 "sentence": self.sentence()}
 
@@ -114,6 +118,12 @@ def silent_before_s(job: Job, ranks: Iterable[int], stall_ns: int | None) -> tup
     heard = [job.last_heard[r] for r in ranks if r in job.last_heard]
     last = max(heard) if heard else None
     return last, ((stall_ns - last) / 1e9 if last is not None and stall_ns else None)
+
+
+def last_step(job: Job, ranks: Iterable[int]) -> int | None:
+    """The training step of the latest heartbeat of ``ranks`` (None: not counted, or never heard)."""
+    heard = [(job.last_heard[r], r) for r in ranks if r in job.last_heard]
+    return job.last_step.get(max(heard)[1]) if heard else None
 
 
 def _silent(job: Job, ranks: Iterable[int]) -> bool:
@@ -181,7 +191,8 @@ def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_
         else:
             state = "unknown"
         last, before = silent_before_s(job, gone, stall_ns) if gone else (None, None)
-        out.append(HostFinding(host, ranks, gone, named, state, last, before, answered.get(host), host == store_host))
+        out.append(HostFinding(host, ranks, gone, named, state, last, before, answered.get(host), host == store_host,
+                               last_step(job, gone) if gone else None))
     order = {"cut_off": 0, "store_lost": 1, "lost": 2, "culprit": 3, "unknown": 4}
     out.sort(key=lambda f: (order[f.state], f.last_heard_ns or 1 << 62, f.host))
     return out

@@ -66,6 +66,7 @@ class Job:
     unnamed_local_ids: dict[int, tuple[int, ...]]  # rank -> pg_status ids we could not name
     processes: dict[int, RankProcess] = field(default_factory=dict)  # rank -> where it ran, when known
     last_heard: dict[int, int] = field(default_factory=dict)  # rank -> when it last reached the store (wall ns)
+    last_step: dict[int, int] = field(default_factory=dict)  # rank -> its training step then
     store_host: str | None = None  # the host that runs the job's store, when known
     network: NetworkFacts | None = None  # the store and other hosts, as the analysing node saw them
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
@@ -250,10 +251,7 @@ def build_job(read: ReadResult) -> Job:
     dumps = read.dumps
     world_hint: tuple[int, ...] | None = None
     variants: dict[str, dict[tuple[int, ...], str]] = {}  # name -> member set -> desc
-    # Every rank repeats the world group's members: hashing that tuple once per rank is O(N²) (50 s at
-    # 100k ranks). Member lists are parsed once per distinct text (one object), so each object is
-    # looked at once; equal lists in distinct objects still meet below, by value.
-    counted: set[tuple[str, int]] = set()
+    counted: set[tuple[str, int]] = set()  # each parsed member list once: hashing each rank's is O(N²) at 100k
     for rank, dump in sorted(dumps.items()):
         for name, cfg in dump.pg_config.items():
             if not name:
@@ -304,6 +302,7 @@ def build_job(read: ReadResult) -> Job:
         unnamed_local_ids=unnamed,
         processes=_processes(dumps, read.side.processes),
         last_heard=dict(read.side.last_heard),
+        last_step=dict(read.side.last_step),
         store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
         network=read.side.network,
     )

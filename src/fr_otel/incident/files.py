@@ -47,7 +47,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
 
     folder = Path(folder)
     if any(p.known for p in job.processes.values()):  # an empty map says nothing: none is written
-        write_host_map(folder, dict(job.processes), job.world_size, job.last_heard, job.store_host)
+        write_host_map(folder, dict(job.processes), job.world_size, job.last_heard, job.store_host, job.last_step)
     if any(d.steps is not None for d in job.dumps.values()):
         atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode("utf-8"), mkdir=True)
     page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)

@@ -8,10 +8,11 @@ hosts it can vouch for (never replacing one the agent wrote); reading the folder
 
     {"version": 1, "world_size": 6,
      "ranks": {"2": {"host": "node1", "node": "gpu-017", "pid": 4242, "local_rank": 0,
-                     "last_heard_ns": 1764590462500000000}, ...}}
+                     "last_heard_ns": 1764590462500000000, "last_step": 12}, ...}}
 
-``last_heard_ns`` (written at incident time) is when the rank last reached the job's store: for
-a rank that left no dump, when it went silent.
+``last_heard_ns`` (written at incident time) is when the rank last reached the job's store (itself
+or through its node's leader): for a rank that left no dump, when it went silent; ``last_step``
+the training step it was in then.
 
 The file is untrusted input like the dumps: it is read by :mod:`.side_files`, only
 well-typed values and real host names are kept, and a bad file costs one problem line.
@@ -48,23 +49,27 @@ class HostMap:
     processes: dict[int, RankProcess] = field(default_factory=dict)
     world_size: int | None = None
     last_heard: dict[int, int] = field(default_factory=dict)  # rank -> wall clock ns it was last heard from
+    last_step: dict[int, int] = field(default_factory=dict)  # rank -> its training step then
     store_host: str | None = None  # the host that runs the job's store (TCPStore), when known
 
 
 def host_map_json(processes: dict[int, RankProcess], world_size: int | None = None,
-                  last_heard: dict[int, int] | None = None, store_host: str | None = None) -> dict[str, Any]:
+                  last_heard: dict[int, int] | None = None, store_host: str | None = None,
+                  last_step: dict[int, int] | None = None) -> dict[str, Any]:
     """The file's content (only the known fields of each rank)."""
     doc: dict[str, Any] = {"version": 1}
     if world_size:
         doc["world_size"] = world_size
     if store_host:
         doc["store_host"] = store_host
-    heard = last_heard or {}
+    heard, steps = last_heard or {}, last_step or {}
     ranks: dict[str, dict[str, Any]] = {}
-    for rank in sorted(set(processes) | set(heard)):
+    for rank in sorted(set(processes) | set(heard) | set(steps)):
         entry = processes[rank].as_json() if rank in processes else {}
         if rank in heard:
             entry["last_heard_ns"] = heard[rank]
+        if rank in steps:
+            entry["last_step"] = steps[rank]
         if entry:
             ranks[str(rank)] = entry
     doc["ranks"] = ranks
@@ -74,6 +79,11 @@ def host_map_json(processes: dict[int, RankProcess], world_size: int | None = No
 def _heard(value: Any) -> int | None:
     ns = value.get("last_heard_ns") if isinstance(value, dict) else None
     return ns if type(ns) is int and 0 < ns < 1 << 63 else None
+
+
+def _step(value: Any) -> int | None:
+    step = value.get("last_step") if isinstance(value, dict) else None
+    return step if type(step) is int and 0 <= step < 1 << 63 else None
 
 
 def _parse(value: Any) -> RankProcess | None:
@@ -96,7 +106,8 @@ def read_host_map(path: str, problems: list[str]) -> HostMap | None:
     world_size = world if type(world) is int and 0 < world <= _MAX_WORLD else None
     seen: list[str] = []  # the ranks mapping is judged once, below
     heard = per_rank(path, doc, seen, _CONSEQUENCE, _heard)
-    return HostMap(per_rank_processes(path, doc, problems, _CONSEQUENCE, _parse), world_size, heard,
+    steps = per_rank(path, doc, seen, _CONSEQUENCE, _step)
+    return HostMap(per_rank_processes(path, doc, problems, _CONSEQUENCE, _parse), world_size, heard, steps,
                    host_name(doc.get("store_host")))
 
 
@@ -133,7 +144,7 @@ def add_hosts(known: dict[int, RankProcess], hosts: dict[int, str], source: str)
 
 def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProcess],
                    world_size: int | None = None, last_heard: dict[int, int] | None = None,
-                   store_host: str | None = None) -> Path | None:
+                   store_host: str | None = None, last_step: dict[int, int] | None = None) -> Path | None:
     """Write ``folder/ranks.json`` all at once, keeping what an existing map says about ranks
     ``processes`` does not name (several nodes write the same folder). An existing map that
     cannot be read is left alone (None: it may be newer than this reader); raises OSError. A link
@@ -149,7 +160,8 @@ def write_host_map(folder: str | os.PathLike[str], processes: dict[int, RankProc
             merged.setdefault(rank, process)
         world_size = world_size or old.world_size
         last_heard = {**old.last_heard, **(last_heard or {})}
+        last_step = {**old.last_step, **(last_step or {})}
         store_host = store_host or old.store_host
-    atomic_write(path, json.dumps(host_map_json(merged, world_size, last_heard, store_host)).encode("utf-8"),
-                 mkdir=True)
+    doc = host_map_json(merged, world_size, last_heard, store_host, last_step)
+    atomic_write(path, json.dumps(doc).encode("utf-8"), mkdir=True)
     return path

@@ -47,6 +47,8 @@ class SideFacts:
     world_size: int | None = None
     #: rank -> when it was last heard from (wall clock ns): for a rank with no dump, when it went silent.
     last_heard: dict[int, int] = field(default_factory=dict)
+    #: rank -> its training step when it was last heard from (the step a lost rank was in).
+    last_step: dict[int, int] = field(default_factory=dict)
     #: The live incident these dumps belong to (its incident.json), when there is one that fits them.
     identity: IncidentIdentity | None = None
     #: The job's store and the other hosts, as the node that analysed the incident saw them.
@@ -73,6 +75,8 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
                 facts.processes.setdefault(rank, process)
             for rank, ns in host_map.last_heard.items():
                 facts.last_heard.setdefault(rank, ns)
+            for rank, step in host_map.last_step.items():
+                facts.last_step.setdefault(rank, step)
             facts.world_size = facts.world_size or host_map.world_size
             facts.store_host = facts.store_host or host_map.store_host
         steps_path = folder / STEPS_FILE
