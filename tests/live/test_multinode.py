@@ -55,7 +55,7 @@ def _never_healthy(r: CaseResult) -> None:
 def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors_exit_in_time(
         fault: str, tmp_path: Path) -> None:
     """node1 cut off, node2 frozen, node1's workers killed: within 30 s of the fault some node's verdict names
-    the host as lost (its ranks, when it was last heard), in the log line, incident.json, the trace root and
+    the host as lost (its ranks, when it was last heard, cut off: at which step), in the log line, incident.json, the trace root and
     incident.html; the survivors exit within the no-agent control plus the exit budget; nothing says healthy."""
     truth = FAULTS[fault]
     host = f"node{truth.node}"
@@ -67,6 +67,8 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
     finding = next(h for h in first["hosts"] if h["host"] == host)
     assert finding["ranks"] == list(truth.ranks) and finding["missing"] == list(truth.ranks)
     assert finding["last_heard_ns"], _story(r)
+    if fault == "partition":  # its ranks were last heard in the step the fault came at (issue 23: "with step")
+        assert finding["last_step"] == FAULT_STEP and f"at step {FAULT_STEP}," in finding["sentence"], _story(r)
     assert {c["rank"] for c in first["culprits"] if c["kind"] == "missing_dump"} == set(truth.ranks)
     assert first["root"].get("fr_otel.lost_hosts") == [host] and first["has_trace"]
     assert f"{host}</b> lost" in first["html"]
