@@ -49,13 +49,13 @@ def _channel(port: int) -> tuple[IncidentChannel, CountingStore]:
     return IncidentChannel(counted, "test"), counted  # type: ignore[arg-type]
 
 
-def _roles(folder: Path, port: int, ranks: range) -> list[tuple[NodeRole, CountingStore]]:
+def _roles(folder: Path, port: int, ranks: range, poll: float = POLL) -> list[tuple[NodeRole, CountingStore]]:
     out = []
     for rank in ranks:
         channel, counted = _channel(port)
         process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank)
         out.append((NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=rank == ranks[0],
-                             poll_interval=POLL), counted))
+                             poll_interval=poll), counted))
     return out
 
 
@@ -86,15 +86,18 @@ def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_
 def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_polls(tmp_path: Path) -> None:
     """The leader freezes: after STALE_POLLS polls its ranks keep in touch with the store themselves, and come back when it does."""
     server, port = _store()
-    (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2))
+    poll = 0.25  # a loaded machine may pause a process 100 ms: the board must not go stale by accident
+    (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2), poll)
     for _ in range(3):
         leader.poll(time.time_ns())
         leader.publish_board(time.time_ns())
         assert member.poll(time.time_ns()) == "relayed"
-        time.sleep(POLL)
+        time.sleep(poll)
+    leader.poll(time.time_ns())
+    leader.publish_board(time.time_ns())
     modes = []
     for _ in range(2 * STALE_POLLS + 2):  # the leader is silent now
-        time.sleep(POLL)
+        time.sleep(poll)
         modes.append(member.poll(time.time_ns()))
     assert modes[0] == "relayed" and modes[-1] == "flat"
     assert modes.index("flat") <= STALE_POLLS + 1
