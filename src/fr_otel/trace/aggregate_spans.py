@@ -22,7 +22,7 @@ from ..common.ranks import compress_ranks
 from ..diagnosis.verdict import GroupState
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
-from ..common.text import clip
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from .frame import SCOPE, TraceFrame
 
 __all__ = ["MAX_AGGREGATE_SPANS", "aggregate_spans"]
@@ -115,12 +115,13 @@ def _span(frame: TraceFrame, key: tuple[str, str, int | None], fold: _Fold,
     attrs: dict[str, Any] = {
         A.SPAN_ROLE: "ranks",
         A.RANKS_STATE: kind,
-        A.RANKS: clip(runs),
+        A.RANKS: clip(runs, MAX_ATTRIBUTE_CHARS),
         A.RANKS_COUNT: len(fold.ranks),
         A.PG_DESC: desc,
-        A.GROUPS: clip(",".join(fold.groups)),
+        A.GROUPS: clip(",".join(fold.groups), MAX_ATTRIBUTE_CHARS),
         A.GROUPS_COUNT: len(fold.groups),
-        A.SUMMARY: clip(_sentence(len(fold.ranks), kind, fold.op, seq, desc, len(fold.groups), runs)),
+        A.SUMMARY: clip(_sentence(len(fold.ranks), kind, fold.op, seq, desc, len(fold.groups), runs),
+                        MAX_ATTRIBUTE_CHARS),
     }
     if len(fold.groups) == 1:
         attrs[A.PG_NAME] = fold.groups[0]
