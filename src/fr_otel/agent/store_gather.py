@@ -8,7 +8,7 @@ this node can still reach. A store that stops answering mid-way costs a problem 
 arrived is analysed.
 
 With node leaders (:mod:`.node_leader`) most ranks arrive in their node's summary: compact
-dumps, decoded in microseconds, and whole payloads for ranks that stood out on their node. Ranks
+dumps, decoded in a fraction of a whole payload's time, and whole payloads for ranks that stood out on their node. Ranks
 whose leader was lost arrive one by one, as without leaders. After the first verdict,
 :func:`complete_from_nodes` asks the leaders for the whole recorders of the ranks the verdict and
 its trace look at closely (culprits and their peers) that only came compact.

@@ -8,7 +8,7 @@ fingerprints, send/recv channels) as raw bytes, the counters, the groups and the
 the rank runs, its training steps over the span of its columns, its failed collectives, and the
 few whole entries the verdict looks at (every one in flight, the newest of each group, and the
 completed one that ran longest: the job's pace is the longest run seen). The coordinator rebuilds
-a :class:`~fr_otel.read.dump.RankDump` from that in ~tens of microseconds, marked ``compact``:
+a :class:`~fr_otel.read.dump.RankDump` from that in ~0.4 ms of CPU (bench_scale), marked ``compact``:
 the analysis gives the verdict it gives on the full payloads, and the ranks the verdict names are
 fetched in full afterwards (their stacks, every entry). A summary may carry such full payloads
 itself (``full``): the leader adds them for ranks that stand out on their node.
