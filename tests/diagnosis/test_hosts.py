@@ -119,10 +119,10 @@ def test_missing_ranks_never_make_a_healthy_verdict(tmp_path: Path) -> None:
 def test_a_lost_hosts_line_says_the_step_its_ranks_were_last_heard_at(tmp_path: Path) -> None:
     """ranks.json keeps each rank's step at its last heartbeat: node1's line says step 12 in the verdict, the trace
     root, incident.json and the page, and the map written beside the incident keeps every rank's step."""
-    from fr_otel.incident.pipeline import IncidentPlan, run_incident  # noqa: PLC0415
-    from fr_otel.incident.sinks import sink_for  # noqa: PLC0415
-    from fr_otel.otlp.config import resolve_export_config  # noqa: PLC0415
-    from fr_otel.trace.options import TraceOptions  # noqa: PLC0415
+    from fr_otel.incident.pipeline import IncidentPlan, run_incident
+    from fr_otel.incident.sinks import sink_for
+    from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.trace.options import TraceOptions
 
     stall = _job(tmp_path, [0, 1, 4, 5])
     _host_map(tmp_path, {0: stall + 9 * 10**9, 1: stall + 9 * 10**9, 2: stall - 5 * 10**8, 3: stall - 4 * 10**8,

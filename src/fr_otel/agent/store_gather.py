@@ -20,12 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.names import host_name
 from ..common.ranks import compress_ranks
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
 from ..read.node_summary import NodeSummary, decode_node_summary
 from ..read.pg_meta import member_runs
-from ..read.rank_process import RankProcess, host_name
+from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from ..trace.options import TraceOptions
 from ..trace.selection import detailed_ranks

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..common.names import host_name
 from ..common.text import one_line, printable
 from .columns import fingerprint_id
 from .dump import Entry, GroupHistory, P2PChannel, PgConfig, Progress, RankDump
@@ -37,10 +38,17 @@ from .dump_file import raw_entry
 from .failed import failed_from_raw
 from .frame import Frame
 from .pg_meta import dump_text, member_runs, pg_config
-from .rank_process import host_name, process_from_raw
+from .rank_process import process_from_raw
 from .safe_pickle import ForbiddenPickle, load_restricted
 from .steps import RING, StepLog, StepStarts
-from .validate import BadField, EntryFaults, counter, entry_from_raw, fingerprint_ok, int64
+from .validate import (
+    BadField,
+    EntryFaults,
+    counter,
+    entry_from_raw,
+    fingerprint_ok,
+    int64,
+)
 
 __all__ = ["MAX_SUMMARY_BYTES", "NodeSummary", "compact_tail", "decode_node_summary", "encode_node_summary"]
 

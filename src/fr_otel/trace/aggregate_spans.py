@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.verdict import GroupState
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
-from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from .frame import SCOPE, TraceFrame
 
 __all__ = ["MAX_AGGREGATE_SPANS", "aggregate_spans"]
