@@ -160,14 +160,16 @@ def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int],
         host, t, beat_ranks = host_name(beat.get("host")), beat.get("t"), beat.get("ranks")
         if not isinstance(beat_ranks, dict) or type(t) is not int:
             continue
-        beat_steps = beat.get("steps") if isinstance(beat.get("steps"), dict) else {}
+        raw_steps = beat.get("steps")
+        beat_steps: dict[str, Any] = raw_steps if isinstance(raw_steps, dict) else {}
         fresh = now - t <= SILENT_POLLS * _NODE_BEAT_POLLS * period
         for key, ns in beat_ranks.items():
             if not (isinstance(key, str) and key.isdigit() and type(ns) is int):
                 continue
             rank = int(key)
-            if ns >= heard.get(rank, 0) and type(beat_steps.get(key)) is int and beat_steps[key] >= 0:
-                steps[rank] = beat_steps[key]
+            step = beat_steps.get(key)
+            if ns >= heard.get(rank, 0) and type(step) is int and step >= 0:
+                steps[rank] = step
             heard[rank] = max(heard.get(rank, 0), ns)
             if host:
                 hosts[rank] = host
