@@ -145,8 +145,8 @@ def _summaries(world: int, sent: dict[int, bytes], now: int) -> list[tuple[int, 
              } if changed else {}
     return [fresh[f] if f in fresh else _QUIET_NODES[world][f] for f in firsts]
 
-#: Making a 4k or 16k job's payloads and node summaries with the real encoders takes minutes of CPU
-#: (16k: over 20 min on the loaded 2-core dev box); each 1k case costs ~40 s there. The suite runs the
+#: Making a 4k or 16k job's payloads and node summaries with the real encoders takes minutes (3.4 and
+#: 5.3 min on the shared 2-core dev box at load ~5); each 1k case costs ~40 s there. The suite runs the
 #: two 1k cases that take the two paths (whole recorders asked of the leaders; a lost node); the rest
 #: run when FR_OTEL_SCALE_TESTS=1 is set.
 _BIG = pytest.mark.skipif(os.environ.get("FR_OTEL_SCALE_TESTS") != "1",
