@@ -11,7 +11,7 @@ MLP and one all_reduce of its gradients. Reported: mean step time per condition,
 overhead of the median phase pair and a 95% interval over pairs (target <= 0.5%).
 
 **Time to detect and localise.** A 4-rank job in which rank 2 sleeps before an
-all_reduce (``fr_otel.testing.train_loop``), the agent at ``FR_OTEL_STALL_SECONDS=10``,
+all_reduce (``tests/support/train_loop.py``), the agent at ``FR_OTEL_STALL_SECONDS=10``,
 a real Prometheus scraping every 5 s, a real OTLP receiver. From the stall's start:
 
   (a) rank 0's ``/metrics`` (polled every 0.1 s) shows the in-flight age over 10 s;
@@ -64,9 +64,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))  # support.prometheus, support.train_loop: the suite's drivers
 
 from fr_otel.scenarios.job import gloo_on_loopback  # noqa: E402
-from fr_otel.testing.ports import free_port_block  # noqa: E402
+from fr_otel.common.ports import free_port_block  # noqa: E402
 
 TARGET_OVERHEAD = 0.005
 TARGET_CAPTURE_S = 0.005
@@ -254,11 +255,11 @@ def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2
 def detection(scrape_interval: str, threshold: float, stall_s: float) -> dict[str, float | None]:
     from fr_otel.common.promql import culprit_query
     from fr_otel.testing.otlp import OtlpGrpcReceiver
-    from fr_otel.testing.prometheus import PrometheusServer
+    from support.prometheus import PrometheusServer
 
     ws = 4
     base = free_port_block(ws)
-    train_loop = REPO / "src" / "fr_otel" / "testing" / "train_loop.py"
+    train_loop = REPO / "tests" / "support" / "train_loop.py"
     with tempfile.TemporaryDirectory() as tmp, OtlpGrpcReceiver() as rx, \
             PrometheusServer([f"127.0.0.1:{base + r}" for r in range(ws)], scrape_interval=scrape_interval) as prom:
         markers = Path(tmp) / "markers"

@@ -442,7 +442,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(world: int, args: argparse.Namespace) -> dict[str, Any]:
     from fr_otel.testing.otlp import OtlpGrpcReceiver
-    from fr_otel.testing.ports import unused_tcp_port
+    from fr_otel.common.ports import unused_tcp_port
 
     fault = Fault("stopped", world // 3)
     t = time.perf_counter()

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test suite. Extra arguments go to pytest.
+# Set up (if needed), type-check src/ (mypy) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup-system.sh"  # first: the compiler setup.sh's install builds with
 "$root/scripts/setup.sh"
 cd "$root"
+# The type checker first ([tool.mypy] in pyproject.toml: strict on src/): a type error fails the run
+# before the suite's minutes are spent. Its cache lives in the venv, not in the checkout.
+if ! "$root/.venv/bin/python" -m mypy --cache-dir "$root/.venv/.mypy_cache"; then
+  echo "fr-otel: mypy found type errors (above): fix them, the suite did not run" >&2
+  exit 1
+fi
 set +e
 "$root/.venv/bin/python" -m pytest -q "$@"
 rc=$?

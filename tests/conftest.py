@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
@@ -12,6 +13,20 @@ from typing import Callable
 import pytest
 
 from support.jobs import Job
+
+# The checkout is the user's: the session fails, naming them, if tests leave paths in it.
+pytest_plugins = ["support.checkout_guard"]
+
+try:  # hypothesis keeps its example database and constants cache under a temporary home, not ./.hypothesis
+    from hypothesis import settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+except ImportError:  # pragma: no cover - the test extra installs it
+    pass
+else:
+    _HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix="fr-otel-hypothesis-")
+    set_hypothesis_home_dir(_HYPOTHESIS_HOME.name)
+    settings.register_profile("fr-otel", database=None)
+    settings.load_profile("fr-otel")
 
 REPO = Path(__file__).resolve().parents[1]
 NVRX_FIXTURES = REPO / "tests" / "data" / "nvrx-fr-traces"
@@ -36,6 +51,14 @@ def run_cli():
 
 
 @pytest.fixture
+def job_folder(tmp_path: Path) -> Path:
+    """The small 4-rank NCCL-shaped hang of ``support.hostile_dumps`` (rank 3 never enqueues), as pickles."""
+    from support.hostile_dumps import write_job
+
+    return write_job(tmp_path / "dumps")
+
+
+@pytest.fixture
 def jobs() -> Iterator[list[Job]]:
     """Jobs a test starts (``support.jobs.Job``): each is ended whole (launcher, session, ranks) at the end."""
     started: list[Job] = []
@@ -52,7 +75,7 @@ def scenario_dumps(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
     """Run a real gloo hang scenario once per session; returns its dump folder (pickle/, json/)."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("real gloo jobs need the torch extra")
-    from fr_otel.testing.gloo_jobs import make_dumps
+    from fr_otel.scenarios import make_dumps
 
     def get(name: str) -> Path:
         if name not in _scenario_cache:

@@ -1,11 +1,13 @@
 """fr-otel: make hangs in distributed PyTorch training obvious.
 
 Reads PyTorch Flight Recorder dumps (never importing torch), ties them into one
-job model, and names the culprit ranks with evidence::
+job model, and names the culprit ranks with evidence, as ``fr-otel analyze`` does::
 
-    from fr_otel import read_dumps, build_job, analyze
-    verdict = analyze(build_job(read_dumps("dumps/")))
-    print(verdict.verdict, [c.rank for c in verdict.culprits])
+    import fr_otel
+    result = fr_otel.analyze_incident("dumps/")   # result.to_json() is `fr-otel analyze dumps/ --json`
+    print(result.verdict.verdict, [c.rank for c in result.verdict.culprits])
+
+``__all__`` below is the public API (README lists it); every other module is internal.
 
 Every name is imported on first use (module ``__getattr__``): ``fr-otel --version`` and
 ``--help`` import this package and must start as fast as a bare interpreter, and a
@@ -17,6 +19,19 @@ even for logging: its ``NullHandler`` comes with the first module that logs,
 from importlib import import_module as _import_module
 
 from .version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up (type checkers know the name)
+if TYPE_CHECKING:  # the names __getattr__ serves, as a type checker (the user's too) must see them
+    from .agent import start, stop
+    from .agent.step_counter import step
+    from .diagnosis.analysis import analyze
+    from .diagnosis.job import Job, ProcessGroup, build_job
+    from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict
+    from .incident.pipeline import IncidentResult, NoUsableDump, analyze_incident
+    from .read.dump import Entry, PgConfig, Progress, RankDump
+    from .read.frame import Frame
+    from .read.reader import ReadResult, read_dumps
+del TYPE_CHECKING  # not part of the package's namespace
 
 #: Public name -> the module that defines it (relative to this package).
 _HOMES = {
@@ -33,6 +48,9 @@ _HOMES = {
     "Progress": ".read.dump",
     "RankDump": ".read.dump",
     "Frame": ".read.frame",
+    "IncidentResult": ".incident.pipeline",
+    "NoUsableDump": ".incident.pipeline",
+    "analyze_incident": ".incident.pipeline",
     "ReadResult": ".read.reader",
     "read_dumps": ".read.reader",
     "start": ".agent",  # the live agent's, imported only when asked for
@@ -62,7 +80,9 @@ __all__ = [
     "Entry",
     "Frame",
     "GroupState",
+    "IncidentResult",
     "Job",
+    "NoUsableDump",
     "PgConfig",
     "ProcessGroup",
     "Progress",
@@ -70,6 +90,7 @@ __all__ = [
     "ReadResult",
     "Verdict",
     "analyze",
+    "analyze_incident",
     "build_job",
     "read_dumps",
     "start",

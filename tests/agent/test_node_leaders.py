@@ -20,20 +20,6 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-
-from fr_otel.agent.channel import IncidentChannel
-from fr_otel.agent.config import AgentConfig
-from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.host_map import HostMapKeeper
-from fr_otel.agent.incident_rank import IncidentRank
-from fr_otel.agent.node_leader import answer_need
-from fr_otel.agent.store_gather import complete_from_nodes, gather
-from fr_otel.incident.pipeline import IncidentPlan, IncidentResult, run_incident
-from fr_otel.otlp.config import resolve_export_config
-from fr_otel.read.rank_process import RankProcess
-from fr_otel.testing.ports import unused_tcp_port
-from fr_otel.trace.options import DEFAULT_MAX_SPANS, TraceOptions
-from fr_otel.trace.selection import PEERS_PER_CULPRIT
 from support.scale_job import (
     NO_FAULT,
     RANKS_PER_NODE,
@@ -44,6 +30,20 @@ from support.scale_job import (
     make_summaries,
     node_of,
 )
+
+from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.config import AgentConfig
+from fr_otel.agent.health import HealthTracker
+from fr_otel.agent.host_map import HostMapKeeper
+from fr_otel.agent.incident_rank import IncidentRank
+from fr_otel.agent.node_leader import answer_need
+from fr_otel.agent.store_gather import complete_from_nodes, gather
+from fr_otel.common.ports import unused_tcp_port
+from fr_otel.incident.pipeline import IncidentPlan, IncidentResult, run_incident
+from fr_otel.otlp.config import resolve_export_config
+from fr_otel.read.rank_process import RankProcess
+from fr_otel.trace.options import DEFAULT_MAX_SPANS, TraceOptions
+from fr_otel.trace.selection import PEERS_PER_CULPRIT
 
 JOB = "scale-test"
 

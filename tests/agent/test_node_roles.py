@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from support.scale_job import Fault, host_of, layout_for, payload_for
 
 from fr_otel.agent.channel import IncidentChannel
 from fr_otel.agent.node_channel import STALE_POLLS, NodeChannel
 from fr_otel.agent.node_leader import NodeRole, send_summary, wait_until_sent
+from fr_otel.common.ports import unused_tcp_port
 from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.rank_process import RankProcess
-from fr_otel.testing.ports import unused_tcp_port
-from support.scale_job import Fault, host_of, layout_for, payload_for
 
 POLL = 0.05
 
@@ -73,7 +73,7 @@ def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_
             if role.leader:
                 role.publish_board(time.time_ns())
         time.sleep(POLL)
-    leader, counted = roles[0]
+    _, counted = roles[0]
     assert modes[0] == ["owner", "beat"] * 10
     assert counted.requests == 20 + 1  # one per poll, plus registering the node once
     assert all(set(modes[r]) == {"relayed"} for r in (1, 2, 3))

@@ -21,7 +21,7 @@ from fr_otel.agent.slow_watch import (
 from fr_otel.agent.state import GroupStatus
 from fr_otel.agent.wait_sampler import WaitSampler, group_waits
 from fr_otel.diagnosis.lateness import Holdup, RankWait
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 dist = pytest.importorskip("torch.distributed")
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from fr_otel.agent.store_link import StoreLink, StoreUnavailable
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 dist = pytest.importorskip("torch.distributed")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support.hostile_side_files import small_job
 
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 
 CLI = [sys.executable, "-m", "fr_otel.cli"]
 

@@ -9,8 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-from support.hostile_side_files import INJECTED_HOST, small_job, valid_incident
+from support.hostile_side_files import INJECTED_HOST, small_job
 
 from fr_otel.common.commands import (
     py_spy_command_line,
@@ -52,15 +51,13 @@ def test_the_py_spy_command_keeps_a_hostile_host_one_word(tmp_path: Path) -> Non
     assert args == [payload, "py-spy", "dump", "--pid", "4242"] and not marker.exists()
 
 
-@pytest.mark.parametrize("side_file", ["ranks.json", "incident.json"])
-def test_the_report_next_step_runs_no_payload_from_a_side_file(tmp_path: Path, side_file: str, run_cli) -> None:
-    """A host `node7 $(touch …/PWNED)` in ranks.json or incident.json: every command on the
-    report's page, pasted into a shell, leaves no PWNED file (the host is read as unknown)."""
+def test_the_report_next_step_runs_no_payload_from_a_side_file(tmp_path: Path, run_cli) -> None:
+    """A host `node7 $(touch …/PWNED)` in ranks.json (the one side file that says where ranks ran): every
+    command on the report's page, pasted into a shell, leaves no PWNED file (the host is read as unknown)."""
     marker = tmp_path / "PWNED"
     folder = small_job(tmp_path / "dumps")
     rank = {"host": INJECTED_HOST.format(marker=marker), "pid": 4243}
-    doc = {"version": 1, "ranks": {"3": rank}} if side_file == "ranks.json" else valid_incident(ranks={"3": rank})
-    (folder / side_file).write_text(json.dumps(doc))
+    (folder / "ranks.json").write_text(json.dumps({"version": 1, "ranks": {"3": rank}}))
     out = tmp_path / "incident.html"
     result = run_cli("report", str(folder), "-o", str(out))
     assert result.returncode == 0, result.stderr
@@ -115,7 +112,7 @@ def test_query_string_secrets_are_masked_like_header_values(tmp_path: Path) -> N
 def test_an_endpoint_token_reaches_no_line_page_or_log_of_a_failed_export(tmp_path: Path, run_cli) -> None:
     """A collector that is down, an endpoint with ?api_key=…: the printed line, the replay command,
     the HTML report and the JSON output never hold the token."""
-    from fr_otel.testing.ports import unused_tcp_port
+    from fr_otel.common.ports import unused_tcp_port
 
     folder = small_job(tmp_path / "dumps")
     url = f"http://127.0.0.1:{unused_tcp_port()}/v1/traces?api_key=s3cret-TOKEN"

@@ -12,7 +12,7 @@ import pytest
 
 from fr_otel.common.promql import BLAME_RULE, culprit_query
 from fr_otel.demo.scrape import scrape
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from support.prometheus import PrometheusServer, find_prometheus
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "fr-otel-rules.yml"
 THRESHOLD_S = 5.0
@@ -81,7 +81,7 @@ def test_the_scrape_blames_each_situation_as_the_culprit_query_states(endpoints:
 
 def test_a_rank_that_does_not_answer_is_named_not_raised(endpoints: dict[int, str]) -> None:
     """A /metrics that refuses the connection costs one entry in ``failed``; the others are still read."""
-    from fr_otel.testing.ports import unused_tcp_port
+    from fr_otel.common.ports import unused_tcp_port
 
     urls = {**endpoints, 3: f"http://127.0.0.1:{unused_tcp_port()}/metrics"}
     scraped = scrape(urls, timeout_s=1.0)

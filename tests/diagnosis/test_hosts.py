@@ -115,14 +115,31 @@ def test_missing_ranks_never_make_a_healthy_verdict(tmp_path: Path) -> None:
     assert any("not called healthy" in n for n in verdict.notes)
 
 
+def test_a_crashed_host_is_named_lost_beside_the_stores_host_that_went_with_it(tmp_path: Path) -> None:
+    """From node2's local incident (the store went away mid-incident, node0's agents still answer from their
+    way out): node1 stopped beating first and its agent does not answer: node1 is named lost, with when it
+    was last heard, beside node0 as the store's host; node2's own ranks are not blamed."""
+    stall = _job(tmp_path, [4, 5])
+    _host_map(tmp_path, {0: stall + 2 * 10**9, 1: stall + 2 * 10**9, 2: stall - 5 * 10**8, 3: stall - 5 * 10**8,
+                         4: stall + 2 * 10**9, 5: stall + 2 * 10**9}, store_host="node0")
+    _network(tmp_path, seen_from="node2", store_address="10.0.0.1:29500", store_host="node0",
+             store_silent_since_ns=stall + 3 * 10**9, answered={"node0": True, "node1": False})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert verdict.verdict == "hang"
+    states = {h.host: h.state for h in verdict.hosts}
+    assert states == {"node0": "store_lost", "node1": "lost"}
+    (node1,) = [h for h in verdict.hosts if h.host == "node1"]
+    assert node1.missing == (2, 3) and node1.last_heard_ns == stall - 5 * 10**8
+    assert {c.rank for c in verdict.blamed} >= {2, 3} and not {c.rank for c in verdict.blamed} & {4, 5}
+    assert "node1 (ranks 2-3): no dump; last heard" in render_verdict(verdict)
 
 def test_a_lost_hosts_line_says_the_step_its_ranks_were_last_heard_at(tmp_path: Path) -> None:
     """ranks.json keeps each rank's step at its last heartbeat: node1's line says step 12 in the verdict, the trace
     root, incident.json and the page, and the map written beside the incident keeps every rank's step."""
-    from fr_otel.incident.pipeline import IncidentPlan, run_incident
-    from fr_otel.incident.sinks import sink_for
-    from fr_otel.otlp.config import resolve_export_config
-    from fr_otel.trace.options import TraceOptions
+    from fr_otel.incident.pipeline import IncidentPlan, run_incident  # noqa: PLC0415
+    from fr_otel.incident.sinks import sink_for  # noqa: PLC0415
+    from fr_otel.otlp.config import resolve_export_config  # noqa: PLC0415
+    from fr_otel.trace.options import TraceOptions  # noqa: PLC0415
 
     stall = _job(tmp_path, [0, 1, 4, 5])
     _host_map(tmp_path, {0: stall + 9 * 10**9, 1: stall + 9 * 10**9, 2: stall - 5 * 10**8, 3: stall - 4 * 10**8,

@@ -22,7 +22,7 @@ from fr_otel.otlp.jsonl import read_jsonl
 from fr_otel.read.rank_map import read_rank_map
 from fr_otel.scenarios import stalled_loader
 from fr_otel.testing.otlp import OtlpGrpcReceiver
-from fr_otel.testing.ports import free_port_block
+from fr_otel.common.ports import free_port_block
 
 pytestmark = [
     pytest.mark.gloo,

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(bool(lab_unavailable()), reason=lab_unavailable() or ""),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 
 
 def _env(**extra: str) -> dict[str, str]:

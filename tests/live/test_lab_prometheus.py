@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +19,14 @@ import pytest
 from support.lab import Lab, lab_unavailable
 from support.lab_job import fr_otel_run
 from support.rules import write_lowered_rules
-from test_operate_static import (
+from support.operate import (
     iter_panels,
     load_dashboards,
     substitute,
     variable_values,
 )
 
-from fr_otel.testing.prometheus import PrometheusServer, find_prometheus
+from support.prometheus import PrometheusServer, find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,
@@ -34,7 +36,7 @@ pytestmark = [
     pytest.mark.skipif(find_prometheus() is None, reason="needs the prometheus binary (Debian's prometheus)"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 BASE_PORT = 9740  # the agent's default: rank LOCAL_RANK serves base + LOCAL_RANK
 FOR = "5s"  # FrOtelNodeLost's `for:` here (1m as shipped)
 # A crash's survivors stop answering up to 4.5 s apart here (their exit paths): under a 5 s `for:`
@@ -48,6 +50,23 @@ def _env(tmp: Path) -> dict[str, str]:
     env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_STEP_SLEEP="0.2",
                TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_OUT_DIR=str(tmp / "out" / "{node}"))
     return env
+
+
+@contextmanager
+def _scraped_job(lab: Lab, tmp: Path, node_lost_for: str) -> Iterator[tuple[PrometheusServer, Any]]:
+    """The 3x2 job under `fr-otel run`, scraped every second by a Prometheus on node0 whose FrOtelNodeLost
+    waits ``node_lost_for``; yielded once every agent answers and the job trains."""
+    targets = [f"{ip}:{BASE_PORT + local}" for ip in lab.ips for local in range(2)]
+    with lab.prometheus(0, targets, labels={"training_job": "lab"}, scrape_interval="1s",
+                        rule_files=[write_lowered_rules(tmp, fors={"FrOtelNodeLost": node_lost_for})],
+                        workdir=tmp / "prometheus") as prom:
+        job = lab.torchrun(TRAIN_LOOP, 2, _env(tmp), wrap=fr_otel_run("--stall-seconds", "10"))
+        try:
+            prom.wait_for("count(rank:fr_agent_up:last_info == 1) == 6", timeout=150)
+            job.wait_step(2, timeout=60)
+        except (TimeoutError, AssertionError) as exc:
+            pytest.fail(f"{exc}\n{prom.targets_health()}\n{job.logs()}")
+        yield prom, job
 
 
 def _named(prom: PrometheusServer, state: str = "") -> set[str]:
@@ -81,15 +100,7 @@ def test_a_partitioned_then_a_frozen_node_are_each_named_by_the_node_lost_alert_
     """3x2 job, Prometheus on node0: node1 partitioned, then node2 frozen; FrOtelNodeLost names each with its ranks
     and addresses within 30 s, the lost-hosts table shows node1's, node0 is never named."""
     with Lab(3, log_dir=tmp_path) as lab:
-        targets = [f"{ip}:{BASE_PORT + local}" for ip in lab.ips for local in range(2)]
-        with lab.prometheus(0, targets, labels={"training_job": "lab"}, scrape_interval="1s",
-                            rule_files=[write_lowered_rules(tmp_path, fors={"FrOtelNodeLost": FOR})], workdir=tmp_path / "prometheus") as prom:
-            job = lab.torchrun(TRAIN_LOOP, 2, _env(tmp_path), wrap=fr_otel_run("--stall-seconds", "10"))
-            try:
-                prom.wait_for("count(rank:fr_agent_up:last_info == 1) == 6", timeout=150)
-                job.wait_step(2, timeout=60)
-            except (TimeoutError, AssertionError) as exc:
-                pytest.fail(f"{exc}\n{prom.targets_health()}\n{job.logs()}")
+        with _scraped_job(lab, tmp_path, FOR) as (prom, job):
             named_before = _named(prom)  # while the agents started, none had answered yet
             partitioned, after_partition = _fires_for(prom, "node1", lab.partition(1), job.logs())
             named_then = _named(prom)
@@ -117,16 +128,7 @@ def test_a_crashed_node_is_named_by_the_node_lost_alert_after_the_whole_job_has_
     ranks within 30 s, still names it once every rank has exited, never names node0 or node2, and the lost-hosts
     table marks node1 lost and its silent survivors not."""
     with Lab(3, log_dir=tmp_path) as lab:
-        targets = [f"{ip}:{BASE_PORT + local}" for ip in lab.ips for local in range(2)]
-        with lab.prometheus(0, targets, labels={"training_job": "lab"}, scrape_interval="1s",
-                            rule_files=[write_lowered_rules(tmp_path, fors={"FrOtelNodeLost": CRASH_FOR})],
-                            workdir=tmp_path / "prometheus") as prom:
-            job = lab.torchrun(TRAIN_LOOP, 2, _env(tmp_path), wrap=fr_otel_run("--stall-seconds", "10"))
-            try:
-                prom.wait_for("count(rank:fr_agent_up:last_info == 1) == 6", timeout=150)
-                job.wait_step(2, timeout=60)
-            except (TimeoutError, AssertionError) as exc:
-                pytest.fail(f"{exc}\n{prom.targets_health()}\n{job.logs()}")
+        with _scraped_job(lab, tmp_path, CRASH_FOR) as (prom, job):
             crashed_at = lab.crash(1)
             fired, after_crash = _fires_for(prom, "node1", crashed_at, job.logs())
             assert job.wait(60), f"the survivors did not exit: {job.worker_exit_times()}"

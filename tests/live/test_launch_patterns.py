@@ -24,7 +24,7 @@ from support.kubernetes import container, kubelet_env, pod_spec, replace_once, v
 from support.slurm import allocation
 
 from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.ports import free_port_block, unused_tcp_port
+from fr_otel.common.ports import free_port_block, unused_tcp_port
 
 pytestmark = [
     pytest.mark.gloo,

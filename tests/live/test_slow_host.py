@@ -18,7 +18,7 @@ from support.lab_prometheus import LabPrometheus
 from support.rules import EVERY_ALERT, write_lowered_rules
 
 from fr_otel.testing.otlp import wait_for
-from fr_otel.testing.prometheus import find_prometheus
+from support.prometheus import find_prometheus
 
 pytestmark = [
     pytest.mark.gloo,
@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(find_prometheus() is None, reason="needs Debian's prometheus (scripts/setup-system.sh)"),
 ]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 HEALTHY_S = 120.0
 SLOW_NODE, CPU_FRACTION = 1, 0.05  # node1's processes together get 5 % of one CPU: the job runs ~4x slower
 NAMED_WITHIN_S = 60.0
@@ -54,11 +54,17 @@ def _held_up_lines(lab: Lab) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _step_rate(job: LabJob, seconds: float) -> float:
-    """Steps per second over ``seconds``, by the slowest rank's step markers."""
-    first = min(s.step for s in job.steps().values())
-    time.sleep(seconds)
-    return (min(s.step for s in job.steps().values()) - first) / seconds
+class _StepRate:
+    """Steps per second of the slowest rank (by its step markers) from now until :meth:`rate` is read."""
+
+    def __init__(self, job: LabJob) -> None:
+        self.job = job
+        self.first, self.began = min(s.step for s in job.steps().values()), time.monotonic()
+
+    def rate(self, at_least_s: float = 15.0) -> float:
+        """The rate since construction, over ``at_least_s`` s at least (sleeping for the rest if needed)."""
+        time.sleep(max(0.0, at_least_s - (time.monotonic() - self.began)))
+        return (min(s.step for s in self.job.steps().values()) - self.first) / (time.monotonic() - self.began)
 
 
 def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and_healthy_minutes_raise_nothing(
@@ -76,16 +82,18 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
                            workdir=tmp_path / "prometheus", startup_timeout=60) as prom:
             prom.wait_for_targets(up=6, timeout=60)
             began = time.monotonic()
+            healthy = _StepRate(job)  # over the healthy minutes themselves
             lateness = 0.0
             while time.monotonic() - began < HEALTHY_S:
                 assert prom.firing(SLOW_ALERTS) == [], "a slow alert on a healthy job"
                 lateness = max([lateness, *(s.value for s in prom.query("max(rank_pg:fr_lateness:ratio)"))])
                 time.sleep(2)
             assert _held_up_lines(lab) == []
-            healthy_rate = _step_rate(job, 15)
+            healthy_rate = healthy.rate()
 
             slowed = time.monotonic()
             lab.slow(SLOW_NODE, CPU_FRACTION)
+            slow = _StepRate(job)  # from the throttle on, while the alerts and the log name it
             alerted = logged = None
             while (alerted is None or logged is None) and time.monotonic() - slowed < NAMED_WITHIN_S:
                 if alerted is None and any(a["alertname"] == "FrOtelSlowHost" for a in prom.firing(SLOW_ALERTS)):
@@ -96,7 +104,7 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
             assert alerted is not None and logged is not None, (
                 f"not named within {NAMED_WITHIN_S:g} s: alerts {prom.firing(SLOW_ALERTS)}, log "
                 f"{_held_up_lines(lab)}\n{job.logs()}")
-            slow_rate = _step_rate(job, 15)
+            slow_rate = slow.rate()
             wait_for(lambda: len(prom.firing("FrOtelSlowRank")) >= 2, 15, 1.0)
             alerts = prom.firing(SLOW_ALERTS)
             assert wait_for(lambda: list(out.glob("node0/dumps/*/incident.json")), 60, 0.5), job.logs()

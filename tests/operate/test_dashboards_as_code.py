@@ -1,8 +1,8 @@
 """Dashboards as code: the committed JSON is a fresh build, and the builder enforces the conventions.
 
 dashboards/build.py writes dashboards/*.json with grafana-foundation-sdk (the test extra); the
-lints and the real-Prometheus evaluation of every query (tests/test_operate_static.py,
-tests/test_operate_promql.py) read those files, so they test what the builder writes.
+lints and the real-Prometheus evaluation of every query (tests/operate/test_operate_static.py,
+tests/operate/test_operate_promql.py) read those files, so they test what the builder writes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_dumps import nccl_dump
+from support.hostile_dumps import nccl_dump
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile_side_files import small_job

@@ -13,7 +13,7 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 
-from hostile_dumps import WORLD, nccl_dump
+from support.hostile_dumps import WORLD, nccl_dump
 
 __all__ = ["ANY_SIDE_FILE", "BY_NAME", "INJECTED_HOST", "SIDE_FILES", "plant", "small_job", "valid_incident"]
 
@@ -111,9 +111,6 @@ BY_NAME: dict[str, dict[str, tuple[Maker, str]]] = {
         "20000 root attributes": (_json(valid_incident(root_attributes=[[f"fr_otel.incident.x{i}", "v" * 50]
                                                                           for i in range(20000)])),
                                   "root attributes: 19936 ignored"),
-        "shell in a host name": (_json(valid_incident(ranks={"3": {"host": INJECTED_HOST.format(marker="PWNED"),
-                                                                   "pid": 4243}})),
-                                 "1 host or node name that is not a host name"),
     },
 }
 

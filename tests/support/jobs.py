@@ -17,7 +17,7 @@ from fr_otel.testing.otlp import wait_for
 __all__ = ["JOB_TIMEOUT_S", "TRAIN_LOOP", "Job", "installed_bin", "job_env", "torchrun", "wait_file",
            "write_executable"]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 JOB_TIMEOUT_S = 150
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fr_otel.testing.prometheus import PrometheusServer
+from support.prometheus import PrometheusServer
 from support.lab_cgroup import CpuLimit
 from support.lab_ns import (
     NETNS_ETC,

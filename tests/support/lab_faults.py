@@ -1,7 +1,7 @@
 """Multi-node fault classes on a 3-host lab, and one run of a fault with or without fr-otel.
 
 Each :class:`Fault` knows its truth (the host and ranks at fault) and how to inject it at a
-training step; :func:`run_case` runs ``fr_otel.testing.train_loop`` on 3 hosts x 2 ranks (gloo),
+training step; :func:`run_case` runs ``support.train_loop`` on 3 hosts x 2 ranks (gloo),
 injects the fault once every rank has entered the step, and records when each process exits
 (seconds after the fault), what each torchrun printed, and, under ``fr-otel run``, what the
 agent logged and wrote. Processes still alive at the cap print their Python stacks (SIGUSR1)
@@ -35,7 +35,7 @@ from support.lab_job import LabJob, fr_otel_run
 __all__ = ["CONTROL_EXIT", "FAULTS", "CaseResult", "ControlExit", "Fault", "control_exit_bound", "job_env",
            "run_case"]
 
-TRAIN_LOOP = Path(importlib.util.find_spec("fr_otel.testing.train_loop").origin)  # type: ignore[union-attr,arg-type]
+TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 NPROC = 2
 HOSTS = 3
 
@@ -52,6 +52,8 @@ class Fault:
     inject: Callable[[Lab, LabJob], float]
     #: Extra environment of the training script (a code hang is the script's own).
     env: dict[str, str] = field(default_factory=dict)
+    #: Its host's processes never exit (stopped): a run waits for every other process, not for them.
+    stays: bool = False
 
 
 def _code_hang(lab: Lab, job: LabJob) -> float:
@@ -63,7 +65,7 @@ def _code_hang(lab: Lab, job: LabJob) -> float:
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("partition", "node1's link goes down", 1, (2, 3), lambda lab, job: lab.partition(1)),
-    Fault("freeze", "every process of node2 SIGSTOPped", 2, (4, 5), lambda lab, job: lab.freeze(2)),
+    Fault("freeze", "every process of node2 SIGSTOPped", 2, (4, 5), lambda lab, job: lab.freeze(2), stays=True),
     Fault("crash", "node1's workers SIGKILLed", 1, (2, 3),
           lambda lab, job: (lab.crash_workers(1), lab.faults[-1][0])[1]),
     Fault("store_host", "node0 (the store's host) partitioned", 0, (0, 1), lambda lab, job: lab.partition(0)),
@@ -136,7 +138,7 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
             job.wait_step(step, 120)
         t0 = fault.inject(lab, job)
         at_fault = {rank: s.step for rank, s in job.steps().items()}
-        job.wait(max(0.0, cap_s - (time.time() - t0)))
+        wait_for(lambda: _settled(job, fault), max(0.0, cap_s - (time.time() - t0)), 0.05)
         stacks = {}
         if not job.done():
             job.stacks()
@@ -154,6 +156,16 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
                       {host: text for host, text in stacks.items() if text})
 
 
+def _settled(job: LabJob, fault: Fault) -> bool:
+    """Every process that can exit has: all of them, or all but the stopped host's (which never will:
+    waiting for them until the cap would measure nothing and cost the cap)."""
+    if not fault.stays:
+        return job.done()
+    exits = job.worker_exit_times()
+    return (all(p.returncode is not None for p in job.launchers if p.node != fault.node)
+            and all(t is not None for rank, t in exits.items() if rank not in fault.ranks))
+
+
 def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
     """Each incident.json the agents wrote (seconds after the fault it was written), with its host findings,
     the page's text and what its trace file's root span says of hosts and order."""
@@ -161,14 +173,13 @@ def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
     for path in sorted(tmp.glob("node*/out/**/incident.json")):
         try:
             raw = json.loads(path.read_text())
-            ranks, summary = raw.get("ranks") or {}, raw.get("summary") or {}
+            summary = raw.get("summary") or {}
             root = _root_span(path.parents[2] / f"fr-otel-trace-{raw.get('trace_id')}.jsonl")
             page = path.with_name("incident.html")
             found.append({
                 "file": str(path.relative_to(tmp)), "incident": raw.get("incident"), "verdict": summary.get("verdict"),
                 "written_s": path.stat().st_mtime - fault_time,
-                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"),
-                              "host": (ranks.get(str(c.get("rank"))) or {}).get("host")}
+                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"), "host": c.get("host")}
                              for c in summary.get("culprits", [])],
                 "hosts": summary.get("hosts", []),
                 "html": page.read_text(errors="replace") if page.is_file() else "",

@@ -3,7 +3,7 @@
 Each host runs ``torchrun --nnodes N --node-rank K --master-addr <node0> --master-port P``, so
 the job's store lives in node0's torchrun, as in a plain multi-node launch. torchrun puts its
 workers in their own session, so the lab learns their pids from the training script's
-``pid_rank_<r>`` markers (``fr_otel.testing.train_loop`` writes them, and ``step_rank_<r>``
+``pid_rank_<r>`` markers (``support.train_loop`` writes them, and ``step_rank_<r>``
 each step, into ``TRAIN_LOOP_MARKERS``) and polls ``/proc`` for the time each one exits.
 """
 

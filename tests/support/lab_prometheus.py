@@ -2,7 +2,7 @@
 
 The lab's addresses (10.213.0.x) exist only inside its namespaces, so a Prometheus that scrapes
 the ranks must run in one. Network namespaces are per thread on Linux: one worker thread enters
-host ``node``'s namespace (``setns``) and makes every call of :class:`fr_otel.testing.prometheus.
+host ``node``'s namespace (``setns``) and makes every call of :class:`support.prometheus.
 PrometheusServer` there, so the server it forks runs in that namespace, listens on that host's
 loopback, and the HTTP queries reach it. Nothing else of the test process changes namespace.
 
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fr_otel.testing.prometheus import Exemplar, PrometheusServer, Sample
+from support.prometheus import Exemplar, PrometheusServer, Sample
 from support.lab_ns import NETNS_RUN
 
 if TYPE_CHECKING:

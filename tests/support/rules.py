@@ -4,7 +4,7 @@ Each threshold is one recording rule (``- record: threshold:...`` / ``expr: vect
 alert's delay its ``for:``: lowering them here moves when the alerts fire and what their
 annotations print, exactly as an operator lowering them would. Everything else, comments
 included, stays byte for byte, so a test that loads the result runs the shipped rules. The
-promtool test (tests/test_operate_static.py) and the tests that run a real Prometheus load it.
+promtool test (tests/operate/test_operate_static.py) and the tests that run a real Prometheus load it.
 """
 
 from __future__ import annotations

@@ -22,8 +22,25 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BULK_ENTRIES", "ENTRIES", "NO_FAULT", "bulk_entries", "make_payloads", "make_summaries", "node_of", "ITERATION", "KEEP", "RANKS_PER_NODE", "Fault", "Layout", "host_of",
-           "layout_for", "lost_ranks", "payload_for", "raw_recorder"]
+__all__ = [
+    "BULK_ENTRIES",
+    "ENTRIES",
+    "ITERATION",
+    "KEEP",
+    "NO_FAULT",
+    "RANKS_PER_NODE",
+    "Fault",
+    "Layout",
+    "bulk_entries",
+    "host_of",
+    "layout_for",
+    "lost_ranks",
+    "make_payloads",
+    "make_summaries",
+    "node_of",
+    "payload_for",
+    "raw_recorder",
+]
 
 TP = 8
 RANKS_PER_NODE = 8

@@ -11,7 +11,7 @@ from support.hostile_side_files import small_job
 
 from fr_otel.otlp.config import resolve_export_config
 from fr_otel.otlp.export import export_spans
-from fr_otel.testing.ports import unused_tcp_port
+from fr_otel.common.ports import unused_tcp_port
 from fr_otel.testing.spans import synthetic_spans
 from fr_otel.common.ids import trace_id_for
 

@@ -93,6 +93,9 @@ class IncidentChannel:
         self.store = _LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
         self.address = address  # the job's store as host:port ("" when it is not a TCPStore)
+        #: The heartbeats last read (rank -> wall ns): what an incident still knows once the store is gone.
+        self.heard: dict[int, int] = {}
+        self.steps: dict[int, int] = {}  # each rank's training step at the last heartbeat read
 
     def reachable(self) -> bool:
         """False while the store does not answer or the link backs off (skip the poll's store calls)."""
@@ -150,15 +153,29 @@ class IncidentChannel:
         """This rank polled now, in training step ``step`` (None: no step counted yet)."""
         self.store.set(f"hb/{rank}", beat_text(now_ns, step))
 
-    def last_heard(self, ranks: list[int]) -> dict[int, tuple[int, int | None]]:
-        """When each of ``ranks`` last polled the store (wall clock ns) and its training step then (None:
-        not counted); never-heard ranks left out."""
-        out: dict[int, tuple[int, int | None]] = {}
+    def forget_heard(self) -> None:
+        """Forget the heartbeats read so far (a new incident must not say an earlier one's)."""
+        self.heard.clear()
+        self.steps.clear()
+
+    def last_heard(self, ranks: list[int]) -> dict[int, int]:
+        """When each of ``ranks`` last polled the store (wall clock ns); never-heard ranks left out.
+        Remembered, with each rank's training step at that beat (:attr:`steps`), for when the store is gone."""
+        out: dict[int, int] = {}
         for rank, value in self._fetch([(r, f"hb/{r}") for r in ranks]).items():
             beat = parse_beat(_text(value))
             if beat is not None:
-                out[rank] = beat
+                out[rank] = beat[0]
+                self.note_beat(rank, *beat)
         return out
+
+    def note_beat(self, rank: int, ns: int, step: int | None) -> None:
+        """One heartbeat of ``rank`` read (its own ``hb/<rank>``, or its node leader's ``nhb/<n>`` for it):
+        remembered in :attr:`heard` and :attr:`steps`, the latest beat winning."""
+        if ns >= self.heard.get(rank, 0):
+            self.heard[rank] = ns
+            if step is not None:
+                self.steps[rank] = step
 
     # -- node leaders --------------------------------------------------------------------
     def register_node(self) -> int:

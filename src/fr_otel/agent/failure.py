@@ -17,7 +17,7 @@ from typing import Any
 
 from ..common.text import one_line
 from ..read.failed import MAX_MARKS, FailedCollective
-from .recorder import entry_completed
+from ..read.entry_rules import completion_rule
 
 __all__ = ["collective_failure", "failed_collectives"]
 
@@ -41,6 +41,8 @@ def failed_collectives(entries: Iterable[Mapping[str, Any]], in_flight: Mapping[
     collective, and each of ``in_flight`` (group -> seq seen in flight before), when recorded as completed."""
     newest: Mapping[str, Any] | None = None
     completed: dict[tuple[str, int], bool] = {}
+    entries = list(entries)
+    entry_completed = completion_rule(entries)
     for e in entries:
         try:
             if e.get("is_p2p"):

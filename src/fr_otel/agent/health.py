@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ..common.log import logger
 from ..common.text import one_line
@@ -77,7 +78,7 @@ class HealthTracker:
             self.error(where, exc, level=level)
 
 
-def _replace(h: Health, **changes: object) -> Health:
-    return dataclasses.replace(h, **changes)  # type: ignore[arg-type]
+def _replace(h: Health, **changes: Any) -> Health:
+    return dataclasses.replace(h, **changes)
 
 

@@ -9,10 +9,10 @@ names (where NCCL's watchdog dumps land). An offline analysis of any node's dump
 names the host of every rank, the lost ones included, and which host runs the job's store
 (the ranks there say so: the store's address is one of their own).
 
-Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll), so an
-incident can say when each missing rank was last heard from, and which node went silent
-first. With node leaders (:mod:`.node_leader`) the leader beats for its whole node instead,
-and gathers the whole map at start only up to :data:`GATHER_MAX_WORLD` ranks (at 100k ranks,
+Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll and the rank's
+training step), so an incident can say when, and at which step, each missing rank was last
+heard from, and which node went silent first. With node leaders (:mod:`.node_leader`) the
+leader beats for its whole node instead (the same facts per rank), and gathers the whole map at start only up to :data:`GATHER_MAX_WORLD` ranks (at 100k ranks,
 12,500 leaders each reading 100k keys would be a billion reads): beyond it the coordinator
 fetches the hosts it needs at an incident and its files bring the map to every node.
 """
@@ -68,7 +68,7 @@ class HostMapKeeper:
     def complete(self) -> bool:
         return len(self.processes) >= self.world_size
 
-    def poll(self, now_ns: int, *, beat: bool = True, step: int | None = None) -> None:
+    def poll(self, now_ns: int, step: int | None = None, *, beat: bool = True) -> None:
         """One poll's store work: announce (once), heartbeat with the rank's training step ``step``
         (unless a node leader beats for this rank), and on a node leader gather the map until it is
         complete or the tries run out. Store errors propagate (the caller guards)."""

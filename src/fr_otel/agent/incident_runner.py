@@ -20,18 +20,25 @@ import time
 from contextlib import suppress
 from typing import Any
 
+from ..common.ids import trace_id_for
 from ..common.log import logger
+from ..common.text import one_line
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
-from .incident_work import flush_incident, publish_final
+from .incident_work import flush_incident, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
 from .step_counter import COUNTER
+from .store_gather import read_heartbeats
 from .store_link import StoreUnavailable
 
-__all__ = ["ENDING_WINDOW_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
+__all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
+
+#: Seconds of the exit budget kept for this rank's exit copy (one store write, bounded) whatever
+#: incident work is still pending: the copy is what later incidents have of a rank that finished early.
+EXIT_COPY_RESERVE_S = 1.0
 
 log = logger("fr_otel.agent")
 
@@ -68,8 +75,9 @@ class IncidentRunner:
         """False while the channel backs off after repeated store failures (skip the store this poll)."""
         return self.me.channel.reachable()
 
-    def join_open(self) -> list[threading.Event]:
-        """Take part in every incident raised since the last look (one store round trip)."""
+    def join_open(self, deadline: float | None = None) -> list[threading.Event]:
+        """Take part in every incident raised since the last look (one store round trip); on the
+        way out, within the exit path's ``deadline``."""
         done: list[threading.Event] = []
         with self._lock:
             while True:
@@ -77,7 +85,7 @@ class IncidentRunner:
                 meta = self.me.channel.owner(k)
                 if meta is None:
                     return done
-                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank))
+                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank, deadline=deadline))
 
     def poll(self, stalls: list[Stall], now_ns: int | None = None) -> None:
         """One poll's incident work: through the store while it answers (or, with node leaders, through
@@ -148,7 +156,8 @@ class IncidentRunner:
             terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
             if terminating:
                 for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
-                    self._covered.add((s.group.name, s.group.inflight_seq))
+                    if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
+                        self._covered.add((s.group.name, s.group.inflight_seq))
                     gone = sorted(set(s.group.ranks) & set(terminating))
                     log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident "
                                 "%s): the job is ending; no new incident", s.group.op or "collective",
@@ -185,7 +194,7 @@ class IncidentRunner:
                        deadline: float | None = None) -> threading.Event | None:
         """Raise the next incident (or join the one someone raised first); None when capped."""
         with self._lock:
-            self.join_open()
+            self.join_open(deadline)
             k = self._next_number()
             if k is None:
                 return None
@@ -216,6 +225,9 @@ class IncidentRunner:
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
             if g.inflight_seq is not None:
                 self._covered.add((g.name, g.inflight_seq))
+        stalled = (meta.get("pg_name"), meta.get("seq"))  # and the collective it was raised for, which this
+        if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
+            self._covered.add((stalled[0], stalled[1]))
         if deadline is None:
             deadline = time.monotonic() + self.me.config.gather_seconds + self.me.export_config.timeout_s + 5
         done = threading.Event()
@@ -235,15 +247,34 @@ class IncidentRunner:
             k, meta, owner, local, deadline, done = job
             try:
                 with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
-                    if local:
-                        take_part_locally(self.me, k, meta, deadline, self.failed)
-                    else:
-                        flush_incident(self.me, k, meta, owner, deadline, self.failed)
+                    self._part(k, meta, owner, local, deadline)
             finally:
                 done.set()
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
+
+    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> None:
+        """This rank's part in incident ``k``: through the store while it answers; when it fails during
+        the incident (its host went with the fault), this node's part without it, same number."""
+        trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
+        self.me.channel.forget_heard()  # a local verdict says only what was heard during this incident
+        if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
+            with self.me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
+                read_heartbeats(self.me)  # node leaders' heartbeats too
+        part = own_part(self.me, trace_hex, self.failed)
+        self.me.health.incident(trace_hex)
+        if not local:
+            try:
+                flush_incident(self.me, k, meta, owner, deadline, part)
+                return
+            except StoreUnavailable as exc:
+                log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
+                            k, one_line(exc, 200))
+                if self.me.node is not None:
+                    with self.me.health.guard("telling this node's ranks"):
+                        self.me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
+        take_part_locally(self.me, k, meta, deadline, part)
 
     # -- asked for: flush, the exit hooks -----------------------------------------------
     def wait_idle(self, timeout: float) -> bool:
@@ -265,7 +296,7 @@ class IncidentRunner:
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
-                    self.join_open()
+                    self.join_open(deadline)
                     if raise_new and self._known == before:
                         self.raise_incident(reason, deadline=deadline)
                 except StoreUnavailable:
@@ -317,12 +348,13 @@ class IncidentRunner:
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck and not self.sequel(), deadline=deadline)
+                   raise_new=stuck and not self.sequel(), deadline=deadline - EXIT_COPY_RESERVE_S)
         self.leave_exit_copy(deadline)
 
     def at_exit(self, deadline: float) -> None:
-        """Normal exit: let pending work finish (bounded), then leave this rank's exit copy."""
-        self.wait_idle(deadline - time.monotonic())
+        """Normal exit: let pending work finish (bounded, keeping the exit copy's time: a rank waiting
+        for a verdict must not spend the whole budget), then leave this rank's exit copy."""
+        self.wait_idle(deadline - EXIT_COPY_RESERVE_S - time.monotonic())
         self.leave_exit_copy(deadline)
 
     def leave_exit_copy(self, deadline: float) -> None:

@@ -21,26 +21,28 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..common.log import logger
 from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
+from ..common.log import logger
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
-from ..read.incident_file import REASON_ATTRIBUTE
+from ..read.incident_file import DETECTED_KEYS, DETECTED_PREFIX, REASON_ATTRIBUTE
 from ..read.reader import ReadResult
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
+from .node_leader import send_summary, wait_until_sent
 from .payload import encode_payload, entries_per_group
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
-from .node_leader import send_summary, wait_until_sent
 from .store_gather import complete_from_nodes, gather
+from .store_link import StoreUnavailable
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["FINAL_ENTRIES", "LEADER_WAIT_POLLS", "conclude", "flush_incident", "own_part", "publish_final", "send_part"]
+__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "flush_incident",
+           "own_part", "publish_final", "send_part"]
 
 
 log = logger("fr_otel.agent")
@@ -68,18 +70,23 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
 
 
 def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   failed: tuple[FailedCollective, ...] = ()) -> None:
-    """This rank's part in incident ``k``; the coordinator's too when ``owner``."""
+                   part: tuple[bytes, bool]) -> None:
+    """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
+    coordinator's too when ``owner``. Raises :class:`~.store_link.StoreUnavailable` when the store fails before
+    the verdict: the caller then reports this node's part without it (:mod:`.local_incident`)."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
-    payload, written = own_part(me, trace_hex, failed)
-    with me.health.guard("sending the recorder to the incident's coordinator"):
+    payload, written = part
+    try:
         send_part(me, k, payload, deadline)
-    me.health.incident(trace_hex)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the store refused this one call: the coordinator goes on
+        me.health.error("sending the recorder to the incident's coordinator", exc)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        gathered = gather(me, k, deadline)
-        evidence = gathered.evidence
-        result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written,
+        slow = meta.get("slow_ranks")
+        gathered = gather(me, k, deadline, [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else ())
+        result = conclude(me, k, meta, gathered.evidence, trace_hex, deadline, dump_written=written,
                           complete=partial(complete_from_nodes, me, k, gathered, deadline))
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
@@ -87,8 +94,37 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
                 me.channel.ask(k, "")  # node leaders stop waiting for a request
             publish_files(me, k, folder)
             me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
-    elif me.hosts.leader:
+        if me.node is not None:
+            me.node.ended_as(k, verdict=True)
+        return
+    if me.hosts.leader:
         fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
+    await_verdict(me, k, deadline)
+
+
+#: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
+CONCLUDE_RESERVE_S = 3.0
+
+
+def await_verdict(me: IncidentRank, k: int, deadline: float) -> None:
+    """Wait (one ``check`` per poll interval, until :data:`CONCLUDE_RESERVE_S` before ``deadline``) for
+    the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
+    its node may run, alive until the verdict exists (a rank of the store's node that exits at once
+    takes the store with it), and it is how a rank learns the store went away mid-incident (the
+    call raises :class:`~.store_link.StoreUnavailable`) while its node can still report its own part.
+    A member whose node leader answers waits on its board instead (no store call: a node counts once in
+    the store): the leader says when it saw the verdict, or that the store went away."""
+    until = deadline - CONCLUDE_RESERVE_S
+    role = me.node
+    while time.monotonic() < until:
+        word = role.verdict_word(k) if role is not None else "ask the store"
+        if word == "lost":
+            raise StoreUnavailable("this node's leader found the job's store gone during the incident")
+        if word == "verdict" or (word == "ask the store" and me.channel.result(k) is not None):
+            if role is not None:
+                role.ended_as(k, verdict=True)
+            return
+        time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
 
 
 def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None:
@@ -127,9 +163,7 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     ]
     if local:
         root.append(("fr_otel.incident.local_to", me.process.host or ""))
-    for key in ("pg_name", "seq", "op", "age_s", "threshold_s"):
-        if key in meta:
-            root.append((f"fr_otel.incident.detected.{key}", meta[key]))
+    root.extend((DETECTED_PREFIX + key, meta[key]) for key in DETECTED_KEYS if key in meta)
     folder = dump_path(me, trace_hex).parent
     mine = False  # files beside the dumps: only into a folder that is really ours
     with me.health.guard("checking the incident's folder"):

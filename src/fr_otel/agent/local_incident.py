@@ -11,8 +11,12 @@ dump folder instead, which is on their own node:
 - each local rank writes its dump (torch's bytes) and its payload (``.rank_<r>.payload``: where
   it runs, its stacks now, its steps, its failed collectives) into
   ``<dump dir>/<trace id>/``;
-- the first local rank to create ``.local_<host>.lock`` there coordinates: it waits (bounded) for its
-  node's ranks, adds what this node sees of the network (the store unanswered since when; which
+- the store may also go *during* an incident raised through it (its host's ranks died of the same
+  fault and took it along): every rank of the incident that sees a store call fail falls back to
+  this, with the same number; a rank still waiting for the verdict finds out that way;
+- the raiser coordinates its node (it read the heartbeats while the store answered: the verdict
+  still says when each lost rank was last heard); on other nodes the first local rank to create
+  ``.local_<host>.lock`` there does: it waits (bounded) for its node's ranks, adds what this node sees of the network (the store unanswered since when; which
   other hosts' agents still answer) and runs the incident pipeline, so this node's verdict, trace
   and files exist even though the job's store is gone.
 """
@@ -28,10 +32,9 @@ from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.ids import trace_id_for
 from ..common.ranks import compress_ranks
-from ..read.failed import FailedCollective
 from ..read.reader import ReadResult
 from .incident_rank import IncidentRank, dump_path
-from .incident_work import conclude, own_part
+from .incident_work import CONCLUDE_RESERVE_S, conclude
 from .payload import decode_payload
 
 __all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
@@ -44,18 +47,27 @@ log = logger("fr_otel.agent")
 
 
 def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,
-                      failed: tuple[FailedCollective, ...] = ()) -> None:
-    """This rank's part in incident ``k`` of its node, without the store; the node's verdict too when
-    it is the first of its node here."""
+                      part: tuple[bytes, bool]) -> None:
+    """This rank's part in incident ``k`` of its node, without the store (``part``: its
+    :func:`~.incident_work.own_part`); the node's verdict too when it coordinates here: the rank
+    that raised the incident if it runs on this node (it may have started through the store and
+    seen it go), else the first of the node to claim."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     folder = dump_path(me, trace_hex).parent
-    payload, written = own_part(me, trace_hex, failed)
+    payload, written = part
     with me.health.guard("leaving the recorder for this node's coordinator"):
         atomic_write(folder / LOCAL_PAYLOAD.format(me.rank), payload, mkdir=True)
-    me.health.incident(trace_hex)
-    if not _claim(folder / f".local_{me.process.host or me.rank}.lock"):
-        return
     me.hosts.from_disk()
+    raiser = meta.get("rank")
+    lock = folder / f".local_{me.process.host or me.rank}.lock"
+    if raiser != me.rank and raiser in _local_ranks(me):
+        # The raiser runs here and read the heartbeats: it reports this node's part, once it has
+        # claimed it; if it has not within a few polls (it may be the rank that is leaving), this one does.
+        until = min(time.monotonic() + 3 * me.config.poll_interval, deadline - CONCLUDE_RESERVE_S)
+        while not lock.exists() and time.monotonic() < until:
+            time.sleep(_POLL_S)
+    if not _claim(lock):
+        return
     evidence = _gather_local(me, folder, deadline)
     silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
     evidence.side.network = me.network_now(silent)
@@ -80,7 +92,7 @@ def _local_ranks(me: IncidentRank) -> list[int]:
 def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult:
     """This node's ranks' payloads from the folder (waiting, bounded, for each), with the host map."""
     ranks = _local_ranks(me)
-    until = min(time.monotonic() + me.config.gather_seconds, deadline)
+    until = min(time.monotonic() + me.config.gather_seconds, deadline - CONCLUDE_RESERVE_S)
     paths = {r: folder / LOCAL_PAYLOAD.format(r) for r in ranks}
     while not all(p.exists() for p in paths.values()) and time.monotonic() < until:
         time.sleep(_POLL_S)
@@ -105,4 +117,6 @@ def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult
     read.side.processes = dict(me.hosts.processes)
     read.side.world_size = me.world_size
     read.side.store_host = me.hosts.store_host
+    read.side.last_heard = dict(me.channel.heard)  # read before the store went, if this rank coordinated then
+    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in read.side.last_heard}
     return read

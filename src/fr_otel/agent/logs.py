@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING, TextIO
 
 from ..common.text import PrintableFormatter
 
@@ -29,7 +30,13 @@ def set_log_rank(rank: int) -> None:
     _RankFilter.rank = str(rank)
 
 
-class _AgentHandler(logging.StreamHandler):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # generic in typeshed only (Python 3.10 cannot subscript it)
+    _StreamHandler = logging.StreamHandler
+
+
+class _AgentHandler(_StreamHandler):
     """The agent's own stderr handler: configuring twice must not add a second one."""
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.files import atomic_write
+from ..common.json_types import is_exact_int
 from .channel import beat_text, parse_beat
 
 __all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
@@ -58,6 +59,8 @@ class Board:
     polled_ns: int  # wall clock of the leader's last poll
     incidents: tuple[tuple[int, dict[str, Any]], ...] = ()  # (k, the raiser's meta), oldest first
     sent: dict[int, tuple[int, ...]] = field(default_factory=dict)  # k -> ranks whose recorders went in its summary
+    ended: tuple[int, ...] = ()  # incidents whose verdict the leader saw in the store
+    lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
         return now_ns - self.polled_ns <= STALE_POLLS * poll_interval * 1e9
@@ -65,14 +68,15 @@ class Board:
     def as_json(self) -> dict[str, Any]:
         return {"leader": self.leader, "pid": self.pid, "polled_ns": self.polled_ns,
                 "incidents": [[k, meta] for k, meta in self.incidents[-_KEPT_INCIDENTS:]],
-                "sent": {str(k): list(ranks) for k, ranks in sorted(self.sent.items())[-_KEPT_INCIDENTS:]}}
+                "sent": {str(k): list(ranks) for k, ranks in sorted(self.sent.items())[-_KEPT_INCIDENTS:]},
+                "ended": list(self.ended[-_KEPT_INCIDENTS:]), "lost": list(self.lost[-_KEPT_INCIDENTS:])}
 
 
 def _board_from(raw: Any) -> Board | None:
     if not isinstance(raw, dict):
         return None
     leader, pid, polled = raw.get("leader"), raw.get("pid"), raw.get("polled_ns")
-    if not all(type(v) is int and v >= 0 for v in (leader, pid, polled)):
+    if not (is_exact_int(leader) and is_exact_int(pid) and is_exact_int(polled)) or min(leader, pid, polled) < 0:
         return None
     incidents = tuple((k, meta) for k, meta in (i for i in raw.get("incidents") or () if isinstance(i, list)
                                                  and len(i) == 2)
@@ -81,7 +85,12 @@ def _board_from(raw: Any) -> Board | None:
     for k, ranks in (raw.get("sent") or {}).items() if isinstance(raw.get("sent"), dict) else ():
         if k.isdigit() and isinstance(ranks, list):
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
-    return Board(leader, pid, polled, incidents, sent)
+    return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")))
+
+
+def _numbers(raw: Any) -> tuple[int, ...]:
+    """Incident numbers from untrusted JSON (anything else dropped)."""
+    return tuple(k for k in raw[-_KEPT_INCIDENTS:] if type(k) is int and k > 0) if isinstance(raw, list) else ()
 
 
 class NodeChannel:

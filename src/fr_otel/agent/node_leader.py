@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ..read.dump import RankDump
 from ..read.node_summary import encode_node_summary
@@ -65,6 +65,8 @@ class NodeRole:
         self.board: Board | None = None  # a member's latest fresh board
         self.sent: dict[int, tuple[int, ...]] = {}  # the leader's: k -> ranks in its summary
         self.incidents: list[tuple[int, dict[str, Any]]] = []  # the store's incidents this rank took part in
+        self.ended: list[int] = []  # the leader's: incidents whose verdict it saw in the store
+        self.lost: list[int] = []  # the leader's: incidents it goes on with alone (the store went away)
         self.number: int | None = None  # the leader's node number in the store
         self._polls = 0
         self._lost_said = False
@@ -114,7 +116,25 @@ class NodeRole:
 
     def publish_board(self, now_ns: int) -> None:
         """The leader's board for its ranks (after each poll, and once its summary is sent)."""
-        self.node.write_board(Board(self.rank, os.getpid(), now_ns, tuple(self.incidents[-16:]), dict(self.sent)))
+        self.node.write_board(Board(self.rank, os.getpid(), now_ns, tuple(self.incidents[-16:]), dict(self.sent),
+                                    tuple(self.ended[-16:]), tuple(self.lost[-16:])))
+
+    def ended_as(self, k: int, *, verdict: bool) -> None:
+        """The leader's word to its ranks on incident ``k``: its verdict is in the store (``verdict``), or the
+        store went away during it and the node goes on alone."""
+        if self.leader:
+            (self.ended if verdict else self.lost).append(k)
+            self.publish_board(time.time_ns())
+
+    def verdict_word(self, k: int) -> Literal["verdict", "lost", "waiting", "ask the store"]:
+        """A member's view of incident ``k`` through its leader's board: the leader saw its verdict in the
+        store, or found the store gone (the node goes on alone), or neither yet; "ask the store" when
+        no fresh board of another rank says (the member then checks the store itself)."""
+        board = self.node.board()
+        if self.leader or board is None or board.leader == self.rank or not board.fresh(time.time_ns(),
+                                                                                        self.poll_interval):
+            return "ask the store"
+        return "verdict" if k in board.ended else "lost" if k in board.lost else "waiting"
 
     def local_ranks(self, now_ns: int) -> list[int]:
         """This node's ranks heard from within a few polls (the leader included)."""

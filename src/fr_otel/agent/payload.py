@@ -20,17 +20,18 @@ from typing import Any
 
 from ..read.dump import Entry, RankDump
 from ..read.dump_file import parse_dump_bytes
-from ..read.pg_meta import member_runs
+from ..read.entry_rules import completion_rule
 from ..read.failed import PAYLOAD_KEY as FAILED_KEY
 from ..read.failed import FailedCollective
 from ..read.live_stack import PAYLOAD_KEY as STACKS_KEY
 from ..read.live_stack import LiveStacks
+from ..read.pg_meta import member_runs
 from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..read.rank_process import RankProcess
 from ..read.recent import recent_and_in_flight
 from ..read.steps import PAYLOAD_KEY as STEPS_KEY
 from ..read.steps import StepLog
-from .recorder import GroupInfo, entry_completed, gc_paused
+from .recorder import GroupInfo, gc_paused
 
 __all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]
 
@@ -61,7 +62,7 @@ def entries_per_group(configured: int, world_size: int | None) -> int:
 
 def trim_entries(entries: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     """Per group, the last ``keep`` entries plus every one not completed; order kept."""
-    return recent_and_in_flight(entries, keep, _group_of, entry_completed)
+    return recent_and_in_flight(entries, keep, _group_of, completion_rule(entries))
 
 
 def _group_of(entry: dict[str, Any]) -> Any:

@@ -63,11 +63,11 @@ class ProgressTracker:
             if g.local_id is not None:
                 slots[g.local_id] = g
         for slot, name in self._slot_names.items():  # entries override the creation-order guess
-            g = by_name.get(name)
-            if g is not None:
+            named = by_name.get(name)
+            if named is not None:
                 for other in [s for s, v in slots.items() if v.name == name and s != slot]:
                     del slots[other]
-                slots[slot] = g
+                slots[slot] = named
         return slots
 
     def update(self, progress: dict[int, tuple[int, int]], now_ns: int) -> tuple[GroupStatus, ...]:

@@ -18,16 +18,16 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..common.log import logger
 from ..read.dump import op_name
+from ..read.entry_rules import completion_rule, p2p_name
 
 if TYPE_CHECKING:
     from .config import AgentConfig
@@ -42,7 +42,6 @@ __all__ = [
     "P2PInFlightEntry",
     "Recorder",
     "distributed_module",
-    "entry_completed",
     "gc_paused",
     "groups_version",
     "prepare_recorder",
@@ -189,8 +188,9 @@ def read_groups(dist: Any) -> tuple[tuple[GroupInfo, ...], int]:
     """This rank's groups in creation order, with the recorder slot each got; and the world size.
 
     The recorder numbers a process's groups in the order they were created (non-member
-    groups get no slot): verified on torch 2.13 gloo, and corrected from entries whenever
-    a full read names them (:meth:`Recorder.learn_slots`).
+    groups get no slot; the rule's home: :func:`fr_otel.read.entry_rules.creation_order`):
+    verified on torch 2.13 gloo, and corrected from entries whenever a full read names them
+    (:meth:`Recorder.learn_slots`).
     """
     c10d = dist.distributed_c10d
     world = c10d._world
@@ -300,18 +300,12 @@ class Recorder:
         return max(set(ops), key=ops.count) if ops else None
 
 
-def entry_completed(e: dict[str, Any]) -> bool:
-    """NCCL says ``completed``; gloo never leaves ``scheduled`` and only retires entries."""
-    if e.get("state") == "completed":
-        return True
-    return str(e.get("profiling_name", "")).startswith("gloo:") and bool(e.get("retired"))
-
-
 def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str]]:
     """Oldest pending collective per slot, last completed seq per slot, slot names."""
     pending: dict[int, InFlightEntry] = {}
     done: dict[int, int] = {}
     slots: dict[int, str] = {}
+    entry_completed = completion_rule(entries)
     for e in entries:
         try:
             if e.get("is_p2p"):
@@ -338,27 +332,24 @@ def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry
     return pending, done, slots
 
 
-_P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+|\?)$")
-
-
 def scan_p2p(entries: list[dict[str, Any]]) -> dict[int, tuple[P2PInFlightEntry, ...]]:
     """Per slot, the oldest pending send/recv to each peer (``nccl:send 1->2``: local ranks).
 
     Bounded by the peers a rank has in a group (a few), whatever the number of pending ops.
     """
     oldest: dict[tuple[int, str, int | None], P2PInFlightEntry] = {}
+    entry_completed = completion_rule(entries)
     for e in entries:
         try:
             if not e.get("is_p2p") or entry_completed(e):
                 continue
-            m = _P2P_NAME.search(str(e["profiling_name"]))
-            if m is None:
+            p2p = p2p_name(str(e["profiling_name"]))
+            if p2p is None:
                 continue
             slot = int(e["pg_id"])
-            peer = None if m.group(3) == "?" else int(m.group(3))
-            key = (slot, m.group(1), peer)
+            key = (slot, p2p.kind, p2p.peer)
             if key not in oldest:
-                oldest[key] = P2PInFlightEntry(slot, str(e["process_group"][0]), m.group(1), peer,
+                oldest[key] = P2PInFlightEntry(slot, str(e["process_group"][0]), p2p.kind, p2p.peer,
                                                int(e.get("time_created_ns") or 0))
         except (KeyError, TypeError, ValueError, IndexError):
             continue

@@ -13,6 +13,7 @@ import linecache
 import sys
 import threading
 import time
+from types import FrameType
 
 from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import MAX_FRAMES, MAX_TEXT, MAX_THREADS, LiveStacks, ThreadStack
@@ -39,7 +40,7 @@ def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES)
         if name.startswith(AGENT_THREAD_PREFIX):
             continue
         stack: list[Frame] = []
-        f = frames[tid]
+        f: FrameType | None = frames[tid]
         while f is not None and len(stack) < max_frames:
             code = f.f_code
             stack.append(Frame(code.co_name[:MAX_TEXT], code.co_filename[-MAX_TEXT:], f.f_lineno or 0))

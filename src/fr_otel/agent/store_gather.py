@@ -4,19 +4,23 @@ Waits, bounded, for the payload of every rank still heard from (a rank whose hea
 polls old is presumed lost and not waited for: the verdict comes as soon as everyone alive has
 sent theirs), takes the exit copies of ranks that ended earlier, and adds what the dumps cannot
 say: where every rank runs (the host map), when each was last heard from, and which other hosts
-this node can still reach. A store that stops answering mid-way costs a problem line: what
-arrived is analysed.
+this node can still reach. A store that stops answering mid-way raises
+:class:`~.store_link.StoreUnavailable`: the coordinator then reports its own node's part without it
+(:mod:`.local_incident`), with the heartbeats it read before (its own ranks' and its node leaders',
+remembered by the channel).
 
 With node leaders (:mod:`.node_leader`) most ranks arrive in their node's summary: compact
-dumps, decoded in a fraction of a whole payload's time, and whole payloads for ranks that stood out on their node. Ranks
-whose leader was lost arrive one by one, as without leaders. After the first verdict,
-:func:`complete_from_nodes` asks the leaders for the whole recorders of the ranks the verdict and
-its trace look at closely (culprits and their peers) that only came compact.
+dumps, decoded as they arrive (during the wait, not after the last one), and whole payloads for
+ranks that stood out on their node. Ranks whose leader was lost arrive one by one, as without
+leaders. After the first verdict, :func:`complete_from_nodes` asks the leaders for the whole
+recorders of the ranks the verdict and its trace look at closely (culprits and their peers) that
+only came compact.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +38,7 @@ from .incident_rank import IncidentRank
 from .payload import decode_payload
 from .store_link import StoreUnavailable
 
-__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "complete_from_nodes", "gather"]
+__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "complete_from_nodes", "gather", "read_heartbeats"]
 
 #: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
 SILENT_POLLS = 3
@@ -54,45 +58,42 @@ class Gathered:
     asked: bool = False  # whole recorders were asked of the leaders (i/<k>/need is set)
 
 
-def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
+def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] = ()) -> Gathered:
     """Every rank's recorder for incident ``k`` that arrives in time (ranks that exited earlier
     left one at exit), decoded into the evidence the pipeline reads, with where every rank runs
     and when each was last heard from. Ranks silent for a few polls already (a lost node) are not
     waited for, and one that dies during the gathering stops being waited for once its heartbeat
-    is that old: the verdict comes as soon as everyone still alive has sent theirs."""
+    is that old: the verdict comes as soon as everyone still alive has sent theirs. ``expected``
+    ranks are waited for (until the gathering's bound) however old their heartbeat: the ranks of a
+    slow host that the incident is about, whose agents beat late because their CPU is throttled,
+    and without whose recorders the verdict could not name them."""
     world = me.world_size
     ranks = list(range(world))
     problems: list[str] = []
     read = ReadResult(problems=problems)
     out = Gathered(read)
-    payloads: dict[int, bytes] = {}
-    finals: dict[int, bytes] = {}
-    heard: dict[int, int] = {}
-    steps: dict[int, int] = {}  # each rank's training step at its last heartbeat
-    node_hosts: dict[int, str] = {}
     gather_until = min(time.monotonic() + me.config.gather_seconds, deadline)
-    try:
-        node_hosts, relayed = _heard(me, ranks, heard, steps)
-        summaries = _Summaries(me, k, read, heard)
-        checked = time.monotonic()
-        while me.channel.arrived(k) < _alive(me, heard, relayed) and time.monotonic() < gather_until:
-            if not summaries.take():  # decoded as they come: the wait is not wasted
-                time.sleep(_GATHER_POLL_S)
-            if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
-                node_hosts, relayed = _heard(me, ranks, heard, steps)
-                checked = time.monotonic()
-        summaries.take()
-        out.summaries = summaries.last
-        out.flat_ranks = [r for r in ranks if r not in read.dumps]
-        payloads = me.channel.fetch(k, out.flat_ranks)
-        late = [r for r in out.flat_ranks if r not in payloads]
-        finals = me.channel.fetch_final(late) if late else {}
-        me.hosts.from_disk()
-        unknown = [r for r in late if r not in finals and r not in me.hosts.processes and r not in node_hosts]
-        if unknown:
-            me.hosts.gather(unknown)
-    except StoreUnavailable as exc:  # the store went away mid-gather: analyse what arrived
-        problems.append(f"the job's store stopped answering while the recorders were gathered ({exc})")
+    wanted = frozenset(r for r in expected if 0 <= r < world)
+    node_hosts, relayed = read_heartbeats(me)
+    heard = me.channel.heard
+    summaries = _Summaries(me, k, read)
+    checked = time.monotonic()
+    while me.channel.arrived(k) < _alive(me, heard, relayed, wanted) and time.monotonic() < gather_until:
+        if not summaries.take():  # decoded as they come: the wait is not wasted
+            time.sleep(_GATHER_POLL_S)
+        if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
+            node_hosts, relayed = read_heartbeats(me)
+            checked = time.monotonic()
+    summaries.take()
+    out.summaries = summaries.last
+    out.flat_ranks = [r for r in ranks if r not in read.dumps]
+    payloads = me.channel.fetch(k, out.flat_ranks)
+    late = [r for r in out.flat_ranks if r not in payloads]
+    finals = me.channel.fetch_final(late) if late else {}
+    me.hosts.from_disk()
+    unknown = [r for r in late if r not in finals and r not in me.hosts.processes and r not in node_hosts]
+    if unknown:
+        me.hosts.gather(unknown)
     for rank, payload in sorted({**finals, **payloads}.items()):
         source = f"rank {rank} ({'at its exit' if rank in finals and rank not in payloads else 'live'})"
         dump = decode_payload(payload, rank, source, problems)
@@ -106,8 +107,8 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
     for rank, host in node_hosts.items():
         read.side.processes.setdefault(rank, RankProcess(host=host, source="node heartbeat"))
     read.side.world_size = world
-    read.side.last_heard = heard
-    read.side.last_step = steps
+    read.side.last_heard = dict(heard)
+    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in heard}  # their step at that beat
     read.side.store_host = me.hosts.store_host
     silent_hosts = {read.side.processes[r].host for r in gone if r in read.side.processes}
     read.side.network = me.network_now({h for h in silent_hosts if h})
@@ -117,8 +118,8 @@ def gather(me: IncidentRank, k: int, deadline: float) -> Gathered:
 class _Summaries:
     """The node summaries of one incident, fetched and decoded as they arrive."""
 
-    def __init__(self, me: IncidentRank, k: int, read: ReadResult, heard: dict[int, int]) -> None:
-        self.me, self.k, self.read, self.heard = me, k, read, heard
+    def __init__(self, me: IncidentRank, k: int, read: ReadResult) -> None:
+        self.me, self.k, self.read = me, k, read
         self.done: set[int] = set()
         self.upto = 0  # every summary up to this number is in
         self.last = 0
@@ -140,18 +141,18 @@ class _Summaries:
             return
         self.read.dumps.update(node.dumps)
         for rank, t in node.heard.items():
-            self.heard[rank] = max(self.heard.get(rank, 0), t)
+            self.me.channel.note_beat(rank, t, None)
         for rank, whole in node.full.items():
             dump = decode_payload(whole, rank, f"rank {rank} (from its node, {node.host or '?'})", self.read.problems)
             if dump is not None:
                 self.read.dumps[rank] = dump
 
 
-def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int],
-           steps: dict[int, int]) -> tuple[dict[int, str], set[int]]:
-    """When each rank was last heard from, into ``heard``, and its training step then, into ``steps``
-    (node heartbeats, then the heartbeats of ranks no live leader beats for); returns the host each
-    node heartbeat names for its ranks and the ranks a live leader beats for."""
+def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:
+    """When each rank was last heard from and its training step then, remembered by the channel
+    (:meth:`~.channel.IncidentChannel.note_beat`: node heartbeats, then the heartbeats of ranks no
+    live leader beats for); returns the host each node heartbeat names for its ranks and the ranks a
+    live leader beats for. Store errors propagate."""
     now = time.time_ns()
     period = me.config.poll_interval * 1e9
     hosts: dict[int, str] = {}
@@ -168,30 +169,24 @@ def _heard(me: IncidentRank, ranks: list[int], heard: dict[int, int],
                 continue
             rank = int(key)
             step = beat_steps.get(key)
-            if ns >= heard.get(rank, 0) and type(step) is int and step >= 0:
-                steps[rank] = step
-            heard[rank] = max(heard.get(rank, 0), ns)
+            me.channel.note_beat(rank, ns, step if type(step) is int and step >= 0 else None)
             if host:
                 hosts[rank] = host
             if fresh:
                 relayed.add(rank)
-    flat = [r for r in ranks if r not in relayed]
-    for rank, (ns, step) in me.channel.last_heard(flat).items():
-        if ns >= heard.get(rank, 0) and step is not None:
-            steps[rank] = step
-        heard[rank] = max(heard.get(rank, 0), ns)
+    me.channel.last_heard([r for r in range(me.world_size) if r not in relayed])
     return hosts, relayed
 
 
-def _alive(me: IncidentRank, heard: dict[int, int], relayed: set[int]) -> int:
+def _alive(me: IncidentRank, heard: dict[int, int], relayed: set[int], expected: frozenset[int]) -> int:
     """How many ranks beat within the last few polls (a node's, for ranks its leader beats for; this
-    rank counts: it is gathering)."""
+    rank counts: it is gathering), or are ``expected`` whatever their heartbeat says."""
     now = time.time_ns()
     period = me.config.poll_interval * 1e9
     alive = 0
     for r in range(me.world_size):
         window = SILENT_POLLS * (_NODE_BEAT_POLLS if r in relayed else 1) * period
-        alive += r == me.rank or heard.get(r, 0) >= now - window
+        alive += r == me.rank or r in expected or heard.get(r, 0) >= now - window
     return alive
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from typing import Any
 from ..common.log import logger
 from ..common.text import one_line
 
-__all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreLink", "StoreUnavailable"]
+__all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreLink", "StoreUnavailable", "connection_lost"]
 
 #: How long one store call may take before the store counts as not answering.
 STORE_TIMEOUT_S = 5.0
@@ -41,6 +42,18 @@ log = logger("fr_otel.agent")
 
 class StoreUnavailable(RuntimeError):
     """The store did not answer in time, failed repeatedly, or the caller's deadline is spent."""
+
+
+_LOST_WORDS = re.compile(r"Broken pipe|Connection (?:reset|refused|closed)|connection was likely closed|"
+                         r"Failed to recv|Failed to send|Socket Timeout", re.IGNORECASE)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True when a store call failed because its connection did (the server's host crashed, its
+    process exited): torch raises ``DistNetworkError`` (or a bare ``RuntimeError`` in older builds)
+    and the call would fail the same way again, unlike a refused operation."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"DistNetworkError", "ConnectionError"}) or bool(_LOST_WORDS.search(str(exc)))
 
 
 class StoreBackoff:
@@ -155,6 +168,8 @@ class StoreLink:
             raise exc from None
         except Exception as exc:
             self._failed(exc)
+            if connection_lost(exc):  # the store's host went away: the same as no answer, for every caller
+                raise StoreUnavailable(f"{what}: {type(exc).__name__}: {one_line(exc, 160)}") from exc
             raise
         self.backoff.success()
         self.unreachable_since_ns = None

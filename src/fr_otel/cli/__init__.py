@@ -75,7 +75,8 @@ def _columns() -> int:
         columns = 0
     if columns <= 0:
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+            stdout = sys.__stdout__  # None without a console (pythonw)
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
         except (AttributeError, ValueError, OSError):
             columns = 0
     return columns or 80
@@ -85,7 +86,8 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     import argparse
 
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices[name]
+    parsers: dict[str, argparse.ArgumentParser] = sub.choices
+    return parsers[name]
 
 
 def _quiet_grpc() -> bool:

@@ -7,19 +7,14 @@ import argparse
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..common.files import OutputRefused, check_output_dir, check_output_file
 from ..common.names import identity_problem
 from ..common.progress import TerminalProgress
 from ..common.text import printable
-from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions
-from ..incident.pipeline import (
-    IncidentPlan,
-    IncidentResult,
-    evidence_from_files,
-    run_incident,
-)
+from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S
+from ..incident.pipeline import IncidentResult, NoUsableDump, analyze_incident
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from .exit_codes import (
     EXIT_FAILED,
@@ -37,7 +32,7 @@ if TYPE_CHECKING:  # the export's modules load only for the commands that export
 
 __all__ = [
     "EXIT_FAILED", "EXIT_LOST", "EXIT_NOT_DELIVERED", "EXIT_OK", "EXIT_STATUS_HELP", "EXIT_UNUSABLE",
-    "add_export_args", "add_input_args", "add_quiet_arg", "analysis_options", "byte_size", "count", "error",
+    "add_export_args", "add_input_args", "add_quiet_arg", "byte_size", "count", "error",
     "export_config", "identity_env_ok", "incident_from_args", "incident_key", "job_id", "non_negative_seconds",
     "outputs_ok", "print_json", "seconds", "terminal_progress",
 ]
@@ -63,12 +58,15 @@ def byte_size(text: str) -> int:
     return size
 
 
-def _number(text: str, parse: Callable[[str], float], ok: Callable[[float], bool], want: str) -> Any:
+_N = TypeVar("_N", int, float)
+
+
+def _number(text: str, parse: Callable[[str], _N], ok: Callable[[_N], bool], want: str) -> _N:
     """``parse(text)`` if it gives a finite value that is ``ok``, else a usage error naming ``want``."""
     try:
         value = parse(text)
     except ValueError:
-        value = math.nan
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
     if not (math.isfinite(value) and ok(value)):
         raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
     return value
@@ -76,17 +74,17 @@ def _number(text: str, parse: Callable[[str], float], ok: Callable[[float], bool
 
 def count(text: str) -> int:
     """A whole number >= 1 (argparse type): -5 workers or spans is a usage error, not a surprise."""
-    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")  # type: ignore[no-any-return]
+    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")
 
 
 def seconds(text: str) -> float:
     """A finite number of seconds > 0 (argparse type): nan, inf and -1 are usage errors."""
-    return _number(text, float, lambda v: v > 0, "a positive, finite number of seconds")  # type: ignore[no-any-return]
+    return _number(text, float, lambda v: v > 0, "a positive, finite number of seconds")
 
 
 def non_negative_seconds(text: str) -> float:
     """A finite number of seconds >= 0 (argparse type; 0 = at once)."""
-    return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")  # type: ignore[no-any-return]
+    return _number(text, float, lambda v: v >= 0, "a finite number of seconds >= 0")
 
 
 def job_id(text: str) -> str:
@@ -155,10 +153,6 @@ def outputs_ok(args: argparse.Namespace) -> bool:
     return True
 
 
-def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
-    return AnalysisOptions(straggler_threshold_s=args.straggler_threshold)
-
-
 def terminal_progress(args: argparse.Namespace) -> TerminalProgress:
     """Progress bars on stderr when it is a terminal, unless ``--quiet``."""
     return TerminalProgress(enabled=False if getattr(args, "quiet", False) else None)
@@ -169,16 +163,15 @@ def incident_from_args(args: argparse.Namespace, *, trace: TraceOptions | None =
     """The dumps (and side files) named on the command line through the incident pipeline with the
     command's options: analysed, and with ``trace``/``sink`` traced and delivered. None (after
     saying why) when not a single dump could be read."""
-    progress = terminal_progress(args)
-    evidence = evidence_from_files(args.paths, prefix=args.prefix, workers=args.workers,
-                                   max_file_bytes=args.max_file_size, progress=progress)
-    if not evidence.dumps:
-        for line in evidence.problems:
+    try:
+        return analyze_incident(args.paths, prefix=args.prefix, straggler_threshold_s=args.straggler_threshold,
+                                workers=args.workers, max_file_bytes=args.max_file_size, trace=trace, sink=sink,
+                                progress=terminal_progress(args))
+    except NoUsableDump as exc:
+        for line in exc.problems:
             error(line)
-        error("no usable Flight Recorder dump")
+        error(str(exc))
         return None
-    plan = IncidentPlan(analysis=analysis_options(args), trace=trace, sink=sink, progress=progress)
-    return run_incident(evidence, plan)
 
 
 def add_export_args(parser: argparse.ArgumentParser, *, replay: bool = False, out: bool = True) -> None:

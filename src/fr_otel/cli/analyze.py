@@ -13,7 +13,6 @@ from ._common import (
     add_input_args,
     incident_from_args,
     outputs_ok,
-    print_json,
 )
 from .commands import command
 from .report import add_html_arg, write_html
@@ -21,7 +20,7 @@ from .report import add_html_arg, write_html
 __all__ = ["register", "run"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     this = command("analyze")
     parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     identity = incident.identity
     if args.json:
-        print_json(incident.to_dict())
+        sys.stdout.write(incident.to_json() + "\n")
     else:
         sys.stdout.write(render_verdict(incident.verdict))
         if identity is not None:

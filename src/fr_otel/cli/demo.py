@@ -43,7 +43,7 @@ DEFAULT_OUT = "fr-otel-out/demo"
 WORLD_SIZE = 4
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     this = command("demo")
     parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     this = command("export")
     parser = sub.add_parser(this.name, help=this.summary, description=this.description, epilog=EXIT_STATUS_HELP)
     add_input_args(parser)

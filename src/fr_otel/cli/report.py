@@ -33,7 +33,7 @@ __all__ = ["DEFAULT_OUTPUT", "add_html_arg", "register", "run", "write_html"]
 DEFAULT_OUTPUT = "incident.html"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     this = command("report")
     parser = sub.add_parser(this.name, help=this.summary, description=this.description)
     add_input_args(parser)

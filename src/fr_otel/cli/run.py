@@ -61,7 +61,7 @@ def _option_help(text: str, default: object, env: str) -> str:
     return f"{text} ({shown}sets ${env})"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The parser renders ``--help``; :func:`parse_launch` reads the arguments (it never refuses)."""
     parser = sub.add_parser(
         "run", help=command("run").summary, description=DESCRIPTION, usage="fr-otel run [flags] -- COMMAND [ARGS...]",

@@ -12,7 +12,7 @@ from types import FrameType
 
 from ..common.ranks import compress_ranks
 from ..common.text import PrintableFormatter
-from ..incident.delivery import out_dir
+from ..incident.delivery import ExportStatus, out_dir
 from ..watch import (
     DEFAULT_DEADLINE_S,
     DEFAULT_POLL_S,
@@ -46,7 +46,7 @@ from .export import add_trace_args, trace_options
 __all__ = ["register", "run"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "watch", help=command("watch").summary,
         description="Run beside the job (it outlives the ranks). A dump is in once it stopped changing for "
@@ -145,5 +145,5 @@ def run(args: argparse.Namespace) -> int:
     if stop.is_set():
         logging.getLogger("fr_otel.watch").info("stopping (SIGTERM)")
     if args.once and incident is not None and not incident.ok:
-        return EXIT_LOST if incident.status == "failed" else EXIT_NOT_DELIVERED
+        return EXIT_LOST if incident.status == ExportStatus.FAILED else EXIT_NOT_DELIVERED
     return EXIT_OK

@@ -1,7 +1,6 @@
 """Free loopback ports: one, or a block of consecutive ones (each rank serves ``base + LOCAL_RANK``).
 
-``fr-otel demo`` gives its job's ranks a free block, as the test kit does (``fr_otel.testing.ports``
-re-exports these); a port is free when this process can bind it on 127.0.0.1 right now.
+``fr-otel demo`` gives its job's ranks a free block, as the suite's jobs do; a port is free when this process can bind it on 127.0.0.1 right now.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class TerminalProgress:
         from tqdm import tqdm
 
         sized = _columns(self.stream) > 0  # a terminal that reports no size still gets an 80-column bar
-        ours = {"delay": DELAY_S, "leave": False, "dynamic_ncols": sized, "ncols": None if sized else 80,
+        ours: dict[str, Any] = {"delay": DELAY_S, "leave": False, "dynamic_ncols": sized,
+                                "ncols": None if sized else 80,
                 "nrows": None if sized else 24}
         # tqdm's own TQDM_* variables (TQDM_DELAY, TQDM_NCOLS, ...) win over our choices.
         settings = {k: v for k, v in ours.items() if f"TQDM_{k.upper()}" not in os.environ}

@@ -19,7 +19,8 @@ from ..common.promql import BLAME_RULE, culprit_query
 from ..common.ranks import compress_ranks
 from ..common.text import printable
 from ..incident.files import REPORT_FILE
-from ..read.incident_file import IncidentIdentity
+from ..read.incident_file import IncidentIdentity, detected
+from ..read.rank_map import RANKS_FILE, read_host_map
 from .job import DemoPlan
 from .scrape import Scrape
 
@@ -37,6 +38,9 @@ class Findings:
         self.culprits: list[dict[str, Any]] = [c for c in culprits if isinstance(c, dict)] if isinstance(
             culprits, list) else []
         self.first: dict[str, Any] = self.culprits[0] if self.culprits else {}
+        ranks_file = Path(identity.path).parent / RANKS_FILE  # where each rank ran: ranks.json's, beside it
+        host_map = read_host_map(str(ranks_file), []) if identity.path and ranks_file.is_file() else None
+        self.processes = host_map.processes if host_map is not None else {}
         self.blame = scraped.blame(plan.stall_seconds)
         self.metrics_culprits = sorted({r for g in self.blame for r in g.culprits})
 
@@ -76,7 +80,7 @@ def render(found: Findings, folder: Path, seconds_to_verdict: float) -> str:
 def _verdict(found: Findings, seconds: float) -> list[str]:
     ident, c = found.identity, found.first
     root = dict(ident.root_attributes)
-    seen = {k.rsplit(".", 1)[1]: v for k, v in root.items() if k.startswith("fr_otel.incident.detected.")}
+    seen = detected(ident.root_attributes)
     raised = (f"incident {ident.incident}, raised by rank {root.get('fr_otel.incident.raised_by', '?')}: "
               f"{seen.get('op') or 'a collective'} #{seen.get('seq', '?')} on group {seen.get('pg_name', '?')} "
               f"in flight {_num(seen.get('age_s'))} s, over the {_num(seen.get('threshold_s'))} s threshold")
@@ -88,7 +92,7 @@ def _verdict(found: Findings, seconds: float) -> list[str]:
     others = [f"rank {o.get('rank')} ({o.get('kind')})" for o in found.culprits[1:4]]
     out.append(f"  {verdict}: rank {rank} is the one the others wait for ({c.get('kind')})"
                + (f"; also {', '.join(others)}" if others else ""))
-    process = ident.processes.get(rank) if isinstance(rank, int) else None
+    process = found.processes.get(rank) if isinstance(rank, int) else None
     where = f" (pid {process.pid}, local rank {process.local_rank})" if process and process.pid else ""
     out.append(f"  host           {c.get('host') or 'unknown'}{where}")
     out.append(f"  training step  {c.get('steps') or 'unknown (no rank counted steps)'}")

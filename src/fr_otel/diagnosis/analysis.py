@@ -21,6 +21,7 @@ from .cascade import explained_absences, waiting_on
 from .culprit_record import culprit_record
 from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
+from .kinds import KIND_ORDER, CulpritKind, VerdictWord
 from .mismatch import find_mismatches
 from .mixed_incidents import mixed_incidents
 from .p2p import add_p2p_waits
@@ -29,7 +30,6 @@ from .step_map import step_of_collective
 from .stop_order import order_stops
 from .straggler import find_stragglers
 from .verdict import (
-    KIND_ORDER,
     AnalysisOptions,
     Culprit,
     Evidence,
@@ -67,12 +67,13 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     # Proven causes: a device that stalled, a call that differs. What they wait on is a consequence,
     # and a collective or transfer they are stuck inside with others waits on them alone.
     graph.stalled = {r for r, evs in evidence.items()
-                     if any(e.kind == "mismatch" or (e.kind == "not_completed" and e.direct) for e in evs)}
+                     if any(e.kind == CulpritKind.MISMATCH or (e.kind == CulpritKind.NOT_COMPLETED and e.direct)
+                            for e in evs)}
     graph.explain_mutual(graph.stalled)
     culprits_from_graph, cycle_notes = graph.culprits()
     notes.extend(cycle_notes)
     hang_culprits = set(culprits_from_graph) | {
-        r for r, evs in evidence.items() if any(e.kind == "not_completed" for e in evs)
+        r for r, evs in evidence.items() if any(e.kind == CulpritKind.NOT_COMPLETED for e in evs)
     }
     for rank in culprits_from_graph:
         evidence.setdefault(rank, []).extend(graph.evidence_for(rank))
@@ -80,13 +81,13 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     mismatch_culprits = {r for r, _ in mismatch}
     chosen = hang_culprits | mismatch_culprits
     stuck = any(_stalled(s, clock) for s in states) or p2p.pending > 0
-    verdict: str
+    verdict: VerdictWord
     if mismatch_culprits:
-        verdict = "desync"
+        verdict = VerdictWord.DESYNC
     elif hang_culprits:
-        verdict = "hang"
+        verdict = VerdictWord.HANG
     elif stuck or graph.unexplained:
-        verdict = "inconclusive"
+        verdict = VerdictWord.INCONCLUSIVE
         notes.extend(graph.unexplained)
         if p2p.pending:
             notes.append(f"{p2p.pending} send/recv pair(s) or op(s) in flight, and no rank can be singled out "
@@ -96,39 +97,41 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         for rank, ev in stragglers:
             evidence.setdefault(rank, []).append(ev)
         chosen = {r for r, _ in stragglers}
-        verdict = "straggler" if chosen else "healthy"
-        if clock.young:
-            notes.append(_young_note(clock))
+        verdict = VerdictWord.STRAGGLER if chosen else VerdictWord.HEALTHY
+        oldest = clock.oldest_young()  # None when nothing in flight is young
+        if oldest is not None:
+            notes.append(_young_note(clock, oldest))
     stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
     call = judge_network(job)
     if call.explains:
         verdict, chosen = _apply_network(job, call, states, evidence, chosen, verdict, notes)
-    elif verdict in ("healthy", "straggler") and job.missing_ranks:
+    elif verdict in (VerdictWord.HEALTHY, VerdictWord.STRAGGLER) and job.missing_ranks:
         notes.append(f"rank(s) {compress_ranks(job.missing_ranks)} left no dump: their state is unknown, so the job "
                      "is not called healthy")
-        verdict, chosen = "inconclusive", set()
+        verdict, chosen = VerdictWord.INCONCLUSIVE, set()
     incomplete = None
-    if (job.world_size and 2 * len(job.dumps) < job.world_size and verdict in ("hang", "straggler", "healthy")
+    if (job.world_size and 2 * len(job.dumps) < job.world_size
+            and verdict in (VerdictWord.HANG, VerdictWord.STRAGGLER, VerdictWord.HEALTHY)
             and not call.explains):
-        waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
-                               | {r for s in states if s.in_flight for r in s.in_flight.entered}))
-        incomplete = Incomplete(len(job.dumps), job.world_size, waiting, job.missing_ranks)
+        seen_waiting = tuple(sorted({w for w, hubs in graph.edges.items() if isinstance(w, int) and hubs}
+                                    | {r for s in states if s.in_flight for r in s.in_flight.entered}))
+        incomplete = Incomplete(len(job.dumps), job.world_size, seen_waiting, job.missing_ranks)
         suspects = f"; the analysis would point at rank(s) {compress_ranks(sorted(chosen))}" if chosen else ""
         notes.append(
             f"evidence incomplete: only {len(job.dumps)} of {job.world_size} ranks' dumps are present "
-            f"(missing: {compress_ranks(job.missing_ranks)}); rank(s) {compress_ranks(waiting) or 'none'} "
+            f"(missing: {compress_ranks(job.missing_ranks)}); rank(s) {compress_ranks(seen_waiting) or 'none'} "
             f"are seen waiting{suspects}, but the absent ranks' state is unknown"
         )
-        verdict, chosen = "inconclusive", set()
-    if len(job.dumps) < 2 and verdict in ("healthy", "straggler"):
-        verdict = "inconclusive"
+        verdict, chosen = VerdictWord.INCONCLUSIVE, set()
+    if len(job.dumps) < 2 and verdict in (VerdictWord.HEALTHY, VerdictWord.STRAGGLER):
+        verdict = VerdictWord.INCONCLUSIVE
         notes.append("fewer than two ranks' dumps: nothing to compare across ranks")
-    if verdict in ("healthy", "inconclusive") and "gloo" in job.backends and not chosen:
+    if verdict in (VerdictWord.HEALTHY, VerdictWord.INCONCLUSIVE) and "gloo" in job.backends and not chosen:
         notes.append("gloo records no send/recv: a hang in point-to-point ops would not show in these dumps")
-    if verdict == "inconclusive" and not notes:
+    if verdict == VerdictWord.INCONCLUSIVE and not notes:
         notes.append("no rank is waiting on another in the recorded collectives")
 
-    unknown = _explained_absences(job, graph, chosen, clock) if verdict in ("hang", "desync") else {}
+    unknown = _explained_absences(job, graph, chosen, clock) if verdict.stuck else {}
     culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
     blamed = [c for c in culprits if c.blamed]
@@ -136,11 +139,11 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     for state in states:
         if state.in_flight is not None and steps:
             state.in_flight.step = step_of_collective(job, state.group.name, state.in_flight.seq)
-    stop = order_stops(job, blamed, job.hosts) if verdict == "hang" and blamed else None
+    stop = order_stops(job, blamed, job.hosts) if verdict == VerdictWord.HANG and blamed else None
     culprits = _placed(job, culprits, stop, steps)
     waiting = (waiting_on(graph, {c.rank for c in blamed}, {c.rank for c in culprits})
-               if verdict in ("hang", "desync") else [])
-    if verdict in ("hang", "desync") and not steps:
+               if verdict.stuck else [])
+    if verdict.stuck and not steps:
         notes.append("training step unknown: no rank counted steps (the live agent does; offline, a steps.json "
                      "beside the dumps)")
     by_host: dict[str, list[int]] = {}  # by node: the scheduler's node name where known, else the host
@@ -174,7 +177,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
 
 
 def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], evidence: dict[int, list[Evidence]],
-                   chosen: set[int], verdict: str, notes: list[str]) -> tuple[str, set[int]]:
+                   chosen: set[int], verdict: VerdictWord, notes: list[str]) -> tuple[VerdictWord, set[int]]:
     """Culprits from what the network says (see :mod:`.hosts`): this node cut off, the store's host
     lost, or lost hosts; missing ranks on hosts that still answer are reported, not blamed, and a
     rank merely behind its peers (not enqueued yet, no proven fault of its own) is their sequel."""
@@ -186,24 +189,26 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
     missing = set(job.missing_ranks)
 
     def report_only(rank: int, text: str) -> None:
-        evidence[rank] = [Evidence("unknown", group, seq, text)]
+        evidence[rank] = [Evidence(CulpritKind.UNKNOWN, group, seq, text)]
         chosen.add(rank)
 
     if call.cut_off is not None:
         here = sorted(r for r in job.dumps if hosts.get(r) == call.cut_off)
         for rank in here:
             evidence.setdefault(rank, []).insert(0, Evidence(
-                "not_completed", group, seq, f"rank {rank} on {call.cut_off}: {call.why[call.cut_off]}", direct=True))
+                CulpritKind.NOT_COMPLETED, group, seq, f"rank {rank} on {call.cut_off}: {call.why[call.cut_off]}",
+                direct=True))
         for rank in sorted(missing):
             report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here, cut off from "
                               f"{call.cut_off}: its state is unknown")
-        return "hang", (set(here) | missing)
-    suspects = [call.store_lost] if call.store_lost is not None else list(call.lost)
+        return VerdictWord.HANG, (set(here) | missing)
+    suspects = ([call.store_lost] if call.store_lost is not None else []) + list(call.lost)
     for host in suspects:
         for rank in sorted(r for r in missing if hosts.get(r) == host):
-            evidence[rank] = [Evidence("missing_dump", group, seq, f"rank {rank} left no dump: {call.why[host]}",
+            evidence[rank] = [Evidence(CulpritKind.MISSING_DUMP, group, seq,
+                                       f"rank {rank} left no dump: {call.why[host]}",
                                        waiting, sole=len(suspects) == 1)] + [
-                e for e in evidence.get(rank, []) if e.kind != "missing_dump"]
+                e for e in evidence.get(rank, []) if e.kind != CulpritKind.MISSING_DUMP]
             chosen.add(rank)
     for rank in sorted(missing - {r for r in missing if hosts.get(r) in suspects}):
         if rank in call.alive_elsewhere or call.store_lost is not None:
@@ -211,12 +216,12 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
                               + (", but its host's agent answers: alive elsewhere" if rank in call.alive_elsewhere
                                  else "; its state is unknown"))
     behind = sorted(r for r in chosen if r in job.dumps and hosts.get(r) not in suspects
-                    and all(e.kind in ("not_enqueued", "straggler") for e in evidence.get(r, [])))
+                    and all(e.kind in (CulpritKind.NOT_ENQUEUED, CulpritKind.STRAGGLER) for e in evidence.get(r, [])))
     if behind:
         chosen -= set(behind)
         notes.append(f"rank(s) {compress_ranks(behind)} had not yet enqueued what their peers wait in, with no fault "
                      f"of their own: the lost host(s) {', '.join(suspects)} explain the incident")
-    return ("hang" if verdict in ("healthy", "straggler", "inconclusive") else verdict), chosen
+    return (verdict if verdict.stuck else VerdictWord.HANG), chosen
 
 
 def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:
@@ -226,13 +231,14 @@ def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clo
     proven = {r for r in chosen if r in job.dumps}
     found = explained_absences(job, absent, proven, int(clock.threshold_s() * 1e9))
     for rank, (cause, _) in found.items():
-        graph.add(rank, ("absent", None, str(rank)), [cause], "unknown", lambda q, w: "")
+        graph.add(rank, ("absent", None, str(rank)), [cause], CulpritKind.UNKNOWN, lambda q, w: "")
     return found
 
 
-def _young_note(clock: Clock) -> str:
-    """Why what is in flight is not a hang: its age against the job's pace."""
-    age, rank, what = clock.oldest_young()  # type: ignore[misc]
+def _young_note(clock: Clock, oldest: tuple[float, int, str]) -> str:
+    """Why what is in flight is not a hang: its age against the job's pace (``oldest``: the oldest
+    young wait's age, rank and call)."""
+    age, rank, what = oldest
     return (f"{len(clock.young)} wait(s) in flight, none older than normal: the oldest, rank {rank}'s {what}, "
             f"{age:.2f} s when dumped; {clock.pace.describe()}; a stall needs {clock.threshold_s():.2f} s")
 

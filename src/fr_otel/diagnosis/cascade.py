@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from .job import Job
+from .kinds import MembershipSource
 from .verdict import Waiting
 from .waits import WaitGraph
 
@@ -69,7 +70,7 @@ def last_seen_ns(job: Job, rank: int) -> int | None:
     for pg in job.groups.values():
         if rank not in pg.ranks or len(pg.ranks) < 2:
             continue
-        me = pg.ranks.index(rank) if pg.membership == "pg_config" else None
+        me = pg.ranks.index(rank) if pg.membership == MembershipSource.PG_CONFIG else None
         for q in pg.ranks:
             d = job.dumps.get(q)
             h = d.histories.get(pg.name) if d is not None else None

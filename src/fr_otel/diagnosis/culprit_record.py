@@ -13,7 +13,8 @@ from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .job import Job
-from .verdict import KIND_ORDER, Culprit, Evidence
+from .kinds import KIND_ORDER, CulpritKind
+from .verdict import Culprit, Evidence
 
 __all__ = ["culprit_record"]
 
@@ -27,7 +28,7 @@ def culprit_record(job: Job, rank: int, evidence: list[Evidence], explained: tup
     )
     if explained is not None:
         head = ordered[0]
-        ordered.insert(0, Evidence("unknown", head.group, head.seq, explained[1], head.waiting, op=head.op,
+        ordered.insert(0, Evidence(CulpritKind.UNKNOWN, head.group, head.seq, explained[1], head.waiting, op=head.op,
                                    peer=head.peer))
     primary = ordered[0]
     pg = job.groups.get(primary.group)
@@ -73,12 +74,12 @@ def _related(job: Job, rank: int, e: Evidence) -> Evidence:
     return replace(e, desc=pg.desc if pg else "", op=op)
 
 
-def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind: str, op: str | None,
+def _now_sentence(rank: int, process: RankProcess | None, now: LiveStacks, kind: CulpritKind, op: str | None,
                   seq: int | None) -> str:
     """"Now rank 2 (host vm, pid 4242) is in time.sleep at train.py:27 in main, not in all_reduce #26." """
     who = f"rank {rank} ({process.label})" if process is not None and process.label else f"rank {rank}"
     text = f"Now {who} is {now.describe()}"
-    if kind == "not_enqueued" and op and now.in_collective is None:
+    if kind == CulpritKind.NOT_ENQUEUED and op and now.in_collective is None:
         text += f", not in {op_name(op)}" + (f" #{seq}" if seq is not None else "")
     return text + "."
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kinds import CulpritKind
 from .verdict import Verdict
 
 __all__ = ["Collective", "IncidentFocus", "incident_focus"]
@@ -41,7 +42,7 @@ def incident_focus(verdict: Verdict) -> IncidentFocus:
     """The collectives ``verdict`` is about (see the module's docstring for the order)."""
     of_culprits = dict.fromkeys(
         (c.group_name, c.collective_seq_id) for c in verdict.culprits
-        if c.collective_seq_id is not None and c.kind != "straggler"
+        if c.collective_seq_id is not None and c.kind != CulpritKind.STRAGGLER
     )
     judged = [(g.group.name, f) for g in verdict.groups if (f := g.in_flight) is not None and g.note is None]
     judged.sort(key=lambda gf: (not gf[1].not_entered, gf[1].since_ns or 0))

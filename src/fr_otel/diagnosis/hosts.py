@@ -155,16 +155,21 @@ def judge_network(job: Job) -> NetworkCall:
                 + (f"; the job's store at {net.store_address} stopped answering it too" if net.store_lost else ""))})
     store_host = job.store_host or (net.store_host if net is not None else None)
     alive = frozenset(rank for h, ranks in hosts.items() if answered.get(h) for rank in ranks if rank in missing)
+    lost = tuple(sorted(h for h, r in gone.items()
+                        if (answered.get(h) is False or _silent(job, r)) and h != store_host))
+    why = {h: f"every rank of {h} ({_ranks_word(gone[h])}) left no dump and went silent" for h in lost}
     if net is not None and net.store_lost and store_host and store_host in gone and store_host != net.seen_from:
         since = f" since {format_clock(net.store_silent_since_ns)}" if net.store_silent_since_ns else ""
         others_up = sorted(h for h, ok in answered.items() if ok)
-        return NetworkCall(store_lost=store_host, alive_elsewhere=alive, why={store_host: (
+        # Another host silent too (its agent does not answer, or its heartbeats stopped): lost as well, named
+        # as such (a crash there can take the store's host down with it: each says what it is).
+        return NetworkCall(store_lost=store_host, lost=lost, alive_elsewhere=alive, why={**why, store_host: (
             f"the job's store at {net.store_address or store_host} ({store_host}) has not answered {net.seen_from}"
             f"{since}" + (f", while {', '.join(others_up[:6])} still answer" if others_up else "")
             + f": {store_host} is the suspect")})
-    lost = tuple(sorted(h for h, r in gone.items()
-                        if answered.get(h) is False or _silent(job, r)))
-    why = {h: f"every rank of {h} ({_ranks_word(gone[h])}) left no dump and went silent" for h in lost}
+    if store_host in gone and (answered.get(store_host) is False or _silent(job, gone[store_host])):
+        lost = tuple(sorted((*lost, store_host)))
+        why[store_host] = f"every rank of {store_host} ({_ranks_word(gone[store_host])}) left no dump and went silent"
     return NetworkCall(lost=lost, alive_elsewhere=alive, why=why)
 
 

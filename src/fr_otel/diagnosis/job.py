@@ -11,17 +11,18 @@ in only-active dumps), by creation order, checked against every known pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import partial
 from itertools import compress
 from operator import not_
 
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
-from ..read.entry_rules import is_default_group, unnamed_world
+from ..read.entry_rules import creation_order, is_default_group, unnamed_world
 from ..read.network import NetworkFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
+from .kinds import MembershipSource
+from .split_groups import rename_split_group, split_group_key
 
 __all__ = ["Job", "ProcessGroup", "build_job", "group_label"]
 
@@ -42,7 +43,7 @@ class ProcessGroup:
     name: str
     desc: str
     ranks: tuple[int, ...]  # global ranks, sorted
-    membership: str  # "pg_config", "entries" or "world" (the default group of an inferred world)
+    membership: MembershipSource
     local_ids: dict[int, int] = field(default_factory=dict)  # global rank -> its local pg_id
     has_p2p: bool = False  # send/recv seen: pg_status then mixes p2p and collective counters
     recorded_name: str = ""  # the name the dumps use, when ``name`` had to add the members to be unique
@@ -138,7 +139,7 @@ class Job:
             dump = self.dumps.get(rank)
             h = dump.histories.get(group) if dump is not None else None
             i = h.position(seq) if h is not None else None
-            if i is None:
+            if h is None or i is None:
                 continue
             created = h.created_ns[i]
             if created > 0 and (first is None or created < first):
@@ -184,7 +185,7 @@ class Job:
 
 def _processes(dumps: dict[int, RankDump], side: dict[int, RankProcess]) -> dict[int, RankProcess]:
     """Where each rank ran: what its dump says (the agent's payload), else the files beside the
-    dumps (the host map, incident.json: ranks without a dump too), else the host in its file
+    dumps (the host map, ranks.json: ranks without a dump too), else the host in its file
     name (``nccl_trace_rank_node02_5``)."""
     out: dict[int, RankProcess] = dict(side)
     for rank, d in dumps.items():
@@ -210,39 +211,9 @@ def _progress_from_entries(h: GroupHistory) -> Progress:
     return Progress(enqueued=max(seqs), started=-1, completed=completed)
 
 
-def _creation_key(name: str) -> int | None:
-    return int(name) if name.isdigit() else None
-
-
 def _order_key(pg: ProcessGroup) -> tuple[int, str]:
-    created = _creation_key(pg.recorded_name or pg.name)
+    created = creation_order(pg.recorded_name or pg.name)
     return (1 << 60 if created is None else created, pg.name)
-
-
-def _rename_split_group(
-    name: str, sets: dict[tuple[int, ...], str], dumps: dict[int, RankDump], problems: list[str]
-) -> None:
-    """Give each rank's records of a shared group name the key of the member set it belongs to."""
-    for rank, dump in dumps.items():
-        if name not in dump.histories and not any(e.pg_name == name for e in dump.tail):
-            continue
-        own = dump.pg_config.get(name)
-        ranks = own.ranks if own is not None and own.ranks and rank in own.ranks else None
-        if ranks is None:
-            ranks = next((r for r in sets if rank in r), None)
-        if ranks is None:
-            problems.append(f"{dump.path}: rank {rank} recorded group {name}, but no member set of that name "
-                            "holds it; left unpaired")
-            continue
-        key = f"{name}[{compress_ranks(ranks)}]"
-        if name in dump.histories:
-            dump.histories[key] = dump.histories.pop(name)
-            dump.histories[key].name = key
-        dump.rewrite_entries(partial(_renamed, name, key))
-
-
-def _renamed(old: str, new: str, entries: list[Entry]) -> list[Entry]:
-    return [e._replace(pg_name=new) if e.pg_name == old else e for e in entries]
 
 
 def build_job(read: ReadResult) -> Job:
@@ -273,13 +244,13 @@ def build_job(read: ReadResult) -> Job:
         # One name, several member sets (user-named split groups, older torch): distinct
         # groups, as PyTorch's analyzer keys them (name + members); never merged.
         for ranks, desc in sets.items():
-            key = f"{name}[{compress_ranks(ranks)}]"
+            key = split_group_key(name, ranks)
             configs[key] = (desc, ranks)
             recorded[key] = name
-        _rename_split_group(name, sets, dumps, problems)
+        rename_split_group(name, sets, dumps, problems)
 
     groups: dict[str, ProcessGroup] = {
-        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership="pg_config",
+        name: ProcessGroup(name=name, desc=desc, ranks=ranks, membership=MembershipSource.PG_CONFIG,
                            recorded_name=recorded.get(name, name))
         for name, (desc, ranks) in configs.items()
     }
@@ -315,13 +286,14 @@ def _add_inferred_groups(groups: dict[str, ProcessGroup], dumps: dict[int, RankD
             members.setdefault(name, set()).add(rank)
             pg = groups.get(name)
             if pg is None:
-                pg = groups[name] = ProcessGroup(name=name, desc=h.desc, ranks=(), membership="entries")
+                pg = groups[name] = ProcessGroup(name=name, desc=h.desc, ranks=(),
+                                                 membership=MembershipSource.ENTRIES)
             if h.p2p_count:
                 pg.has_p2p = True
             pg.local_ids[rank] = h.local_id
     for name, pg in groups.items():
         seen = members.get(name, set())
-        if pg.membership == "entries":
+        if pg.membership == MembershipSource.ENTRIES:
             pg.ranks = tuple(sorted(seen))
         elif not seen <= set(pg.ranks):
             extra = sorted(seen - set(pg.ranks))
@@ -337,7 +309,7 @@ def _world_size(
     host_map_world: int | None,
 ) -> tuple[int | None, str]:
     default = _default_group(groups)
-    if default is not None and default.membership == "pg_config":
+    if default is not None and default.membership == MembershipSource.PG_CONFIG:
         return len(default.ranks), "pg_config"
     if world_hint:
         return len(world_hint), "pg_config"
@@ -361,9 +333,10 @@ def _default_group(groups: dict[str, ProcessGroup]) -> ProcessGroup | None:
 def _complete_default_group(groups: dict[str, ProcessGroup], world_size: int | None) -> None:
     """The default group holds every rank, even those with no entries in it (or no dump)."""
     default = _default_group(groups)
-    if default is not None and world_size is not None and default.membership != "pg_config":
+    if (default is not None and world_size is not None
+            and default.membership != MembershipSource.PG_CONFIG):
         default.ranks = tuple(range(world_size))
-        default.membership = "world"
+        default.membership = MembershipSource.WORLD
 
 
 def _pair_local_ids(
@@ -371,7 +344,7 @@ def _pair_local_ids(
 ) -> dict[int, tuple[int, ...]]:
     """Name every pg_status slot: from entries, else by creation order (checked)."""
     unnamed: dict[int, tuple[int, ...]] = {}
-    orderable = all(_creation_key(pg.recorded_name or pg.name) is not None for pg in groups.values())
+    orderable = all(creation_order(pg.recorded_name or pg.name) is not None for pg in groups.values())
     by_rank: dict[int, list[ProcessGroup]] = {}
     for pg in groups.values():
         for r in pg.ranks:
@@ -384,7 +357,7 @@ def _pair_local_ids(
             continue
         member_of = by_rank.get(rank, [])
         if orderable and len(member_of) == len(slots):
-            ordered = sorted(member_of, key=lambda pg: _creation_key(pg.recorded_name or pg.name) or 0)
+            ordered = sorted(member_of, key=lambda pg: creation_order(pg.recorded_name or pg.name) or 0)
             pairing = dict(zip(slots, ordered))
             if all(pairing[s].name == n for s, n in known.items()):
                 for slot, pg in pairing.items():

@@ -12,12 +12,13 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..common.ranks import compress_ranks
 from ..read.dump import GroupHistory
 from ..read.validate import is_unknown_call
 from .job import Job, ProcessGroup
+from .kinds import CulpritKind
 from .verdict import Evidence
 
 __all__ = ["describe_call", "find_mismatches"]
@@ -52,7 +53,7 @@ def describe_call(fp: Any) -> str:
     return f"{op} {size_text} {'/'.join(dtypes)}".strip()
 
 
-_Span = tuple[int, array]  # first seq, fingerprint ids of seq first, first+1, ...
+_Span: TypeAlias = "tuple[int, array[int]]"  # first seq, fingerprint ids of seq first, first+1, ...
 
 
 def _rank_fingerprints(h: GroupHistory | None, lookup: dict[int, Any]) -> _Span | dict[int, int] | None:
@@ -83,8 +84,8 @@ def find_mismatches(job: Job) -> list[tuple[int, Evidence]]:
     # fingerprint id -> call, from each dump's own table once (a handful of distinct calls per
     # dump; a set of every group's ids per rank cost ~30 us per rank and group, 17 ms at 256 ranks).
     lookup: dict[int, Any] = {}
-    for dump in job.dumps.values():
-        for fid, call in dump.fingerprints.items():
+    for each in job.dumps.values():
+        for fid, call in each.fingerprints.items():
             lookup.setdefault(fid, call)
     for pg in job.ordered_groups():
         if len(pg.ranks) < 2:
@@ -145,7 +146,7 @@ def _is_cut(mine: Any, others: Any, lookup: dict[int, Any]) -> bool:
                for theirs in (_ops(lookup.get(fid)) for fid in set(others)))
 
 
-def _ops(fp: Any) -> tuple:
+def _ops(fp: Any) -> tuple[Any, ...]:
     return tuple(fp) if _coalesced(fp) else (fp,)
 
 
@@ -156,8 +157,8 @@ def _with_suffix(ev: Evidence, suffix: str) -> Evidence:
 def _suspect_seqs(spans: dict[int, _Span], per_rank: dict[int, dict[int, int]]) -> set[int]:
     """Sequence numbers where ranks may disagree; the common contiguous range is checked wholesale."""
     suspects: set[int] = set()
-    for ids in per_rank.values():
-        suspects.update(ids)
+    for rank_ids in per_rank.values():
+        suspects.update(rank_ids)
     if not spans:
         return suspects
     lo = max(first for first, _ in spans.values())
@@ -168,7 +169,7 @@ def _suspect_seqs(spans: dict[int, _Span], per_rank: dict[int, dict[int, int]]) 
         suspects.update(range(first, min(lo, end)))
         suspects.update(range(max(hi + 1, first), end))
     if lo <= hi:
-        classes: dict[bytes, array] = {}
+        classes: dict[bytes, array[int]] = {}
         for first, ids in spans.values():
             window = ids[lo - first : hi - first + 1]
             classes.setdefault(window.tobytes(), window)  # bytes: hashed and compared in C
@@ -199,5 +200,5 @@ def _blame_mismatch(pg: ProcessGroup, seq: int, at: dict[int, int], lookup: dict
         if tie:
             text += " (a tie: the dumps cannot tell which side diverged)"
         for r in ranks:
-            out.append((r, Evidence("mismatch", pg.name, seq, text, tuple(others), not tie)))
+            out.append((r, Evidence(CulpritKind.MISMATCH, pg.name, seq, text, tuple(others), not tie)))
     return out

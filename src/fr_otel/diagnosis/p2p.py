@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..read.dump import Entry, P2PChannel
 from ..read.entry_rules import p2p_name
 from .job import Job, ProcessGroup
+from .kinds import CulpritKind
 from .mismatch import describe_call
 from .pace import Clock
 from .verdict import Evidence
@@ -177,7 +179,7 @@ def _call(job: Job, op: _Op) -> str:
     return describe_call(fp) if fp else op.name
 
 
-def _shape(job: Job, op: _Op) -> tuple:
+def _shape(job: Job, op: _Op) -> tuple[Any, ...]:
     fp = job.dumps[op.rank].fingerprints.get(op.fingerprint)
     if not fp:
         return ()
@@ -191,8 +193,8 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
         text = (f"on {pg.label}, rank {s.rank}'s {_call(job, s)} met rank {r.rank}'s {_call(job, r)} "
                 "(a matched send/recv pair whose sizes or dtypes differ; the dumps cannot tell which side is wrong)")
         for who, other in ((s, r), (r, s)):
-            found.mismatches.append((who.rank, Evidence("mismatch", pg.name, None, text, (other.rank,), False, True,
-                                                        op=_profiling(job, who), peer=other.rank, p2p=True)))
+            found.mismatches.append((who.rank, Evidence(CulpritKind.MISMATCH, pg.name, None, text, (other.rank,), False,
+                                                        True, op=_profiling(job, who), peer=other.rank, p2p=True)))
     if s.done and r.done:
         return
     if s.done != r.done:
@@ -201,7 +203,7 @@ def _pair(job: Job, pg: ProcessGroup, s: _Op, r: _Op, graph: WaitGraph, evidence
             return
         found.pending += 1
         evidence.setdefault(stuck.rank, []).append(Evidence(
-            "not_completed", pg.name, None,
+            CulpritKind.NOT_COMPLETED, pg.name, None,
             f"rank {stuck.rank} posted {stuck.name} on {pg.label} but has not completed it, while rank "
             f"{other.rank} completed the matching {other.name}: its device or network stalled",
             (), True, True, op=_profiling(job, stuck), peer=other.rank, p2p=True))
@@ -234,13 +236,13 @@ def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: Wai
     prof = _profiling(job, op)
     if present:
         key = (pg.name, None, f"p2p {op.rank} {op.name} {op.index}")
-        graph.add(op.rank, key, present, "not_enqueued",
-                  lambda q, w, call=call, c=counterpart: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on "
-                  f"{where}; rank {q} never posted the matching {c}", op=prof)
+        graph.add(op.rank, key, present, CulpritKind.NOT_ENQUEUED,
+                  lambda q, w: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on "
+                  f"{where}; rank {q} never posted the matching {counterpart}", op=prof)
     if absent:
         key = (pg.name, None, f"p2p-missing {op.rank} {op.name} {op.index}")
-        graph.add(op.rank, key, absent, "missing_dump",
-                  lambda q, w, call=call: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on {where}; "
+        graph.add(op.rank, key, absent, CulpritKind.MISSING_DUMP,
+                  lambda q, w: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on {where}; "
                   f"there is no dump from rank {q}, so whether it posted the matching op is unknown",
                   op=prof)
 

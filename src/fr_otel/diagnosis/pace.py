@@ -21,7 +21,7 @@ import statistics
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..common.stall import DEFAULT_STALL_S
 
@@ -168,7 +168,8 @@ def _longest_pause(dump: RankDump) -> int | None:
     start = bisect_right(times, 0)  # a time the reader could not read is 0: never a pause
     if len(times) - start < 3:
         return None
-    return max(map(operator.sub, islice(times, start + 1, None), islice(times, start, None)))
+    gaps: Iterator[int] = map(operator.sub, islice(times, start + 1, None), islice(times, start, None))
+    return max(gaps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def _stop_point(job: Job, c: Culprit) -> StopPoint | None:
     if pg is None or progress is None:
         return None
     nxt = progress.enqueued + 1
-    times = []
+    times: list[int] = []
     for peer in pg.ranks:
         h = job.dumps[peer].histories.get(c.group_name) if peer != c.rank and peer in job.dumps else None
         if h is not None:

@@ -94,17 +94,17 @@ class StopOrder:
                    f"on {first.label}"]
             out += [f"rank {p.rank} got further: #{p.last_enqueued} on {p.label}" for p in pts if p.rank != first.rank]
             out.append("no recorded activity dates the stops")
-        bounds = [p for p in pts if p.before_ns]
+        bounds = [(p, p.before_ns) for p in pts if p.before_ns]
         if not bounds:
             return out
-        clocks = {_clock_after(p.before_ns) for p in bounds}  # type: ignore[arg-type]
-        nexts = {p.last_enqueued + 1 for p in bounds}
+        clocks = {_clock_after(before) for _, before in bounds}
+        nexts = {p.last_enqueued + 1 for p, _ in bounds}
         if len(clocks) == 1 and len(bounds) == len(pts) and len(nexts) == 1:
             everyone = "both" if len(pts) == 2 else ("all" if len(pts) > 1 else f"rank {pts[0].rank}")
             return [*out, f"{everyone} stopped before {clocks.pop()}, when their peers entered #{nexts.pop()} "
                           "(peers' clocks)"]
-        return [*out, *(f"rank {p.rank} stopped before {_clock_after(p.before_ns)}, when its peers "  # type: ignore[arg-type]
-                        f"entered #{p.last_enqueued + 1} on {p.label} (peers' clocks)" for p in bounds[:6])]
+        return [*out, *(f"rank {p.rank} stopped before {_clock_after(before)}, when its peers "
+                        f"entered #{p.last_enqueued + 1} on {p.label} (peers' clocks)" for p, before in bounds[:6])]
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from .job import Job, ProcessGroup
+from .kinds import CulpritKind
 from .verdict import AnalysisOptions, Evidence
 
 __all__ = ["find_stragglers"]
@@ -68,8 +70,8 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
     """Ranks late beyond what their equals show, with the evidence (one per rank, the strongest)."""
     series = _lateness(job, options)
     role = _roles(job)
-    typical: dict[tuple, list[float]] = {}  # (kind, op, role) -> each equal's median lateness
-    at_seq: dict[tuple, dict[int, list[float]]] = {}  # ... -> seq -> each equal's lateness there
+    typical: dict[tuple[Any, ...], list[float]] = {}  # (kind, op, role) -> each equal's median lateness
+    at_seq: dict[tuple[Any, ...], dict[int, list[float]]] = {}  # ... -> seq -> each equal's lateness there
     for s in series:
         key = (s.kind, s.op, role.get(s.rank))
         typical.setdefault(key, []).append(statistics.median(s.late))
@@ -120,16 +122,16 @@ def _lateness(job: Job, options: AnalysisOptions) -> list[_Series]:
         by_op: dict[tuple[int, ...], list[int]] = {}
         for seq in common:
             by_op.setdefault(ops[seq], []).append(seq)
-        for op, seqs in by_op.items():
-            if len(seqs) < options.straggler_min_collectives:
+        for op, op_seqs in by_op.items():
+            if len(op_seqs) < options.straggler_min_collectives:
                 continue
-            medians = [statistics.median(times[r][s] for r in pg.ranks) for s in seqs]
+            medians = [statistics.median(times[r][s] for r in pg.ranks) for s in op_seqs]
             for r in pg.ranks:
-                out.append(_Series(r, pg, op, seqs, [(times[r][s] - m) / 1e9 for s, m in zip(seqs, medians)]))
+                out.append(_Series(r, pg, op, op_seqs, [(times[r][s] - m) / 1e9 for s, m in zip(op_seqs, medians)]))
     return out
 
 
-def _roles(job: Job) -> dict[int, tuple]:
+def _roles(job: Job) -> dict[int, tuple[Any, ...]]:
     """Each rank's role: its position in every kind of group (desc, size) with several instances
     that is not a data-parallel replica dimension; ranks with the same role are equals."""
     kinds: dict[tuple[str, int], list[ProcessGroup]] = {}
@@ -193,19 +195,19 @@ def _evidence(job: Job, f: _Finding) -> Evidence:
     what = _op_text(job, s)
     like = (f" (compared with its {f.equals - 1} equal(s) in the same role, which are {f.expected_s * 1e3:.0f} ms "
             "late there by design)" if f.equals > 1 and abs(f.expected_s) >= 0.001 else "")
-    if f.onset is not None:
+    if f.onset is not None and f.before_s is not None:  # a change point always has a before
         seq = s.seqs[f.onset]
         n_late = round(f.late_share * f.count)
         most = "the last" if n_late == f.count else f"{n_late} of the last"
         text = (f"rank {s.rank} enqueued {most} {f.count} {what} on {label} late, since #{seq}: a median "
-                f"{f.median_s * 1e3:.0f} ms after its peers (before #{seq}: {f.before_s * 1e3:.0f} ms){like}; "  # type: ignore[operator]
+                f"{f.median_s * 1e3:.0f} ms after its peers (before #{seq}: {f.before_s * 1e3:.0f} ms){like}; "
                 "no collective is stuck")
-        return Evidence("straggler", s.group.name, seq, text)
+        return Evidence(CulpritKind.STRAGGLER, s.group.name, seq, text)
     n_late = round(f.late_share * len(s.seqs))
     text = (f"rank {s.rank} enqueued {n_late} of {len(s.seqs)} recent {what} on {label} late, a median "
             f"{f.median_s * 1e3:.0f} ms after its peers (p90 {f.p90_s * 1e3:.0f} ms){like}; no collective is "
             "stuck (a constant offset could also be clock skew between hosts)")
-    return Evidence("straggler", s.group.name, None, text)
+    return Evidence(CulpritKind.STRAGGLER, s.group.name, None, text)
 
 
 def _op_text(job: Job, s: _Series) -> str:

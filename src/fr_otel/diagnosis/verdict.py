@@ -15,20 +15,15 @@ from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .hosts import HostFinding
 from .job import Job, ProcessGroup, group_label
+from .kinds import KIND_ORDER, NOT_BLAMED, CulpritKind, VerdictWord
 from .pace import Ages
 from .stops import StopOrder, StopPoint
 
 __all__ = [
-    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "Evidence", "Culprit",
-    "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "UNKNOWN_STALL", "Verdict", "Waiting",
-    "reference_ns",
+    "DEFAULT_STRAGGLER_THRESHOLD_S", "KIND_ORDER", "NOT_BLAMED", "AnalysisOptions", "CulpritKind", "Evidence",
+    "Culprit", "InFlight", "GroupState", "Incomplete", "StopOrder", "StopPoint", "UNKNOWN_STALL", "Verdict",
+    "VerdictWord", "Waiting", "reference_ns",
 ]
-
-# Strongest evidence first: one record per rank keeps its strongest kind.
-KIND_ORDER = ("mismatch", "not_completed", "not_enqueued", "missing_dump", "straggler", "unknown")
-#: Kinds that are reported, not blamed: ``unknown`` is a rank without a readable dump whose
-#: every wait a proven culprit explains.
-NOT_BLAMED = frozenset({"unknown"})
 
 DEFAULT_STRAGGLER_THRESHOLD_S = 0.05
 
@@ -66,7 +61,7 @@ class AnalysisOptions:
 class Evidence:
     """One reason to suspect a rank: what it did (not) do, where."""
 
-    kind: str
+    kind: CulpritKind
     group: str  # group name
     seq: int | None
     text: str
@@ -95,7 +90,7 @@ class Culprit:
     """A rank the others wait for, with its strongest evidence first."""
 
     rank: int
-    kind: str
+    kind: CulpritKind
     group_name: str
     group_desc: str
     collective_seq_id: int | None
@@ -275,7 +270,7 @@ class Incomplete:
 class Verdict:
     """The answer: one word, the culprits with evidence, and what limited it."""
 
-    verdict: str  # hang | desync | straggler | healthy | inconclusive
+    verdict: VerdictWord
     culprits: list[Culprit]
     ranks_loaded: int
     world_size: int | None
@@ -309,9 +304,9 @@ class Verdict:
     def age_ns(self, since_ns: int | None) -> int | None:
         """How long before the dumps were written ``since_ns`` was; None when not known (no time
         recorded, or the dumps not dated: the one rule every age printed follows)."""
-        if not since_ns or not self.dated:
+        if not since_ns or not self.dated or self.reference_ns is None:
             return None
-        return self.reference_ns - since_ns  # type: ignore[operator]
+        return self.reference_ns - since_ns
 
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {

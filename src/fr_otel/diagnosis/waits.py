@@ -17,10 +17,13 @@ at that member, and everyone inside waits on it (:meth:`WaitGraph.explain_mutual
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeAlias
+from functools import partial
+from typing import Any, Callable, Iterator, TypeAlias
 
 from ..common.ranks import compress_ranks
+from ..read.dump import Progress
 from .job import Job
+from .kinds import CulpritKind
 from .pace import Clock
 from .verdict import Evidence, GroupState
 
@@ -37,7 +40,7 @@ class WaitGraph:
         self.edges: dict[Any, set[Any]] = {}
         # hub -> (kind, describe(culprit, waiting ranks text))
         # hub -> (kind, describe, call): the call one string, or per rank (a send/recv pair's two sides)
-        self.hubs: dict[tuple[str, int | None, str], tuple[str, Callable[[int, str], str], Call]] = {}
+        self.hubs: dict[tuple[str, int | None, str], tuple[CulpritKind, Callable[[int, str], str], Call]] = {}
         self.mutual_hubs: set[Any] = set()
         self._mutual_notes: dict[Any, str] = {}  # mutual hub -> why no rank can be singled out
         # Proven causes (own device or network stalled; called a different op): what they in
@@ -53,8 +56,8 @@ class WaitGraph:
                    note: str, op: Call = None) -> None:
         """``waiter`` and ``others`` are all inside one collective or transfer (``inside``) none finished;
         ``op``: a transfer's calls, per rank."""
-        self.add(waiter, hub, others, "not_completed",
-                 lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}, which rank {q} never finishes", op)
+        self.add(waiter, hub, others, CulpritKind.NOT_COMPLETED,
+                 lambda q, w: f"rank(s) {w} wait in {inside}, which rank {q} never finishes", op)
         self.mutual_hubs.add(hub)
         self._mutual_notes[hub] = note
 
@@ -91,7 +94,7 @@ class WaitGraph:
         return out
 
     def add(
-        self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: str,
+        self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: CulpritKind,
         describe: Callable[[int, str], str], op: Call = None,
     ) -> None:
         """``waiter`` waits (through ``hub``) on ``targets``; ``op`` names a send/recv hub's call."""
@@ -153,7 +156,7 @@ def _sink_components(edges: dict[Any, set[Any]]) -> list[list[Any]]:
     for root in edges:
         if root in index:
             continue
-        work = [(root, iter(edges.get(root, ())))]
+        work: list[tuple[Any, Iterator[Any]]] = [(root, iter(edges.get(root, ())))]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
@@ -213,8 +216,10 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
     def ranks_where(question: str, seq: int) -> list[int]:
         found = memo.get((question, seq))
         if found is None:
-            test = {"enqueued_before": lambda pq: pq.enqueued < seq, "completed": lambda pq: pq.completed >= seq,
-                    "behind": lambda pq: pq.completed < seq - 1}[question]
+            tests: dict[str, Callable[[Progress], bool]] = {
+                "enqueued_before": lambda pq: pq.enqueued < seq, "completed": lambda pq: pq.completed >= seq,
+                "behind": lambda pq: pq.completed < seq - 1}
+            test = tests[question]
             found = memo[(question, seq)] = [q for q, pq in known.items() if test(pq)]
         return found
 
@@ -232,35 +237,35 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         if not clock.stuck(created, r, laggards_dumped[seq], what=inside):
             continue
         if laggards:
-            graph.add(r, (pg.name, seq, "enq"), laggards, "not_enqueued",
-                      lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} never "
-                      f"enqueued it (its last on this group is #{known[q].enqueued})")
+            graph.add(r, (pg.name, seq, "enq"), laggards, CulpritKind.NOT_ENQUEUED,
+                      partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; rank {q} never "
+                      f"enqueued it (its last on this group is #{known[q].enqueued})", inside))
             continue
         if unknown:
             missing = [q for q in unknown if q not in job.dumps]
             silent = [q for q in unknown if q in job.dumps]
             if missing:
-                graph.add(r, (pg.name, seq, "missing"), missing, "missing_dump",
-                          lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; there is no dump "
-                          f"from rank {q}, a member of the group")
+                graph.add(r, (pg.name, seq, "missing"), missing, CulpritKind.MISSING_DUMP,
+                          partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; there is no dump "
+                          f"from rank {q}, a member of the group", inside))
             if silent:
-                graph.add(r, (pg.name, seq, "silent"), silent, "not_enqueued",
-                          lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q}'s dump "
-                          "holds no record of this group")
+                graph.add(r, (pg.name, seq, "silent"), silent, CulpritKind.NOT_ENQUEUED,
+                          partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; rank {q}'s dump "
+                          "holds no record of this group", inside))
             continue
         completers = ranks_where("completed", seq)
         if completers:
             evidence.setdefault(r, []).append(Evidence(
-                "not_completed", pg.name, seq,
+                CulpritKind.NOT_COMPLETED, pg.name, seq,
                 f"rank {r} enqueued {inside} but completed only #{p.completed}, while rank(s) "
                 f"{compress_ranks(completers)} completed it: its device or network stalled",
                 (), True, True))
             continue
         behind = ranks_where("behind", seq)
         if behind:
-            graph.add(r, (pg.name, seq, "behind"), behind, "not_completed",
-                      lambda q, w, inside=inside: f"rank(s) {w} wait in {inside}; rank {q} has not "
-                      f"completed #{known[q].completed + 1}")
+            graph.add(r, (pg.name, seq, "behind"), behind, CulpritKind.NOT_COMPLETED,
+                      partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; rank {q} has not "
+                      f"completed #{known[q].completed + 1}", inside))
             continue
         # Every member entered and none completed: the fault is inside this collective.
         graph.add_mutual(
@@ -274,8 +279,8 @@ def _created_at(job: Job, rank: int, group: str, seq: int) -> int | None:
     dump = job.dumps.get(rank)
     h = dump.histories.get(group) if dump is not None else None
     i = h.position(seq) if h is not None else None
-    if i is not None:
-        return h.created_ns[i]  # type: ignore[union-attr]
+    if h is not None and i is not None:
+        return h.created_ns[i]
     found = job.entries_at(rank, group, seq)
     return found[0].time_created_ns if found else None
 

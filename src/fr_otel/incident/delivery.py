@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from ..common.commands import replay_command_line
 from ..otlp.config import ExportConfig
+from ..otlp.config import Protocol as OtlpProtocol
 from ..otlp.transport import NOT_GRPC, NOT_HTTP
 from ..report.trace_section import ExportStatus, TraceDelivery
 
@@ -51,7 +52,7 @@ class ExportOutcome:
         """Some of the trace is nowhere: neither delivered, written nor spooled (the embedded file
         or the spool could not be written: a full or read-only ``--out``). Spans a collector
         rejected are not counted here: it saw them (``partial``)."""
-        return self.status == "failed" or (self.result is not None and self.result.spans_lost > 0)
+        return self.status == ExportStatus.FAILED or (self.result is not None and self.result.spans_lost > 0)
 
     @property
     def where(self) -> str:
@@ -74,14 +75,14 @@ class ExportOutcome:
         """Where the trace went, to end a sentence that names it (``"trace … (317 spans) sent to
         http://otel:4317"``): the CLI, the watcher and the agent all say it in these words, with
         why it did not arrive and how to send it later when it did not."""
-        if self.status == "sent":
+        if self.status == ExportStatus.SENT:
             return f"sent to {self.destination}"
-        if self.status == "file":
+        if self.status == ExportStatus.FILE:
             return f"written to {self.destination}"
-        if self.status == "disabled":
+        if self.status == ExportStatus.DISABLED:
             return "not exported: OTEL_SDK_DISABLED=true"
         why = failure_reason(self, config)
-        if self.status == "partial" and self.result is not None:
+        if self.status == ExportStatus.PARTIAL and self.result is not None:
             return (f"only PARTLY delivered to {self.destination}: {rejected_note(self, total_spans)}, so only "
                     f"{self.result.spans_sent} of {total_spans} spans delivered ({why})")
         if self.path is not None:  # the command carries the fix the hint just gave
@@ -114,7 +115,7 @@ class ExportFix:
 
     hint: str
     endpoint: str | None = None
-    protocol: str | None = None
+    protocol: OtlpProtocol | None = None
     insecure: bool | None = None
 
     def applied(self, config: ExportConfig) -> ExportConfig:
@@ -183,5 +184,5 @@ def replay_command(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str
         return replay_command_line(path)
     if fix is not None:
         config = fix.applied(config)
-    return replay_command_line(path, endpoint=config.endpoint, protocol=config.protocol, insecure=config.insecure,
+    return replay_command_line(path, endpoint=config.endpoint, protocol=config.protocol, insecure=bool(config.insecure),
                                header_names=config.headers or ())

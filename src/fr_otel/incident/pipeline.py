@@ -2,7 +2,7 @@
 
 Every way fr-otel meets an incident runs this: ``fr-otel analyze``/``report`` (analysis only),
 ``fr-otel export`` (plus a trace, delivered), ``fr-otel watch`` and the live agent's
-coordinator (plus the files beside the dumps), and the library call :func:`fr_otel.open_incident`.
+coordinator (plus the files beside the dumps), and the library call :func:`fr_otel.analyze_incident`.
 Callers supply the evidence (a folder read from disk, dumps the watcher parsed one by one,
 payloads the agent gathered) and an :class:`IncidentPlan`; they keep only their own
 reporting. So the library gives the answer the CLI prints, and a rule about incidents (which
@@ -11,6 +11,7 @@ side files count, what the trace root says, what is written where) has one home.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from ..common.progress import TerminalProgress
 from ..common.text import one_line
 from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
-from ..diagnosis.verdict import AnalysisOptions, Verdict
+from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..read.dump import RankDump
 from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s
 from ..read.reader import ReadResult, read_dumps
@@ -35,7 +36,8 @@ if TYPE_CHECKING:  # the SDK loads only when a trace is built; the export's type
     from .delivery import ExportOutcome
     from .sinks import IncidentSink
 
-__all__ = ["IncidentPlan", "IncidentResult", "evidence_from_dumps", "evidence_from_files", "run_incident"]
+__all__ = ["IncidentPlan", "IncidentResult", "NoUsableDump", "analyze_incident", "evidence_from_dumps",
+           "evidence_from_files", "run_incident"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,42 @@ class IncidentResult:
                              "spans": len(self.trace.spans),
                              "spans_rejected": result.spans_rejected if result else 0}
         return doc
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as one line of JSON, exactly what ``fr-otel analyze --json`` prints."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+
+class NoUsableDump(ValueError):
+    """Not one dump under the paths could be read; ``problems`` says why, a line per file."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("no usable Flight Recorder dump")
+        self.problems = list(problems)
+
+
+def analyze_incident(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, prefix: str | None = None,
+    straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S, workers: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, trace: TraceOptions | None = None,
+    sink: IncidentSink | None = None, progress: TerminalProgress | None = None,
+) -> IncidentResult:
+    """The incident in ``paths`` (a folder of dumps, or dump files) as ``fr-otel analyze`` sees it.
+
+    The one call behind the CLI's ``analyze``, ``report`` and ``export``: the dumps and every side
+    file beside them (ranks.json's hosts, steps.json, incident.json's trace id and the options it
+    implies), analysed; with ``trace`` a trace is built too, and with ``sink`` delivered (never
+    otherwise). ``result.to_dict()`` is the public JSON schema. Raises :class:`NoUsableDump` when
+    not one dump could be read.
+    """
+    progress = progress or TerminalProgress(enabled=False)
+    evidence = evidence_from_files(paths, prefix=prefix, workers=workers, max_file_bytes=max_file_bytes,
+                                   progress=progress)
+    if not evidence.dumps:
+        raise NoUsableDump(evidence.problems)
+    plan = IncidentPlan(analysis=AnalysisOptions(straggler_threshold_s=straggler_threshold_s), trace=trace,
+                        sink=sink, progress=progress)
+    return run_incident(evidence, plan)
 
 
 def evidence_from_files(

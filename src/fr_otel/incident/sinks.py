@@ -29,8 +29,11 @@ __all__ = ["DisabledSink", "IncidentSink", "JsonlFileSink", "OtlpSink", "sink_fo
 class IncidentSink(Protocol):
     """One destination for incident traces."""
 
-    #: The settings its outcome's sentences and replay commands are written for.
-    config: ExportConfig
+    @property
+    def config(self) -> ExportConfig:
+        """The settings its outcome's sentences and replay commands are written for (read-only:
+        the frozen sinks' field is)."""
+        ...
 
     def deliver(self, trace: IncidentTrace, *, deadline_s: float | None = None,
                 progress: ProgressCallback | None = None,

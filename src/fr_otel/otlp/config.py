@@ -75,6 +75,7 @@ __all__ = [
 Protocol = Literal["grpc", "http/protobuf", "http/json"]
 Compression = Literal["gzip", "none"]
 _T = TypeVar("_T")
+_S = TypeVar("_S", bound=str)
 
 # --- Environment variables (names as in the OpenTelemetry specification) -------------
 
@@ -152,8 +153,8 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_REQUEST_BYTES = 3_670_016  # 3.5 MiB
 
 #: Every protocol fr-otel exports with (one list for every command and the agent).
-PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf", "http/json")
-_COMPRESSIONS: tuple[str, ...] = ("gzip", "none")
+PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf", "http/json")
+_COMPRESSIONS: tuple[Compression, ...] = ("gzip", "none")
 _TRACES_PATH = "/v1/traces"
 
 
@@ -236,7 +237,7 @@ def resolve_export_config(
             warnings.append(f"{exc}; using the default ({_shown(default)})")
             return default
 
-    def pick(arg: object, traces_var: str, generic_var: str) -> tuple[object, str]:
+    def pick(arg: _T | None, traces_var: str, generic_var: str) -> tuple[_T | str | None, str]:
         if arg is not None:
             return arg, "argument"
         for var in (traces_var, generic_var):
@@ -250,20 +251,20 @@ def resolve_export_config(
 
     resolved_endpoint = _endpoint(proto, endpoint, env)
 
-    raw_headers, src = pick(headers, OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)
-    if raw_headers is None:
-        hdrs: dict[str, str] = {}
-    elif isinstance(raw_headers, str):
-        hdrs = lenient(lambda: parse_headers(raw_headers, source=src), src, {})
+    hdrs: dict[str, str] = {}
+    if headers is not None and not isinstance(headers, str):
+        hdrs = check_headers(dict(headers), "headers argument")
     else:
-        hdrs = check_headers(dict(raw_headers), "headers argument")  # type: ignore[call-overload]
+        raw_headers, src = pick(headers, OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)
+        if raw_headers is not None:
+            hdrs = lenient(lambda: parse_headers(raw_headers, source=src), src, {})
 
     raw_timeout, src = pick(timeout_s, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
     timeout = (DEFAULT_TIMEOUT_S if raw_timeout is None
                else lenient(lambda: _positive_float(raw_timeout, src, "seconds"), src, DEFAULT_TIMEOUT_S))
 
     raw_comp, src = pick(compression, OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, OTEL_EXPORTER_OTLP_COMPRESSION)
-    comp = lenient(lambda: _choice(raw_comp, src, _COMPRESSIONS, "none"), src, "none")
+    comp: Compression = lenient(lambda: _choice(raw_comp, src, _COMPRESSIONS, "none"), src, "none")
 
     cert, _ = pick(certificate_file, OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE, OTEL_EXPORTER_OTLP_CERTIFICATE)
     key, _ = pick(client_key_file, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY, OTEL_EXPORTER_OTLP_CLIENT_KEY)
@@ -292,14 +293,14 @@ def resolve_export_config(
         raise ValueError(f"max_request_bytes: must be at least 1024, got {max_bytes}")
 
     return ExportConfig(
-        protocol=proto,  # type: ignore[arg-type]
+        protocol=proto,
         endpoint=resolved_endpoint,
         headers=hdrs,
         timeout_s=timeout,
-        compression=comp,  # type: ignore[arg-type]
-        certificate_file=cert,  # type: ignore[arg-type]
-        client_key_file=key,  # type: ignore[arg-type]
-        client_certificate_file=chain,  # type: ignore[arg-type]
+        compression=comp,
+        certificate_file=cert,
+        client_key_file=key,
+        client_certificate_file=chain,
         insecure=insec,
         disabled=is_disabled,
         max_request_bytes=max_bytes,
@@ -354,18 +355,19 @@ def _shown(default: object) -> str:
     return f"{default:g} s" if isinstance(default, float) else str(default)
 
 
-def _choice(raw: object, source: str, allowed: tuple[str, ...], default: str) -> str:
+def _choice(raw: object, source: str, allowed: tuple[_S, ...], default: _S) -> _S:
     if raw is None:
         return default
     value = str(raw).strip().lower()
-    if value not in allowed:
-        raise ValueError(f"{source or 'argument'}: expected one of {', '.join(allowed)}; got {raw!r}")
-    return value
+    for option in allowed:  # the option itself: its type is the setting's (a Literal)
+        if option == value:
+            return option
+    raise ValueError(f"{source or 'argument'}: expected one of {', '.join(allowed)}; got {raw!r}")
 
 
-def _positive_float(raw: object, source: str, unit: str) -> float:
+def _positive_float(raw: float | str, source: str, unit: str) -> float:
     try:
-        value = float(raw)  # type: ignore[arg-type]
+        value = float(raw)
     except (TypeError, ValueError):
         raise ValueError(f"{source}: expected a number of {unit}, got {raw!r}") from None
     if not value > 0 or value == float("inf"):

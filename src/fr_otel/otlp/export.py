@@ -40,6 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -251,11 +252,11 @@ def _open_sender(config: ExportConfig, state: DeliveryBudget) -> Sender | None:
 
 
 def _finish(what: str, state: DeliveryBudget, extra: list[str], endpoint: str, start: float,
-            **counts: object) -> ExportResult:
+            **counts: Any) -> ExportResult:
     """The result of an export or a replay (what the budget counted plus ``counts``), logged once."""
     result = ExportResult(requests_sent=state.requests_sent, spans_rejected=state.rejected_spans,
                           error=state.summary(extra), endpoint=endpoint, elapsed_s=time.monotonic() - start,
-                          **counts)  # type: ignore[arg-type]
+                          **counts)
     _log(what, result, state.notes)
     return result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -16,7 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 )
 
 from .config import ExportConfig
-from .transport import NOT_GRPC, USER_AGENT, Reply, Verdict, partial_success
+from .transport import NOT_GRPC, USER_AGENT, Reply, SendResult, partial_success
 
 __all__ = ["GrpcSender"]
 
@@ -56,9 +57,9 @@ class GrpcSender:
             self._channel = grpc.secure_channel(address, credentials, options=options)
         else:
             self._channel = grpc.insecure_channel(address, options=options)
-        self._stub = TraceServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = TraceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # generated, no stubs
         # The same RPC for requests already serialized (no parse and re-serialise).
-        self._export_bytes = self._channel.unary_unary(
+        self._export_bytes: grpc.UnaryUnaryMultiCallable[Any, ExportTraceServiceResponse] = self._channel.unary_unary(
             _EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
         )
         self._metadata = tuple(config.headers.items())
@@ -74,17 +75,17 @@ class GrpcSender:
             detail = f"gRPC {code.name}: {details}".rstrip(": ")
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 if "larger than" in details or "too large" in details.lower():
-                    return Reply(Verdict.SPLIT, detail)
-                return Reply(Verdict.RETRY, detail, _grpc_retry_after(exc))
+                    return Reply(SendResult.SPLIT, detail)
+                return Reply(SendResult.RETRY, detail, _grpc_retry_after(exc))
             if _TLS_HANDSHAKE.search(details):  # TLS against plaintext (or a bad certificate): no retry mends it
-                return Reply(Verdict.FATAL, detail)
+                return Reply(SendResult.FATAL, detail)
             if _NOT_HTTP2.search(details):  # an HTTP/1.1 server (an OTLP/HTTP port): no retry mends it
-                return Reply(Verdict.FATAL, f"{NOT_GRPC}: {detail}")
+                return Reply(SendResult.FATAL, f"{NOT_GRPC}: {detail}")
             if code in _GRPC_RETRYABLE:
-                return Reply(Verdict.RETRY, detail, _grpc_retry_after(exc))
+                return Reply(SendResult.RETRY, detail, _grpc_retry_after(exc))
             if code == grpc.StatusCode.INVALID_ARGUMENT:
-                return Reply(Verdict.REJECTED, detail)
-            return Reply(Verdict.FATAL, detail)
+                return Reply(SendResult.REJECTED, detail)
+            return Reply(SendResult.FATAL, detail)
         return partial_success(response.partial_success.rejected_spans, response.partial_success.error_message)
 
     def close(self) -> None:
@@ -96,7 +97,10 @@ def _grpc_retry_after(exc: grpc.RpcError) -> float | None:
     try:
         from google.rpc.error_details_pb2 import RetryInfo
 
-        raw = dict(exc.trailing_metadata() or ()).get("google.rpc.retryinfo-bin")
+        raw = None
+        for item in exc.trailing_metadata() or ():  # the last of a repeated key, as a dict keeps
+            if item.key == "google.rpc.retryinfo-bin":
+                raw = item.value
         if raw is None:
             return None
         delay = RetryInfo.FromString(raw).retry_delay

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ..common.text import one_line
 from .config import ExportConfig
 from .jsonl import request_to_json
-from .transport import NOT_HTTP, USER_AGENT, Reply, Verdict, partial_success
+from .transport import NOT_HTTP, USER_AGENT, Reply, SendResult, partial_success
 
 __all__ = ["HttpSender"]
 
@@ -61,12 +61,12 @@ class HttpSender:
             try:
                 box.append(self._post(body, timeout_s))
             except Exception as exc:  # whatever the server sends back, never a thread traceback
-                box.append(Reply(Verdict.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}")))
+                box.append(Reply(SendResult.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}")))
 
         worker = threading.Thread(target=post, daemon=True)
         worker.start()
         worker.join(timeout_s + 0.05)
-        return box[0] if box else Reply(Verdict.RETRY, f"HTTP timed out after {timeout_s:.2f} s")
+        return box[0] if box else Reply(SendResult.RETRY, f"HTTP timed out after {timeout_s:.2f} s")
 
     def _post(self, body: bytes, timeout_s: float) -> Reply:
         req = urllib.request.Request(self._url, data=body, headers=self._headers, method="POST")
@@ -78,23 +78,23 @@ class HttpSender:
             text = one_line(exc.read(300).decode("utf-8", "replace")) if exc.fp else ""
             detail = f"HTTP {exc.code}: {text}".rstrip(": ")
             if exc.code == 413:
-                return Reply(Verdict.SPLIT, detail)
+                return Reply(SendResult.SPLIT, detail)
             if exc.code in _HTTP_RETRYABLE:
-                return Reply(Verdict.RETRY, detail, _retry_after_header(exc.headers.get("Retry-After")))
+                return Reply(SendResult.RETRY, detail, _retry_after_header(exc.headers.get("Retry-After")))
             if exc.code == 400:
-                return Reply(Verdict.REJECTED, detail)
-            return Reply(Verdict.FATAL, detail)
+                return Reply(SendResult.REJECTED, detail)
+            return Reply(SendResult.FATAL, detail)
         except urllib.error.URLError as exc:
             reason = exc.reason
             if isinstance(reason, ssl.SSLError):
-                return Reply(Verdict.FATAL, f"TLS: {reason}")
-            return Reply(Verdict.RETRY, f"HTTP connection failed: {reason}")
+                return Reply(SendResult.FATAL, f"TLS: {reason}")
+            return Reply(SendResult.RETRY, f"HTTP connection failed: {reason}")
         except http.client.BadStatusLine as exc:
             if isinstance(exc, http.client.RemoteDisconnected):  # closed without answering: transient
-                return Reply(Verdict.RETRY, f"HTTP connection failed: {exc}")
-            return Reply(Verdict.FATAL, _not_http(exc.line))
+                return Reply(SendResult.RETRY, f"HTTP connection failed: {exc}")
+            return Reply(SendResult.FATAL, _not_http(exc.args[0] if exc.args else ""))  # its .line, untyped
         except (OSError, ValueError, http.client.HTTPException) as exc:  # timeouts, resets, malformed responses
-            return Reply(Verdict.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}"))
+            return Reply(SendResult.RETRY, one_line(f"HTTP {type(exc).__name__}: {exc}"))
         try:
             if "json" in ctype:
                 partial = json.loads(payload or b"{}").get("partialSuccess") or {}
@@ -102,7 +102,7 @@ class HttpSender:
             ps = ExportTraceServiceResponse.FromString(payload).partial_success
             return partial_success(ps.rejected_spans, ps.error_message)
         except Exception:  # a 2xx with an unreadable body still means accepted
-            return Reply(Verdict.OK)
+            return Reply(SendResult.OK)
 
     def close(self) -> None:
         pass

@@ -23,7 +23,7 @@ from .grpc_sender import GrpcSender
 from .http_sender import HttpSender
 from .jsonl import to_jsonl_line
 from .tls_files import check_tls_files
-from .transport import Reply, Sender, Verdict
+from .transport import Reply, Sender, SendResult
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "RENDER_VS_ENCODE", "DeliveryBudget", "deliver", "open_sender"]
 
@@ -147,8 +147,8 @@ def deliver(
             try:
                 reply = sender.send(chunk.payload, min(state.timeout_s, remaining))
             except Exception as exc:  # bad metadata, unreadable certificate...: stop, keep the data
-                reply = Reply(Verdict.FATAL, one_line(f"{type(exc).__name__}: {exc}"))
-            if reply.verdict is Verdict.OK:
+                reply = Reply(SendResult.FATAL, one_line(f"{type(exc).__name__}: {exc}"))
+            if reply.result is SendResult.OK:
                 delivered.append(chunk)
                 state.delivered(chunk.n_spans)
                 if reply.rejected:
@@ -160,17 +160,17 @@ def deliver(
                 elif reply.detail:
                     state.notes.append(reply.detail)
                 break
-            if reply.verdict is Verdict.SPLIT and chunk.n_spans > 1:
+            if reply.result is SendResult.SPLIT and chunk.n_spans > 1:
                 state.max_bytes = _lowered_limit(chunk.size, reply.detail)
                 rest = [chunk, *queue]
                 queue = collections.deque(repack([c.request for c in rest], state.max_bytes))
                 break
-            if reply.verdict in (Verdict.SPLIT, Verdict.REJECTED):
+            if reply.result in (SendResult.SPLIT, SendResult.REJECTED):
                 state.rejected_spans += chunk.n_spans
                 state.errors.append(f"rejected: {reply.detail}")
                 undelivered.append(chunk)
                 break
-            if reply.verdict is Verdict.FATAL:
+            if reply.result is SendResult.FATAL:
                 state.stopped = reply.detail
                 undelivered.append(chunk)
                 break

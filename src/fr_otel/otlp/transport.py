@@ -1,7 +1,7 @@
 """What a transport answers for one request, in words the delivery loop acts on.
 
 The gRPC and OTLP/HTTP senders (:mod:`fr_otel.otlp.grpc_sender`,
-:mod:`fr_otel.otlp.http_sender`) map their status codes onto one :class:`Verdict`, so
+:mod:`fr_otel.otlp.http_sender`) map their status codes onto one :class:`SendResult`, so
 retrying, re-packing and giving up are decided once (:mod:`fr_otel.otlp.send_loop`).
 This module loads neither grpc nor the SDK: error hints may read :data:`NOT_GRPC` and
 :data:`NOT_HTTP` without them.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         ExportTraceServiceRequest,
     )
 
-__all__ = ["NOT_GRPC", "NOT_HTTP", "USER_AGENT", "Reply", "Sender", "Verdict", "partial_success"]
+__all__ = ["NOT_GRPC", "NOT_HTTP", "USER_AGENT", "Reply", "SendResult", "Sender", "partial_success"]
 
 #: How an export error starts when the endpoint speaks another protocol (matched by the hints).
 NOT_GRPC = "the endpoint does not speak gRPC"
@@ -28,8 +28,9 @@ NOT_HTTP = "the endpoint does not speak HTTP/1.1"
 USER_AGENT = "fr-otel"
 
 
-class Verdict(enum.Enum):
-    """What to do after one attempt."""
+class SendResult(enum.Enum):
+    """What one attempt came to, as what to do next (named apart from the analysis's
+    :class:`fr_otel.diagnosis.verdict.Verdict`, which is about the job, not a request)."""
 
     OK = "ok"
     RETRY = "retry"  # transient: try again after a backoff
@@ -40,9 +41,9 @@ class Verdict(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
-    """The collector's answer to one request, as a :class:`Verdict` and one line of detail."""
+    """The collector's answer to one request, as a :class:`SendResult` and one line of detail."""
 
-    verdict: Verdict
+    result: SendResult
     detail: str = ""
     retry_after_s: float | None = None
     rejected: int = 0  # OK with partial success: spans the collector accepted the request but dropped
@@ -59,9 +60,9 @@ class Sender(Protocol):
 def partial_success(rejected: object, message: object) -> Reply:
     """OTLP partial success: the request went through, but the collector says it dropped some spans."""
     try:
-        count = max(int(rejected), 0)  # type: ignore[call-overload]
+        count = max(int(rejected), 0) if isinstance(rejected, (int, float, str)) else 0
     except (TypeError, ValueError):
         count = 0
     if count:
-        return Reply(Verdict.OK, one_line(str(message), 200), rejected=count)
-    return Reply(Verdict.OK)
+        return Reply(SendResult.OK, one_line(str(message), 200), rejected=count)
+    return Reply(SendResult.OK)

@@ -63,16 +63,18 @@ _FP = itemgetter("profiling_name", "input_sizes", "input_dtypes", "output_sizes"
 class Summary:
     histories: dict[str, GroupHistory]
     tail_index: list[int]  # positions (record order) of entries to keep whole
-    fingerprints: dict[int, tuple]
+    fingerprints: dict[int, tuple[Any, ...]]
     latest_ns: int
     from_start: bool = False
 
 
-def comparable_fingerprint(raw: tuple) -> tuple:
+def comparable_fingerprint(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """What must agree across ranks for one collective (per-op exceptions for uneven ones)."""
     name, in_sizes, in_dtypes, out_sizes, out_dtypes = raw
     op = op_name(name)
-    as_t = lambda sizes: tuple(map(tuple, sizes or ()))  # noqa: E731
+    def as_t(sizes: Iterable[Iterable[int]] | None) -> tuple[tuple[int, ...], ...]:
+        return tuple(map(tuple, sizes or ()))
+
     if "all_to_all" in op or "alltoall" in op:
         return (op, (), tuple(in_dtypes or ()), (), tuple(out_dtypes or ()))  # split sizes may differ
     if op == "gather":
@@ -82,20 +84,20 @@ def comparable_fingerprint(raw: tuple) -> tuple:
     return (op, as_t(in_sizes), tuple(in_dtypes or ()), as_t(out_sizes), tuple(out_dtypes or ()))
 
 
-def fingerprint_id(comparable: tuple) -> int:
+def fingerprint_id(comparable: tuple[Any, ...]) -> int:
     """The id of one comparable call (:func:`comparable_fingerprint`): every process computes the same."""
     digest = hashlib.blake2b(marshal.dumps(comparable, 2), digest_size=7).digest()
     return int.from_bytes(digest, "big")
 
 
-class _FingerprintIds(dict):
+class _FingerprintIds(dict[bytes, int]):
     """marshal bytes -> fingerprint id, remembered for the life of the process (every rank of a
     job repeats the same few calls): the Python work runs once per distinct call, not per entry.
     ``canonical`` is the compiled scan's own cache (its encoding of a call -> the same ids)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.meaning: dict[int, tuple] = {}
+        self.meaning: dict[int, tuple[Any, ...]] = {}
         self.canonical: dict[bytes, int] = {}
 
     def forget_if_full(self) -> None:
@@ -117,12 +119,12 @@ class _FingerprintIds(dict):
         self[encoded] = gid
         return gid
 
-    def id_of_call(self, call: tuple) -> int:
+    def id_of_call(self, call: tuple[Any, ...]) -> int:
         """The compiled scan's way in, for a call its own cache has not met: the very checks
         (size as marshalled, shape) and id of the Python path; ValueError if malformed."""
         return self[marshal.dumps(call, 4)]
 
-    def meanings(self, ids: Iterable[int]) -> dict[int, tuple]:
+    def meanings(self, ids: Iterable[int]) -> dict[int, tuple[Any, ...]]:
         return {gid: self.meaning[gid] for gid in set(ids)}
 
 
@@ -186,14 +188,14 @@ def summarise_in_python(raw: list[dict[str, Any]], gloo: bool) -> Summary | None
 _Columns = tuple[Sequence[Any], Sequence[Any], Sequence[Any], bytes, bytes, list[int]]
 
 
-def _call_ids(calls: Iterable[tuple]) -> list[int]:
+def _call_ids(calls: Iterable[tuple[Any, ...]]) -> list[int]:
     """Each entry's fingerprint id, from one marshal pass; the id of each distinct call is computed
     once per process. marshal 4 writes a list shared by memo reference once, so a pickle that nests
     one list in itself (a few bytes, 2**60 elements unrolled) costs its size here, not its expansion."""
     return list(map(_FINGERPRINTS.__getitem__, map(marshal.dumps, calls, repeat(4))))
 
 
-def _columns_from_rows(rows: list[tuple], gloo: bool) -> _Columns:
+def _columns_from_rows(rows: list[tuple[Any, ...]], gloo: bool) -> _Columns:
     if not rows:
         return (), (), (), b"", b"", []
     ids = _call_ids(map(_CALL, rows))
@@ -209,8 +211,8 @@ def _columns_by_key(raw: list[dict[str, Any]], gloo: bool) -> _Columns:
 
 
 def _split(
-    raw: list[dict[str, Any]], groups: Sequence[Any], names: list[str], seq: array, created: array,
-    is_p2p: bytes, done: bytes, global_ids: list[int], fingerprints: dict[int, tuple],
+    raw: list[dict[str, Any]], groups: Sequence[Any], names: list[str], seq: array[int], created: array[int],
+    is_p2p: bytes, done: bytes, global_ids: list[int], fingerprints: dict[int, tuple[Any, ...]],
 ) -> Summary:
     histories: dict[str, GroupHistory] = {}
     tail: set[int] = set()
@@ -236,7 +238,8 @@ def _split(
 
 
 def _from_scan(
-    raw: list[dict[str, Any]], groups: list[tuple], done: bytes, latest_created: int, group_tuples: list[tuple],
+    raw: list[dict[str, Any]], groups: list[tuple[Any, ...]], done: bytes, latest_created: int,
+    group_tuples: list[tuple[Any, ...]],
     ids: tuple[int, ...] | None,
 ) -> Summary | None:
     """The Summary from the compiled scan's per-group columns (see ``_column_scan.c``)."""
@@ -254,7 +257,7 @@ def _from_scan(
     return _summary(raw, histories, tail, done, latest_created, fingerprints)
 
 
-def _int64s(native: bytes) -> array:
+def _int64s(native: bytes) -> array[int]:
     col = array("q")
     col.frombytes(native)
     return col
@@ -262,7 +265,7 @@ def _int64s(native: bytes) -> array:
 
 def _history(
     raw: list[dict[str, Any]], group: Sequence[str], first: int, seq: Sequence[int], done: Sequence[int],
-    created: Sequence[int], fp: Sequence[int], is_p2p: Sequence[int], fingerprints: dict[int, tuple],
+    created: Sequence[int], fp: Sequence[int], is_p2p: Sequence[int], fingerprints: dict[int, tuple[Any, ...]],
     seq_is_run: bool = False,
 ) -> GroupHistory:
     """One group's history from its columns (record order); its send/recv split off by channel.
@@ -290,13 +293,13 @@ def _history(
     )
 
 
-def _as_int64s(col: Iterable[int]) -> array:
+def _as_int64s(col: Iterable[int]) -> array[int]:
     return col if type(col) is array else array("q", col)
 
 
 def _summary(
     raw: list[dict[str, Any]], histories: dict[str, GroupHistory], tail: set[int], done: bytes,
-    latest_created: int, fingerprints: dict[int, tuple],
+    latest_created: int, fingerprints: dict[int, tuple[Any, ...]],
 ) -> Summary:
     n = len(raw)
     # The newest in-flight entries, found from the end (a C scan, a Python step per one kept).
@@ -316,7 +319,7 @@ def _summary(
                    from_start=ids == (0, n - 1))
 
 
-def _as_range_if_contiguous(seq: array) -> array | range:
+def _as_range_if_contiguous(seq: array[int]) -> array[int] | range:
     """first, first+1, ..., last as a ``range`` (see ``GroupHistory.contiguous``); compared in one C pass."""
     if not seq or seq[-1] - seq[0] + 1 != len(seq):
         return seq
@@ -325,7 +328,8 @@ def _as_range_if_contiguous(seq: array) -> array | range:
 
 
 def _p2p_channels(
-    g_done: list[bool], g_created: list[int], g_fp: list[int], at: list[int], fingerprints: dict[int, tuple],
+    g_done: Sequence[int], g_created: Sequence[int], g_fp: Sequence[int], at: list[int],
+    fingerprints: dict[int, tuple[Any, ...]],
 ) -> dict[str, P2PChannel]:
     """A group's send/recv split by channel (``send 1->2``); only groups that carry p2p pay for it.
 

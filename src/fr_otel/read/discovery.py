@@ -140,7 +140,7 @@ def _no_dumps(path: Path, entries: dict[str, bool], prefix: str | None) -> str:
         shown = ", ".join(files[:MAX_NAMES_SHOWN]) + (f", … ({len(files)} files)" if len(files) > MAX_NAMES_SHOWN
                                                       else "")
         text += f"; file names seen: {shown}"
-        stems = {n[: _RANK_SUFFIX.search(n).start()] for n in files if rank_from_name(n) is not None}  # type: ignore[union-attr]
+        stems = {n[: m.start()] for n in files if rank_from_name(n) is not None and (m := _RANK_SUFFIX.search(n))}
         if prefix is not None and len(stems) == 1:
             (stem,) = stems
             text += f"; they would be dumps with --prefix {shlex.quote(stem)}" if stem else \

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from .failed import FailedCollective
 from .frame import Frame
@@ -150,8 +150,8 @@ class P2PChannel:
     """
 
     done: bytes  # 1 where completed (backend-aware)
-    created_ns: array  # 'q'
-    fingerprint: array  # 'q': op, sizes, dtypes hashed (see RankDump.fingerprints)
+    created_ns: array[int]  # 'q'
+    fingerprint: array[int]  # 'q': op, sizes, dtypes hashed (see RankDump.fingerprints)
 
 
 @dataclass(slots=True)
@@ -166,10 +166,10 @@ class GroupHistory:
     name: str
     desc: str
     local_id: int
-    seq: array | range  # 'q': collective_seq_id; a range when contiguous
+    seq: array[int] | range  # 'q': collective_seq_id; a range when contiguous
     completed: bytes  # 1 where completed (backend-aware)
-    created_ns: array  # 'q': time_created_ns
-    fingerprint: array  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
+    created_ns: array[int]  # 'q': time_created_ns
+    fingerprint: array[int]  # 'q': what must agree across ranks (op, sizes, dtypes), hashed; see fingerprints
     p2p_count: int = 0  # send/recv entries of this group (not in the columns)
     p2p: dict[str, P2PChannel] = field(default_factory=dict)  # "send 1->2" -> that channel's ops
 
@@ -185,8 +185,8 @@ class GroupHistory:
         """Where #``seq`` sits in the columns (the first of several ops sharing it), or None when
         the ring does not hold it: by offset when contiguous, else by binary search."""
         s = self.seq
-        if self.contiguous:
-            i = seq - s.start  # type: ignore[union-attr]
+        if isinstance(s, range) and self.contiguous:
+            i = seq - s.start
             return i if 0 <= i < len(s) else None
         i = bisect_left(s, seq)
         return i if i < len(s) and s[i] == seq else None
@@ -211,7 +211,7 @@ class RankDump:
     histories: dict[str, GroupHistory] = field(default_factory=dict)
     tail: list[Entry] = field(default_factory=list)
     entry_count: int = 0
-    fingerprints: dict[int, tuple] = field(default_factory=dict)  # id -> (op, sizes..., dtypes...)
+    fingerprints: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # id -> (op, sizes..., dtypes...)
     next_created_ns: dict[int, int] = field(default_factory=dict)  # record_id -> next enqueue (the tail's; see next_enqueue_ns)
     latest_ns: int = 0  # newest enqueue or completion time in the dump
     from_start: bool = False  # the ring never wrapped and nothing was left out (record ids start at 0)
@@ -294,11 +294,11 @@ class RankDump:
 
         self.rewrite_entries(rewrite)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[Any, Any]:
         # Ship columns and tail between processes, never a loader closure or the full list.
         return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_entries", "_loader", "_all_next_known")}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[Any, Any]) -> None:
         for f in self.__dataclass_fields__:
             setattr(self, f, state.get(f))
         self._all_next_known = False

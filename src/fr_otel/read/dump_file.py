@@ -68,7 +68,7 @@ def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = Tr
     try:
         # O_NONBLOCK: a FIFO put where a dump should be must not block us until a writer comes.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with open(fd, "rb", buffering=_READ_BUFFER_BYTES) as fh:
+        with io.BufferedReader(io.FileIO(fd, "rb"), _READ_BUFFER_BYTES) as fh:  # open()'s own, typed
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); skipped")
@@ -111,11 +111,11 @@ def _entries_from_bytes(data: bytes, rank: int, source: str, dumped_at_ns: int |
 
 
 def _parse_stream(
-    fh: io.BufferedIOBase, rank: int, path: str, mtime: int | None, problems: list[str], full: bool
+    fh: io.BufferedReader[Any], rank: int, path: str, mtime: int | None, problems: list[str], full: bool
 ) -> RankDump | None:
     kind = "corrupt dump"
     try:
-        head = fh.peek(1)[:1]  # type: ignore[attr-defined]
+        head = fh.peek(1)[:1]
         if not head:
             problems.append(f"{path}: empty file")
             return None

@@ -21,18 +21,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..common.ids import trace_id_for
+from ..common.json_types import is_exact_number
 from ..common.names import identity_problem, is_trace_id
 from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
 from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
-from .rank_map import per_rank_processes
-from .rank_process import RankProcess, process_from_raw
-from .side_files import bounded_attributes, read_side_file, side_file_present
+from .side_files import bounded_attributes, per_rank, read_side_file, side_file_present
 
-__all__ = ["ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "REASON_ATTRIBUTE", "ROOT_ATTRIBUTE_PREFIX",
-           "STALL_REASON", "THRESHOLD_ATTRIBUTE",
-           "IncidentIdentity", "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
+__all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE",
+           "REASON_ATTRIBUTE",
+           "ROOT_ATTRIBUTE_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity", "detected",
+           "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
@@ -45,10 +45,23 @@ ENDING_REASONS = ("uncaught ", "SIGTERM")
 ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 
 
+#: The source of a rank's process record (:attr:`RankProcess.source`) that the live incident wrote
+#: beside its identity (ranks.json at incident time): the agent saw it then.
+LIVE_INCIDENT_SOURCE = "incident file"
+#: Root attributes saying what the live agent saw when it raised the incident (the group, seq,
+#: op, age and threshold of the wait): ``DETECTED_PREFIX + key``.
+DETECTED_PREFIX = "fr_otel.incident.detected."
+#: The keys the agent detects with, in that order.
+DETECTED_KEYS = ("pg_name", "seq", "op", "age_s", "threshold_s")
 #: Why the live agent raises an incident when a collective stays in flight too long, and the root
 #: attribute with the threshold its wait was older than.
 STALL_REASON = "stall"
-THRESHOLD_ATTRIBUTE = "fr_otel.incident.detected.threshold_s"
+THRESHOLD_ATTRIBUTE = DETECTED_PREFIX + "threshold_s"
+
+
+def detected(root_attributes: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """What the agent saw when it raised the incident, by key (``threshold_s``, ...)."""
+    return {k.removeprefix(DETECTED_PREFIX): v for k, v in root_attributes if k.startswith(DETECTED_PREFIX)}
 
 
 def ends_job(reason: str) -> bool:
@@ -61,20 +74,20 @@ def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
     when the attributes are not a stall's or name no usable threshold."""
     attrs = dict(root_attributes)
     value = attrs.get(THRESHOLD_ATTRIBUTE)
-    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or type(value) not in (int, float) or not 0 < value < 1e9:
+    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or not is_exact_number(value) or not 0 < value < 1e9:
         return None
     return float(value)
 
 
 @dataclass(slots=True)
 class IncidentIdentity:
-    """Who the incident is (job id, number, trace id) and what the agent knew per rank."""
+    """Who the incident is (job id, number, trace id) and what the agent knew per rank at its
+    moment (stacks, what failed). Where each rank ran is not here: ``ranks.json`` is its one home."""
 
     job_id: str
     incident: str
     trace_id: str
     root_attributes: tuple[tuple[str, Any], ...] = ()
-    processes: dict[int, RankProcess] = field(default_factory=dict)
     stacks: dict[int, LiveStacks] = field(default_factory=dict)
     failed: dict[int, tuple[FailedCollective, ...]] = field(default_factory=dict)  # what the backend retired as failed
     network: NetworkFacts | None = None  # the store and other hosts, as the coordinating node saw them
@@ -98,10 +111,8 @@ class IncidentIdentity:
 
     def to_json(self) -> dict[str, Any]:
         ranks: dict[str, dict[str, Any]] = {}
-        for rank in sorted(set(self.processes) | set(self.stacks) | set(self.failed)):
+        for rank in sorted(set(self.stacks) | set(self.failed)):
             doc: dict[str, Any] = {}
-            if rank in self.processes:
-                doc.update(self.processes[rank].as_json())
             if rank in self.stacks:
                 doc["now"] = self.stacks[rank].as_json()
             if self.failed.get(rank):
@@ -155,14 +166,13 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
     if why is not None:
         problems.append(f"{path}: {why}; ignored")
         return None
-    entries = per_rank_processes(path, raw, problems, "hosts, pids and stacks from it unknown", _rank_entry)
+    entries = per_rank(path, raw, problems, "stacks from it unknown", _rank_entry)
     root_attributes = bounded_attributes(path, raw.get("root_attributes"), problems, ROOT_ATTRIBUTE_PREFIX)
     summary = raw.get("summary")
     files = raw.get("files")
     files = {k: v for k, v in files.items() if type(v) is int} if isinstance(files, dict) else {}
     return IncidentIdentity(
         job_id, incident, trace_id, root_attributes,
-        processes={r: e.process for r, e in entries.items() if e.process is not None},
         stacks={r: e.now for r, e in entries.items() if e.now is not None},
         failed={r: e.failed for r, e in entries.items() if e.failed},
         network=network_from_raw(raw.get("network")),
@@ -170,18 +180,16 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
 
 
 class _RankEntry(NamedTuple):
-    process: RankProcess | None
     now: LiveStacks | None
     failed: tuple[FailedCollective, ...]
 
 
 def _rank_entry(doc: Any) -> _RankEntry | None:
-    """One rank's entry of an incident file: where it ran, its stacks at incident time, what failed."""
+    """One rank's entry of an incident file: its stacks at incident time, what failed (where it
+    ran is ranks.json's; a host or pid an older file holds here is not read)."""
     if not isinstance(doc, dict):
         return None
-    entry = _RankEntry(process_from_raw(doc, "incident file"), stacks_from_raw(doc.get("now")),
-                       failed_from_raw(doc.get("failed")))
-    return entry if entry.process is not None or entry.now is not None or entry.failed else None
+    return _RankEntry(stacks_from_raw(doc.get("now")), failed_from_raw(doc.get("failed")))
 
 
 def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:

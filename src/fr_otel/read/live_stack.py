@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..common.json_types import is_exact_number
 from .frame import Frame, is_user_frame
 
 __all__ = ["PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "MAX_TEXT", "ThreadStack", "LiveStacks", "stacks_from_raw"]
@@ -111,7 +112,7 @@ def stacks_from_raw(raw: Any) -> LiveStacks | None:
         captured if type(captured) is int and captured > 0 else 0,
         tuple(threads),
         _text(collective) or None,
-        float(cost) if type(cost) in (int, float) and 0 <= cost < 1e6 else 0.0,
+        float(cost) if is_exact_number(cost) and 0 <= cost < 1e6 else 0.0,
     ) if threads else None
 
 

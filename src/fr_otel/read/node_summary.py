@@ -28,7 +28,7 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ..common.names import host_name
 from ..common.text import one_line, printable
@@ -114,12 +114,12 @@ def _steps_since(steps: StepLog | None, oldest_ns: int) -> list[Any] | None:
     return [steps.step, steps.source, _column([s for s, _ in kept]), _column([t for _, t in kept])]
 
 
-def _rank_record(dump: RankDump, configs: dict[tuple, int], calls: dict[int, tuple],
+def _rank_record(dump: RankDump, configs: dict[tuple[Any, ...], int], calls: dict[int, tuple[Any, ...]],
                  stacks: dict[tuple[Frame, ...], list[dict[str, Any]]], longest: bool) -> dict[str, Any]:
     histories = []
     oldest = dump.latest_ns
     for h in dump.histories.values():
-        seq: Any = [h.seq.start, h.seq.stop] if h.contiguous else _column(h.seq)
+        seq: Any = [h.seq.start, h.seq.stop] if isinstance(h.seq, range) and h.contiguous else _column(h.seq)
         p2p = [[name, ch.done, _column(ch.created_ns), _column(ch.fingerprint)] for name, ch in h.p2p.items()]
         histories.append([h.name, h.desc, h.local_id, seq, h.completed, _column(h.created_ns), _column(h.fingerprint),
                           h.p2p_count, p2p])
@@ -154,8 +154,8 @@ def _raw(e: Entry, stacks: dict[tuple[Frame, ...], list[dict[str, Any]]]) -> dic
 def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, RankDump], *,
                         full: dict[int, bytes] | None = None, heard: dict[int, int] | None = None) -> bytes:
     """The node's ranks, compact, with the whole payloads of ``full`` and when each was last heard."""
-    configs: dict[tuple, int] = {}
-    calls: dict[int, tuple] = {}
+    configs: dict[tuple[Any, ...], int] = {}
+    calls: dict[int, tuple[Any, ...]] = {}
     stacks: dict[tuple[Frame, ...], list[dict[str, Any]]] = {}
     runs = {r: run for r, run in ((r, _longest_run(d)) for r, d in dumps.items()) if run is not None}
     longest = max(runs, key=lambda r: (runs[r][0], -r), default=None)
@@ -172,7 +172,7 @@ def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, R
 
 
 def decode_node_summary(blob: bytes, source: str, problems: list[str],
-                        shared: dict[tuple[str, bytes], Any] | None = None) -> NodeSummary | None:
+                        shared: dict[tuple[Any, ...], Any] | None = None) -> NodeSummary | None:
     """A node summary from the store; None (and one problem line) when it is unusable. A rank record
     that fails a check is one problem line and is left out. Columns equal byte for byte (every member
     of a group made the same calls) are one object, across the summaries that share ``shared``."""
@@ -229,14 +229,16 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
     return out
 
 
-def _shared_config(config: dict[str, PgConfig], shared: dict[tuple[str, Any], Any]) -> dict[str, PgConfig]:
+def _shared_config(config: dict[str, PgConfig], shared: dict[tuple[Any, ...], Any]) -> dict[str, PgConfig]:
     """One object per group (its members parsed once: ``parse_ranks``), one mapping per distinct set of
     groups: a coordinator holds 100k ranks' configs as a few thousand objects."""
     kept = {name: shared.setdefault(("pg", cfg.name, cfg.desc, id(cfg.ranks)), cfg) for name, cfg in config.items()}
-    return shared.setdefault(("pgs", tuple(sorted((n, id(c)) for n, c in kept.items()))), kept)  # type: ignore[no-any-return]
+    # the value kept under a "pgs" key is always such a dict (the one put here or an equal one)
+    key = ("pgs", tuple(sorted((n, id(c)) for n, c in kept.items())))
+    return cast(dict[str, PgConfig], shared.setdefault(key, kept))
 
 
-def _defined(column: array, calls: dict[int, tuple], checked: set[int]) -> None:
+def _defined(column: array[int], calls: dict[int, tuple[Any, ...]], checked: set[int]) -> None:
     """Every call id in ``column`` is one this summary defines (checked once per column object)."""
     if id(column) not in checked:
         if any(f not in calls for f in column):
@@ -244,28 +246,29 @@ def _defined(column: array, calls: dict[int, tuple], checked: set[int]) -> None:
         checked.add(id(column))
 
 
-def _text_once(shared: dict[tuple[str, Any], Any], text: str) -> str:
+def _text_once(shared: dict[tuple[Any, ...], Any], text: str) -> str:
     """``text``, one object for all its copies; checked printable the first time it is met."""
     kept = shared.get(("text", text))
-    if kept is None:
-        if not text.isprintable():
-            raise ValueError("a name with control characters")
-        kept = shared[("text", text)] = text
-    return kept  # type: ignore[no-any-return]
+    if isinstance(kept, str):
+        return kept
+    if not text.isprintable():
+        raise ValueError("a name with control characters")
+    shared[("text", text)] = text
+    return text
 
 
-def _shared_text(shared: dict[tuple[str, Any], Any], value: Any) -> str:
+def _shared_text(shared: dict[tuple[Any, ...], Any], value: Any) -> str:
     text = dump_text(value)
-    return shared.setdefault(("text", text), text)  # type: ignore[no-any-return]
+    return cast(str, shared.setdefault(("text", text), text))  # a "text" key always holds its text
 
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _calls(value: Any) -> dict[int, tuple]:
+def _calls(value: Any) -> dict[int, tuple[Any, ...]]:
     """id -> comparable call, each id recomputed from its call (a summary cannot pass one call for another)."""
-    out: dict[int, tuple] = {}
+    out: dict[int, tuple[Any, ...]] = {}
     for item in _list(value):
         if not isinstance(item, list) or len(item) != 6 or not int64(item[0]):
             raise ValueError("a malformed call")
@@ -276,7 +279,7 @@ def _calls(value: Any) -> dict[int, tuple]:
     return out
 
 
-def _int64s(data: Any, n: int | None = None) -> array:
+def _int64s(data: Any, n: int | None = None) -> array[int]:
     if type(data) is not bytes or len(data) % 8:
         raise ValueError("a column is not int64 bytes")
     col = array("q")
@@ -294,7 +297,7 @@ def _flags(data: Any, n: int) -> bytes:
     return data
 
 
-def _steps(value: Any, shared: dict[tuple[str, Any], Any]) -> StepLog | None:
+def _steps(value: Any, shared: dict[tuple[Any, ...], Any]) -> StepLog | None:
     if value is None:
         return None
     step, source, steps, starts = value
@@ -305,7 +308,7 @@ def _steps(value: Any, shared: dict[tuple[str, Any], Any]) -> StepLog | None:
     return StepLog(step, StepStarts(step_col, start_col), printable(source)[:32])
 
 
-def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes], Any], checked: set[int],
+def _history(item: Any, calls: dict[int, tuple[Any, ...]], shared: dict[tuple[Any, ...], Any], checked: set[int],
              ) -> GroupHistory:
     """One group's columns; ``checked``: the shared columns this summary's calls were checked to define."""
     name, desc, local_id, seq, done, created, fp, p2p_count, p2p = item
@@ -315,7 +318,7 @@ def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes],
     if type(seq) is list:
         if len(seq) != 2 or not (int64(seq[0]) and int64(seq[1])) or not 0 <= seq[0] <= seq[1]:
             raise ValueError("a bad sequence run")
-        seq_col: array | range = shared.setdefault(("run", seq[0], seq[1]), range(seq[0], seq[1]))
+        seq_col: array[int] | range = shared.setdefault(("run", seq[0], seq[1]), range(seq[0], seq[1]))
     else:
         seq_col = _int64s(seq)
     n = len(seq_col)
@@ -346,11 +349,11 @@ def _history(item: Any, calls: dict[int, tuple], shared: dict[tuple[str, bytes],
                         created_ns=created_col, fingerprint=fp_col, p2p_count=counter(p2p_count), p2p=channels)
 
 
-def _rank_dump(record: Any, source: str, calls: dict[int, tuple], configs: list[dict[str, PgConfig]],
-               stacks: dict[tuple[int, ...], tuple[Frame, ...]], shared: dict[tuple[str, bytes], Any],
+def _rank_dump(record: Any, source: str, calls: dict[int, tuple[Any, ...]], configs: list[dict[str, PgConfig]],
+               stacks: dict[tuple[int, ...], tuple[Frame, ...]], shared: dict[tuple[Any, ...], Any],
                checked: set[int], problems: list[str]) -> RankDump:
     if not isinstance(record, dict):
-        raise ValueError("not a rank record")
+        raise ValueError("not a rank record")  # noqa: TRY004 - the decoder turns ValueError into one problem line
     rank = record["rank"]
     if type(rank) is not int or rank < 0:
         raise ValueError("no rank")

@@ -59,11 +59,11 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
     if not inner:
         return ()
     try:
-        items = list(map(int, inner.split(",")))
+        items: list[int] | None = list(map(int, inner.split(",")))
     except ValueError:
         items = _expand_runs(inner)  # fr-otel's own payloads write runs: "[0-16383]"
-        if items is None:
-            return None
+    if items is None:
+        return None
     if min(items) < 0:
         return None
     return tuple(sorted(set(items)))

@@ -113,7 +113,7 @@ def read_host_map(path: str, problems: list[str]) -> HostMap | None:
 
 def per_rank_processes(path: str, doc: dict[str, Any] | None, problems: list[str], consequence: str,
                        parse: Callable[[Any], T | None]) -> dict[int, T]:
-    """:func:`.side_files.per_rank` for entries that name hosts (``ranks.json``, ``incident.json``):
+    """:func:`.side_files.per_rank` for entries that name hosts (``ranks.json``):
     a ``host`` or ``node`` that is not a host name (``node7 $(touch x)``) costs one line in all."""
     bad = 0
 

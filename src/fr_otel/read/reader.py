@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the optional-module idiom: _widen_result_pipe then does nothing
 
 from ..common.cpus import usable_cpus
 from ..common.ranks import compress_ranks
@@ -150,7 +150,7 @@ def _widen_result_pipe(pool: ProcessPoolExecutor) -> None:
     """Give the workers' result pipe room for a few batches, so a worker goes on parsing instead
     of waiting for this process to read. Speed only: where the pipe or the call is missing (not
     Linux, another Python's private layout, a lower pipe-max-size), the default pipe stays."""
-    try:
+    try:  # the ignore: _result_queue is CPython's private attribute, in no stub
         fcntl.fcntl(pool._result_queue._writer.fileno(), fcntl.F_SETPIPE_SZ, _RESULT_PIPE_BYTES)  # type: ignore[attr-defined]
     except (AttributeError, OSError, ValueError):
         pass

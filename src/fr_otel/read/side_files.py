@@ -148,10 +148,10 @@ def per_rank(path: str, doc: dict[str, Any] | None, problems: list[str], consequ
     for key, value in ranks.items():
         rank = rank_key(key)
         item = parse(value) if rank is not None else None
-        if item is None:
+        if rank is None or item is None:
             bad += 1
         else:
-            out[rank] = item  # type: ignore[index]
+            out[rank] = item
     if bad:
         problems.append(f"{path}: {bad} malformed rank entr{'y' if bad == 1 else 'ies'} ignored")
     return out

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .dump import RankDump
-from .incident_file import INCIDENT_FILE, IncidentIdentity, find_identity
+from .incident_file import INCIDENT_FILE, LIVE_INCIDENT_SOURCE, IncidentIdentity, find_identity
 from .network import NetworkFacts
 from .rank_map import RANKS_FILE, HostMap, read_host_map
 from .rank_process import RankProcess
@@ -88,21 +88,24 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
     identity = find_identity(folders, problems)
     stale = identity.stale_for(dumps) if identity is not None else None
     if identity is not None and stale:
-        problems.append(f"{identity.path}: {stale}; not using its trace id, hosts or stacks")
+        problems.append(f"{identity.path}: {stale}; not using its trace id or stacks")
         identity = None
     if identity is not None:
         facts.identity = identity
         facts.network = identity.network
-        for rank, process in identity.processes.items():
-            facts.processes.setdefault(rank, process)
+        # The live incident wrote the ranks.json beside it: what it says of each rank is what the
+        # agent knew at incident time (the report words a culprit's next step by that).
+        facts.processes = {r: replace(p, source=LIVE_INCIDENT_SOURCE) if p.source == RANKS_FILE else p
+                           for r, p in facts.processes.items()}
         for rank, now in identity.stacks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.now is None:
                 dump.now = now
         for rank, marks in identity.failed.items():
             dump = dumps.get(rank)
-            for mark in marks if dump is not None else ():
-                dump.mark_failed(mark)
+            if dump is not None:
+                for mark in marks:
+                    dump.mark_failed(mark)
     return facts
 
 

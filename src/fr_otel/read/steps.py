@@ -10,11 +10,12 @@ enqueue time on the same clock as the step starts).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from array import array
 from collections.abc import Sequence
-from typing import Any, overload
+from dataclasses import dataclass
+from typing import Any, TypeGuard, overload
 
+from ..common.json_types import is_exact_int
 from .side_files import read_per_rank_file
 
 __all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "StepStarts", "read_steps_file", "step_log_from_raw"]
@@ -33,7 +34,7 @@ class StepStarts(Sequence[tuple[int, int]]):
 
     __slots__ = ("steps", "times")
 
-    def __init__(self, steps: array, times: array) -> None:
+    def __init__(self, steps: array[int], times: array[int]) -> None:
         self.steps, self.times = steps, times
 
     def __len__(self) -> int:
@@ -93,8 +94,8 @@ def step_log_from_raw(value: Any) -> StepLog | None:
     return StepLog(int(current), tuple(clean), source if isinstance(source, str) else "")
 
 
-def _is_int(v: Any) -> bool:
-    return type(v) is int and abs(v) < _MAX_STEP
+def _is_int(v: Any) -> TypeGuard[int]:
+    return is_exact_int(v) and abs(v) < _MAX_STEP
 
 
 def read_steps_file(path: str, problems: list[str]) -> dict[int, StepLog]:

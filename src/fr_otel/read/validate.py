@@ -24,7 +24,7 @@ import math
 import reprlib
 import sys
 from array import array
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeGuard, TypeVar
 
 from ..common.text import one_line, printable
 from .dump import Entry
@@ -43,6 +43,8 @@ __all__ = [
     "UNKNOWN_CALL",
     "is_unknown_call",
 ]
+
+_T = TypeVar("_T")
 
 INT64_MAX = 2**63 - 1
 # The dtypes a repaired sizes/dtypes field reads as: no c10 dtype name has angle brackets, so the
@@ -87,7 +89,7 @@ def _what(value: Any) -> str:
     return f"is {type(value).__name__} {_short(value)}"
 
 
-def int64(value: Any) -> bool:
+def int64(value: Any) -> TypeGuard[int]:
     """True for a real int (not a bool) that fits a signed 64-bit field."""
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
@@ -101,7 +103,7 @@ def counter(value: Any) -> int:
             pass
     if not int64(value):
         raise ValueError(f"not a 64-bit counter: {_short(value)}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 # --------------------------------------------------------------------------- hooks for the column builder
@@ -111,7 +113,7 @@ def counter(value: Any) -> int:
 # slow path (:func:`entry_from_raw`). The int64 bound is ``array('q')``'s own OverflowError.
 
 
-def columns_ok(groups: Sequence[Any], seq: Sequence[int], seq_col: array, created_col: array, is_p2p: bytes,
+def columns_ok(groups: Sequence[Any], seq: Sequence[int], seq_col: array[int], created_col: array[int], is_p2p: bytes,
                done: bytes) -> bool:
     """Every group a (name, desc) pair of printable strings; sequence numbers (not bools: ``True``
     is no sequence number) and times >= 0; flags 0 or 1. ``*_col`` are the columns as ``array('q')``."""
@@ -136,7 +138,7 @@ def columns_ok(groups: Sequence[Any], seq: Sequence[int], seq_col: array, create
     return True
 
 
-def _any_negative(col: array) -> bool:
+def _any_negative(col: array[int]) -> bool:
     """Any value < 0 in an ``array('q')``: the sign bit of each value's top byte, at memcpy speed."""
     if not col:
         return False
@@ -209,7 +211,7 @@ def _required_int(e: dict[str, Any], key: str, low: int = INT64_MIN) -> int:
     value = e.get(key, _MISSING)
     if not int64(value) or value < low:
         raise BadField(key, _what(value) + ("" if low == INT64_MIN else f", not an integer >= {low}"))
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _required_text(e: dict[str, Any], key: str) -> str:
@@ -227,23 +229,23 @@ class _Reader:
     def __init__(self, e: dict[str, Any], index: int, faults: EntryFaults) -> None:
         self.e, self.index, self.faults = e, index, faults
 
-    def bad(self, key: str, value: Any, want: str, default: Any) -> Any:
+    def bad(self, key: str, value: Any, want: str, default: _T) -> _T:
         self.faults.repair(self.index, key, f"{_what(value)}, not {want}")
         return default
 
-    def int(self, key: str, default: int, low: int = INT64_MIN) -> int:
+    def integer(self, key: str, default: int, low: int = INT64_MIN) -> int:
         value = self.e.get(key, default)
         if int64(value) and value >= low:
-            return value  # type: ignore[no-any-return]
-        return self.bad(key, value, "a 64-bit integer" if low == INT64_MIN else f"an integer >= {low}", default)  # type: ignore[no-any-return]
+            return value
+        return self.bad(key, value, "a 64-bit integer" if low == INT64_MIN else f"an integer >= {low}", default)
 
     def time(self, key: str) -> int | None:
         value = self.e.get(key)
         if value is None or value == 0 and type(value) is int:
             return None  # JSON writes 0 where pickle writes None
         if int64(value) and value > 0:
-            return value  # type: ignore[no-any-return]
-        return self.bad(key, value, "a time in ns >= 0", None)  # type: ignore[no-any-return]
+            return value
+        return self.bad(key, value, "a time in ns >= 0", None)
 
     def flag(self, key: str) -> bool:
         value = self.e.get(key, False)
@@ -251,7 +253,7 @@ class _Reader:
             return value
         if type(value) is int and value in (0, 1):  # an older writer's 0/1
             return bool(value)
-        return self.bad(key, value, "a boolean", False)  # type: ignore[no-any-return]
+        return self.bad(key, value, "a boolean", False)
 
     def text(self, key: str, default: str) -> str:
         value = self.e.get(key, default)
@@ -259,7 +261,7 @@ class _Reader:
             return printable(value)
         if key == "thread_id" and int64(value):
             return str(value)
-        return self.bad(key, value, "a string", default)  # type: ignore[no-any-return]
+        return self.bad(key, value, "a string", default)
 
     def duration(self) -> float | None:
         value = self.e.get("duration_ms")
@@ -267,35 +269,35 @@ class _Reader:
             return None
         if type(value) in (int, float) and math.isfinite(value) and 0 <= value <= INT64_MAX / 1e6:
             return float(value)
-        return self.bad("duration_ms", value, "a number of ms >= 0", None)  # type: ignore[no-any-return]
+        return self.bad("duration_ms", value, "a number of ms >= 0", None)
 
     def timeout(self) -> int | None:
         value = self.e.get("timeout_ms")
         if value is None:
             return None
         if int64(value) and value >= 0:
-            return value  # type: ignore[no-any-return]
-        return self.bad("timeout_ms", value, "an integer of ms >= 0", None)  # type: ignore[no-any-return]
+            return value
+        return self.bad("timeout_ms", value, "an integer of ms >= 0", None)
 
     def sizes(self, key: str) -> tuple[tuple[int, ...], ...] | None:
         """The shapes, or None when they were unreadable (the caller marks the call unknown)."""
         value = self.e.get(key) or ()
         if _shapes_ok(value):
             return _shared(tuple(map(tuple, value)))
-        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} shapes (lists of at most {MAX_DIMS} integers >= 0)", None)  # type: ignore[no-any-return]
+        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} shapes (lists of at most {MAX_DIMS} integers >= 0)", None)
 
     def dtypes(self, key: str) -> tuple[str, ...]:
         value = self.e.get(key) or ()
         if type(value) in _SEQ and len(value) <= MAX_TENSORS_PER_CALL and all(type(d) is str for d in value):
             return _shared(tuple(map(printable, value)))
-        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} strings", UNKNOWN_CALL)  # type: ignore[no-any-return]
+        return self.bad(key, value, f"a list of at most {MAX_TENSORS_PER_CALL} strings", UNKNOWN_CALL)
 
     def frames(self, stacks: dict[tuple[int, ...], tuple[Frame, ...]]) -> tuple[Frame, ...]:
         frames = self.e.get("frames")
         if not frames:
             return ()
         if type(frames) not in _SEQ or len(frames) > MAX_FRAMES:
-            return self.bad("frames", frames, f"a list of at most {MAX_FRAMES} frames", ())  # type: ignore[no-any-return]
+            return self.bad("frames", frames, f"a list of at most {MAX_FRAMES} frames", ())
         # Frame dicts are shared objects inside one pickle: key stacks by identity while
         # the raw dump keeps them alive, and build each distinct stack once.
         key = tuple(map(id, frames))
@@ -304,15 +306,15 @@ class _Reader:
             try:
                 stack = tuple(_frame(f) for f in frames)
             except ValueError as exc:
-                return self.bad("frames", frames, f"a list of frames ({exc})", ())  # type: ignore[no-any-return]
+                return self.bad("frames", frames, f"a list of frames ({exc})", ())
             stacks[key] = stack
         return stack
 
 
-_SHAPES: dict[tuple, tuple] = {}  # one tuple object per distinct sizes/dtypes value in the process
+_SHAPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # one tuple object per distinct sizes/dtypes value in the process
 
 
-def _shared(value: tuple) -> tuple:
+def _shared(value: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(_SHAPES) > 65536:
         _SHAPES.clear()
     return _SHAPES.setdefault(value, value)
@@ -360,19 +362,19 @@ def entry_from_raw(
     name = _required_text(e, "profiling_name")
     created = _required_int(e, "time_created_ns", 0)
     r = _Reader(e, index, faults)
-    pg_id = r.int("pg_id", -1)
+    pg_id = r.integer("pg_id", -1)
     in_sizes, in_dtypes = _call_side(r.sizes("input_sizes"), r.dtypes("input_dtypes"))
     out_sizes, out_dtypes = _call_side(r.sizes("output_sizes"), r.dtypes("output_dtypes"))
     state = r.text("state", "scheduled")
     retired = r.flag("retired")
     return Entry(
-        r.int("record_id", -1),
+        r.integer("record_id", -1),
         pg_id,
         printable(group[0]),
         printable(group[1]),
         seq,
-        r.int("p2p_seq_id", 0),
-        r.int("op_id", 0),
+        r.integer("p2p_seq_id", 0),
+        r.integer("op_id", 0),
         name,
         r.flag("is_p2p"),
         state,

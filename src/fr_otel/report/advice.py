@@ -14,18 +14,22 @@ rank's log and its host's kernel log (:func:`process_gone`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ..common.commands import py_spy_command_line
 from ..common.ranks import compress_ranks
+from ..diagnosis.kinds import CulpritKind, VerdictWord, check_table
 from ..diagnosis.verdict import Culprit, Verdict
 from ..read.dump import op_name
+from ..read.incident_file import LIVE_INCIDENT_SOURCE
 from .markup import esc
 
 __all__ = ["Code", "Step", "as_html", "as_lines", "as_text", "general_next_step", "next_step", "process_gone"]
 
 #: Sources of a rank's process record that saw it alive at incident time (the agent's payload,
-#: the live incident's file); a ranks.json is written at start-up and says nothing of the end.
-_LIVE_SOURCES = ("agent", "incident file")
+#: the ranks.json a live incident wrote beside its incident.json); a ranks.json alone may be the
+#: one written at start-up, and says nothing of the end.
+_LIVE_SOURCES = ("agent", LIVE_INCIDENT_SOURCE)
 
 
 class Code(str):
@@ -81,59 +85,80 @@ def _gone(r: int, why: str, c: Culprit) -> Step:
             " shows where it is.")
 
 
+def _not_enqueued(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    head = f"Rank {r} never reached {op} {seq}: its Python was somewhere else."
+    if gone:
+        return (head, *_gone(r, gone, c), *((" Its last recorded call site is under Stacks.",)
+                                            if c.last_frame is not None else ()))
+    return (f"{head} Find out where: ", _py_spy(c), " (add ", Code("--native"), " for C++ frames) on rank "
+            f"{r}'s process while it is still alive, its stacks below, and its log (a stuck data loader, "
+            "checkpoint or file I/O, an exception in a different code path, a held GIL, a rank-dependent branch "
+            "that skips the collective).")
+
+
+def _not_completed(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    if "nccl" in v.backends:
+        return (f"Rank {r} entered {op} {seq} but its GPU or network never finished it while its peers did. "
+                "Check that host's GPU and NIC: ", Code("dmesg | grep -i xid"), " and DCGM health (",
+                Code("dcgmi health -c"), ") for XID / ECC errors, ", Code("nvidia-smi -q"), ", the NIC's "
+                "link state and error counters (", Code("ibstat"), ", ", Code("ethtool -S"), "). Then the NCCL "
+                "log (", Code("NCCL_DEBUG=INFO"), ") around the reference time.")
+    head: Step = (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
+                  "(TCP connectivity to its peers, ", Code("ss -tnp"), ", interface errors) and whether the process "
+                  "is starved of CPU.")
+    if gone:
+        return (*head, *_gone(r, gone, c))
+    return (*head, " ", _py_spy(c), f" shows where rank {r} is blocked.")
+
+
+def _mismatch(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    return (f"Rank {r} called a different collective than its peers at {seq or 'the same point'}. Compare the "
+            "two call sites (under Stacks): typically a rank-dependent branch, a conditional collective, or "
+            "tensors whose shapes or dtypes differ across ranks. Fix the code so every rank issues the same "
+            "sequence of collectives on this group.",)
+
+
+def _missing_dump(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    return (f"There is no dump from rank {r}. Find out whether its process was alive at dump time (OOM killer, "
+            "crash, lost node: the scheduler's and the node's logs, ", Code("dmesg"), "). Make sure every rank "
+            "can dump next time (", Code("TORCH_NCCL_DUMP_ON_TIMEOUT=1"), ", a writable ",
+            Code("TORCH_FR_DUMP_TEMP_FILE"), " location).")
+
+
+def _unknown(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    cause = f"rank {compress_ranks(c.waits_on)}" if c.waits_on else "the culprits above"
+    return (f"Rank {r} left no readable dump, but its peers show it kept pace until {cause} stopped: it most "
+            f"likely waits on {cause}, so start there. Then find out why rank {r}'s dump is missing or cut "
+            "short (killed while writing, disk full: the node's logs, ", Code("dmesg"), ").")
+
+
+def _straggler(v: Verdict, c: Culprit, r: int, op: str, seq: str, gone: str | None) -> Step:
+    return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it (", _py_spy(c, "top"),
+            ", the torch profiler): data loading, CPU contention, thermal throttling or a slower host. A constant "
+            "offset can also be clock skew between hosts: compare their clocks before blaming the rank.")
+
+
+#: The runbook step of each culprit kind: (verdict, culprit, rank, op name, ``#seq``, why its process is gone).
+_STEPS: dict[CulpritKind, Callable[[Verdict, Culprit, int, str, str, str | None], Step]] = {
+    CulpritKind.NOT_ENQUEUED: _not_enqueued,
+    CulpritKind.NOT_COMPLETED: _not_completed,
+    CulpritKind.MISMATCH: _mismatch,
+    CulpritKind.MISSING_DUMP: _missing_dump,
+    CulpritKind.UNKNOWN: _unknown,
+    CulpritKind.STRAGGLER: _straggler,
+}
+check_table("report.advice._STEPS", CulpritKind, _STEPS)
+
+
 def next_step(v: Verdict, c: Culprit) -> Step:
     """The next step for culprit ``c``: where to look, with its real host and pid when known."""
-    r = c.rank
-    op = op_name(c.op or "the collective")
     seq = f"#{c.collective_seq_id}" if c.collective_seq_id is not None else ""
-    gone = process_gone(v, c)
-    if c.kind == "not_enqueued":
-        head = f"Rank {r} never reached {op} {seq}: its Python was somewhere else."
-        if gone:
-            return (head, *_gone(r, gone, c), *((" Its last recorded call site is under Stacks.",)
-                                                if c.last_frame is not None else ()))
-        return (f"{head} Find out where: ", _py_spy(c), " (add ", Code("--native"), " for C++ frames) on rank "
-                f"{r}'s process while it is still alive, its stacks below, and its log (a stuck data loader, "
-                "checkpoint or file I/O, an exception in a different code path, a held GIL, a rank-dependent branch "
-                "that skips the collective).")
-    if c.kind == "not_completed":
-        if "nccl" in v.backends:
-            return (f"Rank {r} entered {op} {seq} but its GPU or network never finished it while its peers did. "
-                    "Check that host's GPU and NIC: ", Code("dmesg | grep -i xid"), " and DCGM health (",
-                    Code("dcgmi health -c"), ") for XID / ECC errors, ", Code("nvidia-smi -q"), ", the NIC's "
-                    "link state and error counters (", Code("ibstat"), ", ", Code("ethtool -S"), "). Then the NCCL "
-                    "log (", Code("NCCL_DEBUG=INFO"), ") around the reference time.")
-        head = (f"Rank {r} entered {op} {seq} but never finished it while its peers did. Check that host's network "
-                "(TCP connectivity to its peers, ", Code("ss -tnp"), ", interface errors) and whether the process "
-                "is starved of CPU.")
-        if gone:
-            return (*head, *_gone(r, gone, c))
-        return (*head, " ", _py_spy(c), f" shows where rank {r} is blocked.")
-    if c.kind == "mismatch":
-        return (f"Rank {r} called a different collective than its peers at {seq or 'the same point'}. Compare the "
-                "two call sites (under Stacks): typically a rank-dependent branch, a conditional collective, or "
-                "tensors whose shapes or dtypes differ across ranks. Fix the code so every rank issues the same "
-                "sequence of collectives on this group.")
-    if c.kind == "missing_dump":
-        return (f"There is no dump from rank {r}. Find out whether its process was alive at dump time (OOM killer, "
-                "crash, lost node: the scheduler's and the node's logs, ", Code("dmesg"), "). Make sure every rank "
-                "can dump next time (", Code("TORCH_NCCL_DUMP_ON_TIMEOUT=1"), ", a writable ",
-                Code("TORCH_FR_DUMP_TEMP_FILE"), " location).")
-    if c.kind == "unknown":
-        cause = f"rank {compress_ranks(c.waits_on)}" if c.waits_on else "the culprits above"
-        return (f"Rank {r} left no readable dump, but its peers show it kept pace until {cause} stopped: it most "
-                f"likely waits on {cause}, so start there. Then find out why rank {r}'s dump is missing or cut "
-                "short (killed while writing, disk full: the node's logs, ", Code("dmesg"), ").")
-    if c.kind == "straggler":
-        return (f"Nothing hangs, but rank {r} is consistently the last to enqueue. Profile it (", _py_spy(c, "top"),
-                ", the torch profiler): data loading, CPU contention, thermal throttling or a slower host. A constant "
-                "offset can also be clock skew between hosts: compare their clocks before blaming the rank.")
-    return ("Look at this rank's process and host around the reference time.",)
+    return _STEPS[c.kind](v, c, c.rank, op_name(c.op or "the collective"), seq, process_gone(v, c))
 
 
 def general_next_step(v: Verdict) -> Step:
     """The next step when no rank is to blame (inconclusive, healthy)."""
-    if v.verdict == "inconclusive":
+    if v.verdict == VerdictWord.INCONCLUSIVE:
         again = ("The processes are gone: their logs and each host's kernel log (", Code("dmesg -T"),
                  ") are what is left. Next time, let every rank dump with its stacks before the job is killed."
                  ) if v.job_ended or "nccl" in v.backends else (
@@ -142,7 +167,7 @@ def general_next_step(v: Verdict) -> Step:
                 "inside the collective (device or network): check every host of that group (",
                 Code("dmesg | grep -i xid"), ", DCGM health, NIC link errors, ", Code("NCCL_DEBUG=INFO"),
                 " logs). ", *again)
-    if v.verdict == "healthy":
+    if v.verdict == VerdictWord.HEALTHY:
         return ("Nothing is stuck in the recorded collectives. If the job still hangs, it hangs outside them "
                 "(point-to-point ops under gloo, a data loader, I/O): ", Code("py-spy dump"), " every rank.")
     return ("See the notes.",)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
 from ..diagnosis.hosts import LOST_STATES
+from ..diagnosis.kinds import KINDS
 from ..diagnosis.verdict import Culprit
 from .advice import as_html, general_next_step, next_step
 from .facts import Facts
@@ -67,8 +68,7 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
         ("Sequence number", seq_label(c.collective_seq_id)),
     ]
     if c.waiting_ranks:
-        who = "Its peers (called differently)" if c.kind == "mismatch" else "Waited on by"
-        facts.append((who, esc(compress_ranks(c.waiting_ranks, limit=16))))
+        facts.append((KINDS[c.kind].waiters, esc(compress_ranks(c.waiting_ranks, limit=16))))
     if c.waits_on:
         facts.append(("Most likely waits on", esc(f"rank {compress_ranks(c.waits_on)}")))
     if c.host:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..diagnosis.focus import incident_focus
 from ..diagnosis.job import Job, ProcessGroup
+from ..diagnosis.kinds import CulpritKind
 from ..diagnosis.verdict import Culprit, Verdict, reference_ns
 from ..read.dump import Entry, RankDump, op_name
 
@@ -94,10 +95,10 @@ class Facts:
         culprits = {c.rank: c for c in verdict.culprits}
         mismatch_at: dict[tuple[str, int], set[int]] = {}
         for c in verdict.culprits:
-            if c.kind == "mismatch" and c.collective_seq_id is not None:
+            if c.kind == CulpritKind.MISMATCH and c.collective_seq_id is not None:
                 mismatch_at.setdefault((c.group_name, c.collective_seq_id), set()).add(c.rank)
             for ev in c.related:
-                if ev.kind == "mismatch" and ev.seq is not None:
+                if ev.kind == CulpritKind.MISMATCH and ev.seq is not None:
                     mismatch_at.setdefault((ev.group, ev.seq), set()).add(c.rank)
         stuck = _stuck(job, verdict)
         waiting = tuple(sorted({w for c in verdict.culprits for w in c.waiting_ranks} - set(culprits)))

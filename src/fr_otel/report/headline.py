@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..diagnosis.kinds import VerdictWord, check_table
+
 __all__ = ["Headline", "headline"]
 
 
@@ -24,18 +26,21 @@ class Headline(NamedTuple):
         return self.word.upper() + (f" ({self.gloss})" if self.gloss else "")
 
 
-_HEADLINES = {
-    "hang": Headline("Hang", "", "ranks are blocked in a collective that some rank never finishes"),
-    "desync": Headline(
+_HEADLINES: dict[str, Headline] = {
+    VerdictWord.HANG: Headline("Hang", "", "ranks are blocked in a collective that some rank never finishes"),
+    VerdictWord.DESYNC: Headline(
         "Desync", "ranks disagree on a collective",
         "ranks disagree on a collective (different op, sizes or dtypes at the same sequence number)"),
-    "straggler": Headline(
+    VerdictWord.STRAGGLER: Headline(
         "Straggler", "no hang; a rank is consistently late", "no collective is stuck, but a rank is consistently late"),
-    "healthy": Headline(
+    VerdictWord.HEALTHY: Headline(
         "Healthy", "no collective stuck, no mismatch, no straggler",
         "no collective stuck, no mismatch, no straggler in the recorded window"),
-    "inconclusive": Headline("Inconclusive", "", "the dumps do not single out a rank"),
+    VerdictWord.INCONCLUSIVE: Headline("Inconclusive", "", "the dumps do not single out a rank"),
 }
+
+
+check_table("report.headline._HEADLINES", VerdictWord, _HEADLINES)
 
 
 def headline(verdict: str) -> Headline:

@@ -197,7 +197,7 @@ def _footer(f: Facts) -> str:
 def _asset(name: str) -> str:
     """A file of ``report/assets`` (package data, shipped in the wheel): CSS and JavaScript
     live in files of their own so editors, linters and diffs treat them as what they are."""
-    return "\n" + resources.files("fr_otel.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return "\n" + resources.files("fr_otel.report").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 _CSS = _asset("report.css")

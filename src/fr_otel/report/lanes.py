@@ -157,9 +157,9 @@ def _window_start(f: Facts, lanes: Iterable[int]) -> int | None:
             starts.append(newest[-min(HISTORY_PER_LANE, len(newest))])
     if f.focus is not None:
         for r in f.stuck[f.focus].entered[:64]:
-            h = history_at(f.job.dumps.get(r), *f.focus)
-            if h is not None and h[1] > 0:
-                starts.append(h[1])
+            at = history_at(f.job.dumps.get(r), *f.focus)
+            if at is not None and at[1] > 0:
+                starts.append(at[1])
     return min(starts) if starts else None
 
 
@@ -190,23 +190,25 @@ def _ops(f: Facts, rank: int, start: int, ref: int) -> list[Op]:
             rows.append((e.time_created_ns, e.pg_name, e.p2p_seq_id, e.completed, 0, e))
     rows.sort(key=lambda x: x[0])
     out: list[Op] = []
-    for i, (created, name, seq, done, fp, e) in enumerate(rows):
-        nxt = d.next_enqueue_ns(e.record_id) if e is not None else None
+    for i, (created_ns, name, seq, done, fp, entry) in enumerate(rows):
+        nxt = d.next_enqueue_ns(entry.record_id) if entry is not None else None
         if nxt is None and i + 1 < len(rows):
             nxt = rows[i + 1][0]  # an op known by its columns only: the next one shown
-        group_next = None if (e is not None and e.is_p2p) else partial(f.job.first_enqueue, name, seq + 1)
-        _, end, est, open_ = op_interval(created, done, ref, completed_ns=e.time_completed_ns if e else None,
-                                         duration_ms=e.duration_ms if e else None, next_created_ns=nxt,
+        group_next = (None if (entry is not None and entry.is_p2p)
+                      else partial(f.job.first_enqueue, name, seq + 1))
+        _, end, est, open_ = op_interval(created_ns, done, ref,
+                                         completed_ns=entry.time_completed_ns if entry else None,
+                                         duration_ms=entry.duration_ms if entry else None, next_created_ns=nxt,
                                          group_next_ns=group_next)
-        if created < start and end <= start:
+        if created_ns < start and end <= start:
             continue
-        if e is not None:
-            op, pname, p2p = e.op, e.profiling_name, e.is_p2p
+        if entry is not None:
+            op, pname, p2p = entry.op, entry.profiling_name, entry.is_p2p
         else:
             fpt = d.fingerprints.get(fp)
             op = str(fpt[0]) if fpt else "collective"
             pname, p2p = prefix + op, False
-        out.append(Op(name, seq, op, pname, created, end, est, open_, created < start, p2p, e))
+        out.append(Op(name, seq, op, pname, created_ns, end, est, open_, created_ns < start, p2p, entry))
     return out
 
 

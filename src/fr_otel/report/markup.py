@@ -10,6 +10,7 @@ import html
 import re
 
 from ..common.text import clip
+from ..diagnosis.kinds import KINDS, CulpritKind
 
 __all__ = ["badge", "esc", "fmt_duration", "fmt_rel", "seq_label"]
 
@@ -52,19 +53,9 @@ def fmt_rel(ns: float) -> str:
     return ("−" if ns < 0 else "+") + fmt_duration(abs(ns))
 
 
-_KIND_TEXT = {
-    "not_enqueued": "never enqueued",
-    "not_completed": "did not complete",
-    "mismatch": "mismatch",
-    "missing_dump": "no dump",
-    "straggler": "straggler",
-    "unknown": "state unknown",
-}
-
-
-def badge(kind: str) -> str:
+def badge(kind: CulpritKind) -> str:
     """A culprit kind as a coloured label (``never enqueued``, ``mismatch``…)."""
-    return f'<span class="badge k-{esc(kind)}">{esc(_KIND_TEXT.get(kind, kind))}</span>'
+    return f'<span class="badge k-{esc(kind)}">{esc(KINDS[kind].label)}</span>'
 
 
 def seq_label(seq: int | None) -> str:

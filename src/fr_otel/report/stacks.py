@@ -7,6 +7,7 @@ marked (that is usually the bug). The live agent's capture ("now") comes first.
 
 from __future__ import annotations
 
+from ..diagnosis.kinds import CulpritKind
 from ..diagnosis.verdict import Culprit
 from ..read.dump import Entry
 from ..read.frame import Frame, frame_origin
@@ -63,7 +64,7 @@ def _frames_list(frames: tuple[Frame, ...], other: tuple[Frame, ...] | None = No
 
 def _stack_entry(f: Facts, c: Culprit) -> tuple[Entry | None, str]:
     """The entry whose stack explains ``c``, and what it is."""
-    if c.kind in ("mismatch", "not_completed") and c.collective_seq_id is not None:
+    if c.kind in (CulpritKind.MISMATCH, CulpritKind.NOT_COMPLETED) and c.collective_seq_id is not None:
         e = f.entry_at(c.rank, c.group_name, c.collective_seq_id)
         if e is not None:
             return e, f"the call of {e.profiling_name} #{e.collective_seq_id} on {f.group_label(e.pg_name)}"
@@ -116,7 +117,7 @@ def stacks_section(f: Facts) -> str:
             out.append(head + '<p class="dim">No stack recorded for this rank.</p>')
             continue
         block = _frames_list(e.frames)
-        if c.kind == "mismatch" and c.collective_seq_id is not None:
+        if c.kind == CulpritKind.MISMATCH and c.collective_seq_id is not None:
             peer_html = '<p class="dim">No peer stack at this sequence number.</p>'
             peers = [w for w in c.waiting_ranks[:16]]
             found = [tail_entry(f.job.dumps.get(w), c.group_name, c.collective_seq_id) for w in peers]

@@ -7,6 +7,7 @@ from dataclasses import replace
 from ..common.ranks import compress_ranks
 from ..common.text import one_line, printable
 from ..diagnosis.hosts import LOST_STATES
+from ..diagnosis.kinds import VerdictWord
 from ..diagnosis.verdict import UNKNOWN_STALL, Culprit, Verdict
 from ..read.dump import op_name
 from .advice import as_lines, as_text, general_next_step, next_step
@@ -61,7 +62,7 @@ def render_verdict(v: Verdict) -> str:
         kinds = sorted({c.kind for c in rest})
         lines.append(f"  … and {len(rest)} more culprit(s): ranks {compress_ranks(c.rank for c in rest)} "
                      f"({', '.join(kinds)}); {ELSEWHERE}")
-    if not v.culprits and v.verdict != "healthy":
+    if not v.culprits and v.verdict != VerdictWord.HEALTHY:
         lines.extend(_next_lines("  ", as_lines(general_next_step(v))))
     if v.waiting:
         lines.append("")

@@ -147,6 +147,7 @@ def _coordinate(scenario: str, out: Path, ws: int, buffer_size: int, timeout_s: 
 def _run_ranks(scenario: str, out: Path, status_dir: Path, ws: int, buffer_size: int,
                deadline: float, t0: float) -> int:
     import multiprocessing as mp
+    from multiprocessing.context import BaseContext
     from multiprocessing.connection import wait
 
     # The recorder reads its size when torch initialises: set it before any rank starts.
@@ -157,9 +158,11 @@ def _run_ranks(scenario: str, out: Path, status_dir: Path, ws: int, buffer_size:
     # A forkserver imports torch once and forks every rank from that clean, single-threaded
     # process: as safe as spawn, but not one torch import per rank (~3 s on 2 busy cores).
     # torch._inductor too: the first dump with stack traces imports it (~800 modules, 1.5 s).
+    ctx: BaseContext
     if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch.distributed", "torch._inductor"])
+        forkserver = mp.get_context("forkserver")
+        forkserver.set_forkserver_preload(["torch.distributed", "torch._inductor"])
+        ctx = forkserver
     else:
         ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(ws)

@@ -202,9 +202,9 @@ def _c10d(*names: str) -> Callable[..., Any]:
     import torch._C._distributed_c10d as c10d
 
     for name in names:
-        fn = getattr(c10d, name, None)
+        fn: Callable[..., Any] | None = getattr(c10d, name, None)
         if fn is not None:
-            return fn  # type: ignore[no-any-return]
+            return fn
     raise RuntimeError(f"this torch has none of {names}")
 
 

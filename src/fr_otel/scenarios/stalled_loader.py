@@ -19,9 +19,19 @@ import argparse
 import os
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["main"]
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """``p``'s gradient, which ``backward()`` has just filled (an error, not a silent skip, if not)."""
+    if p.grad is None:
+        raise RuntimeError("a parameter has no gradient after backward()")
+    return p.grad
 
 
 def read_sample(index: int, stall: bool, stall_s: float) -> list[float]:
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         """This rank's shard: ``steps × batch`` samples, read one at a time."""
 
         def __len__(self) -> int:
-            return args.steps * args.batch
+            return int(args.steps * args.batch)
 
         def __getitem__(self, index: int) -> torch.Tensor:
             stall = rank == args.stall_rank and index // args.batch == args.stall_step
@@ -75,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         loss = model(batch).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = torch.cat([_grad(p).reshape(-1) for p in params])
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
         offset = 0
         for p in params:
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            _grad(p).copy_(flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
         opt.step()
         time.sleep(args.step_seconds)

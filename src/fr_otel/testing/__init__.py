@@ -1,12 +1,11 @@
-"""Helpers shipped to users for testing their own set-ups; each is imported from its module.
+"""The testing kit shipped to users for testing their own set-ups; each is imported from its module.
 
 - ``dump_builder``: hand-built NCCL/gloo dumps (pickle or JSON) for specification tests
-- ``gloo_jobs``: real gloo hangs on CPU frozen into dumps (the :mod:`fr_otel.scenarios` jobs)
-- ``otlp``: real OTLP/gRPC and OTLP/HTTP receivers on loopback
+- ``otlp``: real OTLP/gRPC and OTLP/HTTP receivers on loopback ("test your setup")
 - ``spans``: deterministic synthetic spans to export (or to smoke-test a real collector)
-- ``prometheus``: a real Prometheus on loopback, queried over its HTTP API
-- ``ports``: free loopback ports
-- ``train_loop``: a small CPU gloo training loop for torchrun, one rank stalling on request
+
+This suite's own machinery (a Prometheus launcher, the torchrun training loop) lives in
+``tests/support/``, not in the wheel; real gloo hangs come from :mod:`fr_otel.scenarios`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ a collector::
         export_spans(synthetic_spans(1000), config, deadline_s=5, spool_dir=tmp)  # testing.spans
         assert len(set(rx.span_ids())) == 1000
 
-An unbound port (:func:`fr_otel.testing.ports.unused_tcp_port`) stands in for a collector that is down.
+An unbound port (:func:`fr_otel.common.ports.unused_tcp_port`) stands in for a collector that is down.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ class OtlpGrpcReceiver(_Receiver[grpc.StatusCode]):
         if max_receive_message_length is not None:
             options.append(("grpc.max_receive_message_length", int(max_receive_message_length)))
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]  # generated
             _TraceService(self), self._server
         )
         self.host = address.rpartition(":")[0]

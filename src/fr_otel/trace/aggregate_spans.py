@@ -129,16 +129,16 @@ def _span(frame: TraceFrame, key: tuple[str, str, int | None], fold: _Fold,
         attrs[A.SEQ_ID] = seq
     if fold.op:
         attrs[A.OP] = fold.op
-    links = []
+    links: list[Link] = []
     if seq is not None:
         for group in fold.groups:
             seen = collectives.get((group, seq))
             if seen and len(links) < _LINKS:
-                links.append(Link(frame.context(collective_span_id(frame, group, seen[0][1].pg_desc, seq)),
+                links.append(Link(frame.context(collective_span_id(frame, group, seq)),
                                   {"fr_otel.link": "collective"}))
     status = Status(StatusCode.UNSET)
     verdict = frame.verdict
-    if kind in ("waiting", "not_entered", "no_dump") and seq is not None and verdict.verdict in ("hang", "desync"):
+    if kind in ("waiting", "not_entered", "no_dump") and seq is not None and verdict.verdict.stuck:
         blamed = compress_ranks(c.rank for c in verdict.blamed)
         status = Status(StatusCode.ERROR, f"{verdict.verdict}" + (f", waiting for rank(s) {blamed}" if blamed else ""))
     start = min(fold.first_ns or frame.now, frame.now)

@@ -130,6 +130,8 @@ def bounded_value(value: Any, limit: int = MAX_ATTRIBUTE_CHARS) -> Any:
     :data:`MAX_ITEM_CHARS`, all of one type (mixed lists become lists of strings).
     """
     kind = type(value)
+    if kind is not str and isinstance(value, str):  # a StrEnum member (a verdict word, a kind): its text
+        value, kind = str(value), str
     if kind is bool or kind is float:
         return value
     if kind is int:

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..common.ranks import compress_ranks
+from ..diagnosis.kinds import CulpritKind
 from ..read.dump import Entry
 from . import attributes as A
 from .frame import SCOPE, TraceFrame, span_name
@@ -24,16 +25,18 @@ __all__ = ["EntriesByCollective", "collective_span_id", "collective_spans"]
 EntriesByCollective = dict[tuple[str, int], list[tuple[int, Entry, int]]]
 
 
-def collective_span_id(frame: TraceFrame, name: str, desc: str, seq: int) -> int:
-    """The collective span's id, the same from every rank's side."""
-    return frame.span_id("collective", name, desc, seq)
+def collective_span_id(frame: TraceFrame, group: str, seq: int) -> int:
+    """The collective span's id, the same from every rank's side: the group as the job model keys
+    it (its name, or :func:`~fr_otel.diagnosis.job.split_group_key` where one name holds several
+    groups) and the sequence number. The desc is a label, not identity: it is not in the id."""
+    return frame.span_id("collective", group, seq)
 
 
 def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Iterable[ReadableSpan]:
     """The collective spans, in (group, seq) order."""
     verdict, job = frame.verdict, frame.job
     progress_of = {g.group.name: g.progress for g in verdict.groups}
-    mismatched = {(c.group_name, c.collective_seq_id) for c in verdict.culprits if c.kind == "mismatch"}
+    mismatched = {(c.group_name, c.collective_seq_id) for c in verdict.culprits if c.kind == CulpritKind.MISMATCH}
     for (group, seq), seen in sorted(collectives.items()):
         pg = job.groups.get(group)
         members = pg.ranks if pg is not None else tuple(sorted({r for r, _, _ in seen}))
@@ -66,8 +69,12 @@ def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Ite
             A.COMPLETED_RANKS: completed,
             A.MISSING_RANKS: missing,
         }
-        step = next((s for s in (job.dumps[r].steps.step_at(e.time_created_ns)  # type: ignore[union-attr]
-                                 for r, e, _ in seen if job.dumps[r].steps is not None) if s is not None), None)
+        step = None  # the first entry whose rank counted steps and dates it
+        for r, e, _ in seen:
+            steps = job.dumps[r].steps
+            step = steps.step_at(e.time_created_ns) if steps is not None else None
+            if step is not None:
+                break
         if step is not None:
             attrs[A.TRAINING_STEP] = step
         status = Status(StatusCode.UNSET)
@@ -78,7 +85,7 @@ def collective_spans(frame: TraceFrame, collectives: EntriesByCollective) -> Ite
             status = Status(StatusCode.ERROR, f"never arrived: ranks {compress_ranks(missing)}")
         yield ReadableSpan(
             name=span_name(e0),
-            context=frame.context(collective_span_id(frame, group, e0.pg_desc, seq)),
+            context=frame.context(collective_span_id(frame, group, seq)),
             parent=frame.context(frame.root_id),
             resource=frame.job_resource,
             attributes=A.bounded(attrs),

@@ -84,7 +84,7 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         )
         for c in blamed[:64]
     ]
-    bad = v.verdict in ("hang", "desync")
+    bad = v.verdict.stuck
     status = (Status(StatusCode.ERROR, f"{v.verdict}: ranks {compress_ranks(c.rank for c in blamed)}") if bad
               else Status(StatusCode.UNSET))
     return ReadableSpan(

@@ -55,7 +55,7 @@ class RankSpans:
             links = []
             if not e.is_p2p:
                 self.collectives.setdefault((e.pg_name, e.collective_seq_id), []).append((rank, e, end))
-                collective = collective_span_id(frame, e.pg_name, e.pg_desc, e.collective_seq_id)
+                collective = collective_span_id(frame, e.pg_name, e.collective_seq_id)
                 links.append(Link(frame.context(collective), {"fr_otel.link": "collective"}))
             out.append(self._entry_span(rank, e, span_id, rank_span_id, resource, end, estimated, links))
         out.insert(0, self._rank_span(rank, rank_span_id, resource, chosen, start))
@@ -172,7 +172,8 @@ class RankSpans:
             instrumentation_scope=SCOPE,
         )
 
-    def _rank_span(self, rank: int, span_id: int, resource: Resource, chosen: list[Entry], start: int) -> ReadableSpan:
+    def _rank_span(self, rank: int, span_id: int, resource: Resource, chosen: Sequence[Entry],
+                   start: int) -> ReadableSpan:
         dump = self.frame.job.dumps[rank]
         histories = {n: h for n, h in dump.histories.items() if h.seq}
         kept: dict[str, int] = {}
@@ -222,7 +223,7 @@ class RankSpans:
 
 def _stuck_collectives(verdict: Verdict) -> dict[tuple[str, int], str]:
     """(group, seq) of the collectives a hang or desync is about (:func:`incident_focus`) -> why."""
-    if verdict.verdict not in ("hang", "desync"):
+    if not verdict.verdict.stuck:
         return {}
     culprits = compress_ranks(c.rank for c in verdict.culprits)
     why = f"{verdict.verdict}, waiting for rank(s) {culprits}" if culprits else verdict.verdict

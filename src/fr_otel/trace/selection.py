@@ -112,9 +112,9 @@ def _focus_seqs(verdict: Verdict) -> dict[str, set[int]]:
     for group, seq in incident_focus(verdict).all:
         focus.setdefault(group, set()).add(seq)
     for c in verdict.culprits:
-        for group, seq in [(c.group_name, c.collective_seq_id), *((e.group, e.seq) for e in c.related)]:
-            if seq is not None:
-                focus.setdefault(group, set()).update((seq - 1, seq))
+        for group, related in [(c.group_name, c.collective_seq_id), *((e.group, e.seq) for e in c.related)]:
+            if related is not None:
+                focus.setdefault(group, set()).update((related - 1, related))
     return focus
 
 

@@ -31,12 +31,12 @@ from ..common.ids import trace_id_for
 from ..common.progress import ProgressCallback
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
+from . import attributes as A
 from .aggregate_spans import aggregate_spans
 from .collective_spans import collective_spans
 from .frame import TraceFrame
 from .ids import job_identity
 from .incident_span import incident_span
-from . import attributes as A
 from .options import (
     DEFAULT_LAST_N,
     DEFAULT_MAX_SPANS,
@@ -48,8 +48,15 @@ from .selection import MAX_TRACE_SPANS, select_entries
 
 # TraceOptions and the defaults live in .options (light to import), the end-estimate bound in
 # .rank_spans; re-exported here, where callers build traces.
-__all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N",
-           "DEFAULT_MAX_SPANS", "MAX_TRACE_SPANS"]
+__all__ = [
+    "DEFAULT_LAST_N",
+    "DEFAULT_MAX_SPANS",
+    "DEFAULT_SERVICE_NAME",
+    "MAX_TRACE_SPANS",
+    "IncidentTrace",
+    "TraceOptions",
+    "build_trace",
+]
 
 
 @dataclass(slots=True)

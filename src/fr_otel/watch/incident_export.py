@@ -89,7 +89,7 @@ class IncidentExport:
                 incident.status, incident.destination = "error", f"analysis failed: {type(exc).__name__}: {exc}"
                 _log.info("incident %d: %s; not exported", number, incident.destination)
             else:
-                incident.status, incident.destination = "failed", f"{type(exc).__name__}: {exc}"
+                incident.status, incident.destination = str(ExportStatus.FAILED), f"{type(exc).__name__}: {exc}"
             record(True)
             return
         assert result.trace is not None and result.outcome is not None

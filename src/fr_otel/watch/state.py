@@ -20,6 +20,7 @@ from typing import Any
 from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.text import one_line, printable
+from ..incident.delivery import ExportStatus
 
 __all__ = ["MAX_REMEMBERED", "STATE_NAME", "Incident", "Signature", "incident_key", "load_state", "save_state"]
 
@@ -38,6 +39,10 @@ def incident_key(signatures: list[Signature] | set[Signature]) -> str:
     for name, mtime_ns, size in sorted(signatures):
         h.update(f"{name}\0{mtime_ns}\0{size}\n".encode("utf-8", "surrogatepass"))
     return h.hexdigest()
+
+
+#: The export statuses an incident is done with (its trace is where the user asked for it).
+_ARRIVED = frozenset(str(s) for s in ExportStatus if s.arrived)
 
 
 @dataclass(slots=True)
@@ -62,7 +67,7 @@ class Incident:
     @property
     def ok(self) -> bool:
         """Delivered or written (what ``fr-otel export`` exits 0 for)."""
-        return self.status in ("sent", "file", "disabled")
+        return self.status in _ARRIVED
 
     @property
     def signatures(self) -> set[Signature]:
