@@ -52,7 +52,6 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -356,10 +355,9 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     from fr_otel.agent.health import HealthTracker
     from fr_otel.agent.host_map import HostMapKeeper
     from fr_otel.agent.incident_rank import IncidentRank
-    from fr_otel.agent.incident_work import conclude
-    from fr_otel.agent import store_gather
-    from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.agent.incident_work import coordinate
     from fr_otel.common.ids import trace_id_for
+    from fr_otel.otlp.config import resolve_export_config
     from fr_otel.read.rank_process import RankProcess
 
     link = channel(port)
@@ -381,11 +379,7 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     phases = _time_phases(agent)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     deadline = time.monotonic() + 300
-    t = time.perf_counter()
-    gathered = store_gather.gather(agent, 1, deadline)
-    phases["gather (wait, fetch, decode)"] = time.perf_counter() - t
-    result = conclude(agent, 1, meta, gathered.evidence, trace_hex, deadline,
-                      complete=partial(store_gather.complete_from_nodes, agent, 1, gathered, deadline))
+    gathered, result = coordinate(agent, 1, meta, trace_hex, deadline)  # what flush_incident's owner runs
     agent.channel.set_result(1, result)
     if not gathered.asked:
         agent.channel.ask(1, "")
@@ -404,7 +398,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.pipeline
     import fr_otel.incident.sinks
     import fr_otel.trace.spans
-    from fr_otel.agent import store_gather
+    from fr_otel.agent import incident_work, store_gather
 
     phases: dict[str, float] = {}
 
@@ -419,9 +413,10 @@ def _time_phases(agent: Any) -> dict[str, float]:
 
     for name in ("summaries", "node_heartbeats", "fetch"):
         setattr(agent.channel, name, timed(f"store: {name}", getattr(agent.channel, name)))
+    incident_work.gather = timed("gather (wait, fetch, decode)", incident_work.gather)
     store_gather.decode_node_summary = timed("decode summaries", store_gather.decode_node_summary)
     store_gather.decode_payload = timed("decode whole payloads", store_gather.decode_payload)
-    store_gather.complete_from_nodes = timed("ask for whole recorders", store_gather.complete_from_nodes)
+    incident_work.complete_from_nodes = timed("ask for whole recorders", incident_work.complete_from_nodes)
     fr_otel.incident.pipeline.build_job = timed("build job", fr_otel.incident.pipeline.build_job)
     fr_otel.incident.pipeline.analyze = timed("analyze", fr_otel.incident.pipeline.analyze)
     fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)
@@ -441,8 +436,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(world: int, args: argparse.Namespace) -> dict[str, Any]:
-    from fr_otel.testing.otlp import OtlpGrpcReceiver
     from fr_otel.common.ports import unused_tcp_port
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
 
     fault = Fault("stopped", world // 3)
     t = time.perf_counter()

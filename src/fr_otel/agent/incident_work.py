@@ -33,16 +33,17 @@ from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
 from .node_leader import send_summary, wait_until_sent
 from .payload import encode_payload, entries_per_group
+from .recorder import gc_paused
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
-from .store_gather import complete_from_nodes, gather
+from .store_gather import Gathered, complete_from_nodes, gather
 from .store_link import StoreUnavailable
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "flush_incident",
-           "own_part", "publish_final", "send_part"]
+__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
+           "flush_incident", "own_part", "publish_final", "send_part"]
 
 
 log = logger("fr_otel.agent")
@@ -84,10 +85,7 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
         me.health.error("sending the recorder to the incident's coordinator", exc)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        slow = meta.get("slow_ranks")
-        gathered = gather(me, k, deadline, [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else ())
-        result = conclude(me, k, meta, gathered.evidence, trace_hex, deadline, dump_written=written,
-                          complete=partial(complete_from_nodes, me, k, gathered, deadline))
+        gathered, result = coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
             if not gathered.asked:
@@ -100,6 +98,22 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     if me.hosts.leader:
         fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
     await_verdict(me, k, deadline)
+
+
+def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
+               dump_written: bool = True) -> tuple[Gathered, dict[str, Any]]:
+    """The coordinator's gathering and verdict for incident ``k`` (returns what was gathered and the
+    verdict's summary), with the cyclic GC paused throughout: at 16k ranks it rescans the growing heap
+    of decoded recorders again and again (40 % of the decoding's CPU, a third of the analysis'). The
+    pause is bounded by the incident's deadline, and only cyclic garbage waits for it (reference
+    counting frees the rest)."""
+    slow = meta.get("slow_ranks")
+    expected = [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else []
+    with gc_paused():
+        gathered = gather(me, k, deadline, expected)
+        result = conclude(me, k, meta, gathered.evidence, trace_hex, deadline, dump_written=dump_written,
+                          complete=partial(complete_from_nodes, me, k, gathered, deadline))
+    return gathered, result
 
 
 #: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
