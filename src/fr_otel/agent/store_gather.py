@@ -78,12 +78,13 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
     heard = me.channel.heard
     summaries = _Summaries(me, k, read)
     checked = time.monotonic()
-    while me.channel.arrived(k) < _alive(me, heard, relayed, wanted) and time.monotonic() < gather_until:
+    alive = _alive(me, heard, relayed, wanted)  # a loop over every rank: counted once per heartbeat read
+    while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
         if not summaries.take():  # decoded as they come: the wait is not wasted
             time.sleep(_GATHER_POLL_S)
         if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
             node_hosts, relayed = read_heartbeats(me)
-            checked = time.monotonic()
+            alive, checked = _alive(me, heard, relayed, wanted), time.monotonic()
     summaries.take()
     out.summaries = summaries.last
     out.flat_ranks = [r for r in ranks if r not in read.dumps]

@@ -248,13 +248,9 @@ def _defined(column: array[int], calls: dict[int, tuple[Any, ...]], checked: set
 
 def _text_once(shared: dict[tuple[Any, ...], Any], text: str) -> str:
     """``text``, one object for all its copies; checked printable the first time it is met."""
-    kept = shared.get(("text", text))
-    if isinstance(kept, str):
-        return kept
-    if not text.isprintable():
+    if ("text", text) not in shared and not text.isprintable():
         raise ValueError("a name with control characters")
-    shared[("text", text)] = text
-    return text
+    return cast(str, shared.setdefault(("text", text), text))  # a "text" key always holds its text
 
 
 def _shared_text(shared: dict[tuple[Any, ...], Any], value: Any) -> str:
@@ -291,10 +287,14 @@ def _int64s(data: Any, n: int | None = None) -> array[int]:
     return col
 
 
-def _flags(data: Any, n: int) -> bytes:
-    if type(data) is not bytes or len(data) != n or max(data, default=0) > 1:
+def _flags_once(shared: dict[tuple[Any, ...], Any], data: Any, n: int) -> bytes:
+    """A completion-flag column, one object for all its equal copies; checked the first time it is met."""
+    kept = shared.get(("done", data)) if type(data) is bytes else None
+    if kept is None and type(data) is bytes and len(data) == n and max(data, default=0) <= 1:
+        kept = shared[("done", data)] = data
+    if kept is None or len(kept) != n:
         raise ValueError("a flag column is not 0/1 bytes of its length")
-    return data
+    return cast(bytes, kept)
 
 
 def _steps(value: Any, shared: dict[tuple[Any, ...], Any]) -> StepLog | None:
@@ -328,7 +328,7 @@ def _history(item: Any, calls: dict[int, tuple[Any, ...]], shared: dict[tuple[An
         fp_col = shared[("fp", fp)] = _int64s(fp, n)
     elif len(fp_col) != n:
         raise ValueError("columns of unequal length")
-    flags = shared.setdefault(("done", _flags(done, n)), done)
+    flags = _flags_once(shared, done, n)
     if n and (min(created_col) < 0 or (type(seq_col) is not range and min(seq_col) < 0)):
         raise ValueError("columns out of range")
     _defined(fp_col, calls, checked)
@@ -340,7 +340,7 @@ def _history(item: Any, calls: dict[int, tuple[Any, ...]], shared: dict[tuple[An
         ch_fp_col = shared.get(("fp", ch_fp)) if type(ch_fp) is bytes else None
         if ch_fp_col is None or len(ch_fp_col) != m:
             ch_fp_col = shared[("fp", ch_fp)] = _int64s(ch_fp, m)
-        channel = P2PChannel(shared.setdefault(("done", _flags(ch_done, m)), ch_done), ch_created_col, ch_fp_col)
+        channel = P2PChannel(_flags_once(shared, ch_done, m), ch_created_col, ch_fp_col)
         if type(key) is not str or min(ch_created_col, default=0) < 0:
             raise ValueError("a bad send/recv channel")
         _defined(ch_fp_col, calls, checked)
