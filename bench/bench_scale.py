@@ -1,173 +1,196 @@
 #!/usr/bin/env python3
-"""The live incident path at 1k/4k/16k simulated ranks, against a real TCPStore.
+"""The live incident path at 16k, 64k and 100k simulated ranks through node leaders, against a real TCPStore.
 
-What is real: the store (``torch.distributed.TCPStore`` server in its own process), the
-agent's incident protocol (:class:`fr_otel.agent.channel.IncidentChannel` over the same
-``PrefixStore`` chain :func:`connect_channel` builds), the payloads
-(:func:`fr_otel.agent.payload.encode_payload` on realistic recorders), the coordinator
-(:func:`fr_otel.agent.store_gather.gather` and :func:`fr_otel.agent.incident_work.conclude` in a process of its own, on a real
-``IncidentRank``), and the trace's destination (a loopback OTLP/gRPC receiver from :mod:`fr_otel.testing.otlp`).
+What is real: the store (``torch.distributed.TCPStore`` server in its own process); every store
+request the node leaders make (:class:`fr_otel.agent.channel.IncidentChannel` over the
+``PrefixStore`` chain the agent builds): in steady state one per node per poll interval, in turn
+an incident check (``owner``) and the node's heartbeat (``node_heartbeat``, with its 8 ranks'
+times); at the incident each node's summary (``publish_summary``) and its leader's polls for the
+coordinator's request (``asked``), answered with whole payloads (``publish_whole``); the
+payloads (:func:`fr_otel.agent.payload.encode_payload` of each rank's recorder, from
+``tests/support/scale_job.py``) and the node summaries (the leaders' own
+:func:`fr_otel.agent.node_leader.summarise_node`, one per node, made before the run); the
+coordinator (:func:`fr_otel.agent.store_gather.gather` and
+:func:`fr_otel.agent.incident_work.conclude`, with the whole-recorder request) in a process of its
+own on a real ``IncidentRank``; and the trace's destination (a loopback OTLP/gRPC receiver).
 
-What is simulated: the ranks. ``--procs`` poller processes play N ranks over ``--conns``
-store connections each (a TCPStore client takes ~0.1 s to open here, so 16k real
-connections are out of reach; every poll is still one real ``check`` round trip, and a
-connection plays N/connections ranks at N/connections times the rate). Each simulated
-rank polls the incident key once per ``poll_interval`` (as the agent does), notices the
-incident on its next poll and publishes its payload (``set`` + ``add``) right then.
+What is simulated: the nodes. ``--procs`` processes play N/8 node leaders over ``--conns`` store
+connections each (2 cores cannot run 12,500 leaders). A node notices the incident at its next
+incident check (every other poll, as a leader) and sends its summary after a modelled delay: one
+poll interval (its ranks see the incident on the leader's board at their next poll and leave
+their payloads) plus the time the real ``summarise_node`` takes on a sample node, measured here.
+What the leaders do on their own node (board, heartbeat files, payload files, decoding 8
+payloads) is measured on one sample node and printed as a per-node model.
 
-Recorders: 2000 entries per rank, a Megatron-like layout (TP 8, PP 4 below 16k ranks and
-8 at 16k, DP the rest; rank = pp*(DP*TP) + dp*TP + tp), one iteration = 3 TP all_reduce,
-PP send+recv (p2p, NCCL shape), DP reduce_scatter + all_gather, a world all_reduce. Rank
-N//3 never enqueued the last world all_reduce; every other rank has it in flight. Each
-rank's payload is built from the newest entries only (the trim keeps 64 per group, the
-same result as trimming all 2000: checked on a sample rank), so setting up 16k ranks
-takes seconds, not minutes; the 2000-entry encode cost is timed on that sample rank.
+A probe process plays the training's own store calls (``set`` then ``get`` of a small key every
+10 ms on its own connection) and records their latency: baseline (no agents), steady polling,
+and during the incident (raise -> trace delivered).
 
-A probe process plays the training's own store calls (``set`` then ``get`` of a small key
-every 10 ms on its own connection) and records their latency: baseline (no agents),
-polling, and during the incident (raise -> trace delivered).
+    python bench/bench_scale.py                        # 16384, 65536, 100000 ranks via node leaders
+    python bench/bench_scale.py --ranks 16384 --steady 5
 
-    python bench/bench_scale.py                        # 1024, 4096, 16384 ranks
-    python bench/bench_scale.py --ranks 1024 --poll-scale 1 --poll-scale 4 --poll-scale 16
-    python bench/bench_scale.py --ranks 4096 --conns 32
+The flat path (every rank polls the store and sends its payload to the coordinator) is what
+``git show 2b9413b:bench/bench_scale.py`` measured; bench/README.md has both.
 
-Goals at 16k: trace within 60 s of the raise, coordinator peak memory < 2 GiB, store p99
-for other clients < 50 ms during the incident. Benchmarks print numbers; they are not tests.
+Goals: trace at the receiver <= 60 s after the raise at 100k (<= 20 s at 16k), coordinator peak
+memory < 2 GiB, store p99 < 50 ms for the training's own calls, store load <= 1 request/s per
+node, trace <= 20k spans. Benchmarks print numbers; they are not tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import heapq
 import json
 import multiprocessing as mp
-import pickle
+import os
 import resource
 import statistics
+import struct
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))
 
-TP = 8
-ENTRIES = 2000
-KEEP = 64  # FR_OTEL_INCIDENT_ENTRIES default
+from support.scale_job import (  # noqa: E402 - after the path set-up
+    ENTRIES,
+    RANKS_PER_NODE,
+    Fault,
+    encode,
+    host_of,
+    layout_for,
+    make_payloads,
+    make_summaries,
+    node_of,
+    payload_for,
+    raw_recorder,
+)
+
 PROBE_EVERY_S = 0.010
-GOAL_TRACE_S = 60.0
+GOAL_TRACE_S = {16384: 20.0}
+GOAL_TRACE_DEFAULT_S = 60.0
 GOAL_MEM = 2 * 2**30
 GOAL_P99_S = 0.050
+GOAL_SPANS = 20_000
 JOB_ID = "bench-scale"
-# One iteration, in record order: (group kind, op, p2p)
-ITERATION = (("tp", "all_reduce", False), ("pp", "send", True), ("tp", "all_reduce", False), ("pp", "recv", True),
-             ("dp", "reduce_scatter", False), ("dp", "all_gather", False), ("tp", "all_reduce", False),
-             ("world", "all_reduce", False))
+CACHE = Path("/tmp/fr-otel-bench/scale")
 
 
-# --------------------------------------------------------------------------- layout and recorders
+# --------------------------------------------------------------------------- data, made once and cached
 
-@dataclass(frozen=True)
-class Layout:
-    world: int
-    tp: int
-    pp: int
-
-    @property
-    def dp(self) -> int:
-        return self.world // (self.tp * self.pp)
-
-    def groups(self, rank: int) -> dict[str, tuple[str, str, tuple[int, ...], int]]:
-        """kind -> (group name, desc, member ranks, local slot), names in creation order as torch gives them."""
-        tp_i, dp_i, pp_i = rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
-        n_tp, n_dp = self.world // self.tp, self.world // self.dp
-        tp_idx = pp_i * self.dp + dp_i
-        dp_idx = pp_i * self.tp + tp_i
-        pp_idx = dp_i * self.tp + tp_i
-        stride = self.tp * self.dp
-        return {
-            "world": ("0", "default_pg", tuple(range(self.world)), 0),
-            "tp": (str(1 + tp_idx), "TENSOR_MODEL_PARALLEL_GROUP", tuple(range(tp_idx * self.tp, tp_idx * self.tp + self.tp)), 1),
-            "dp": (str(1 + n_tp + dp_idx), "DATA_PARALLEL_GROUP", tuple(pp_i * stride + d * self.tp + tp_i for d in range(self.dp)), 2),
-            "pp": (str(1 + n_tp + n_dp + pp_idx), "PIPELINE_MODEL_PARALLEL_GROUP", tuple(dp_i * self.tp + tp_i + p * stride for p in range(self.pp)), 3),
-        }
+#: The code that shapes payloads and summaries (their bytes): a cache made by other code is not reused.
+_SHAPED_BY = ("agent/payload.py", "agent/node_leader.py", "agent/recorder.py", "read/node_summary.py",
+              "read/pg_meta.py", "read/dump_file.py", "read/validate.py", "read/columns.py", "read/dump.py",
+              "read/steps.py", "read/rank_process.py", "read/recent.py", "read/failed.py", "read/live_stack.py")
 
 
-def layout_for(world: int) -> Layout:
-    return Layout(world, TP, 8 if world >= 16384 else 4)
+def _fingerprint() -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for path in [REPO / "src" / "fr_otel" / p for p in _SHAPED_BY] + [REPO / "tests" / "support" / "scale_job.py"]:
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
-_ORDINAL = [sum(1 for k, _, _ in ITERATION[:j] if k == ITERATION[j][0]) for j in range(len(ITERATION))]
-_SITES = {kind: [{"name": kind + "_step", "filename": "/workspace/megatron/core/pipeline.py", "line": 100 + i},
-                 {"name": "train_step", "filename": "/workspace/megatron/training.py", "line": 700},
-                 {"name": "<module>", "filename": "/workspace/pretrain_gpt.py", "line": 42}]
-          for i, kind in enumerate(("tp", "pp", "dp", "world"))}
-_SIZES = {"tp": [[4096, 1024]], "pp": [[1, 4096, 1024]], "dp": [[16777216]], "world": [[1]]}
+def _write_blobs(path: Path, blobs: dict[int, bytes]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        for key, blob in sorted(blobs.items()):
+            fh.write(struct.pack(">QQ", key, len(blob)))
+            fh.write(blob)
+    os.replace(tmp, path)
 
 
-def recorder(layout: Layout, rank: int, culprit: int, n_entries: int, t_end_ns: int) -> dict[str, Any]:
-    """The newest ``n_entries`` of this rank's recorder, in torch's dump shape (NCCL)."""
-    groups = layout.groups(rank)
-    total_iters = 10_000  # the job ran a while: sequence numbers do not start at 1
-    n_iter = -(-n_entries // len(ITERATION)) + 1
-    stream = [(it, j) for it in range(total_iters - n_iter, total_iters) for j in range(len(ITERATION))]
-    if rank == culprit:
-        stream = stream[:-1]  # never enqueued the last world all_reduce
-    stream = stream[-n_entries:]
-    last = len(stream) - 1
-    per_iter = len(ITERATION)
-    count = {"tp": 3, "pp": 2, "dp": 2, "world": 1}
-    entries = []
-    t0 = t_end_ns - 600 * 10**9  # the hang began 10 minutes before the dump
-    skew = (rank * 7919) % 300_000
-    for i, (it, j) in enumerate(stream):
-        kind, op, p2p = ITERATION[j]
-        name, desc, _, slot = groups[kind]
-        seq = it * count[kind] + _ORDINAL[j] + 1
-        created = t0 - (last - i) * 2_000_000 + skew
-        in_flight = i == last and rank != culprit
-        sizes = _SIZES[kind]
-        entries.append({
-            "frames": _SITES[kind], "record_id": it * per_iter + j, "pg_id": slot,
-            "process_group": (name, desc), "thread_name": "python", "thread_id": str(140000000000000 + rank),
-            "collective_seq_id": 0 if p2p else seq, "p2p_seq_id": seq if p2p else 0, "op_id": it * per_iter + j,
-            "profiling_name": f"nccl:{op}", "time_created_ns": created,
-            "input_sizes": sizes, "input_dtypes": ["BFloat16"], "output_sizes": sizes, "output_dtypes": ["BFloat16"],
-            "state": "scheduled" if in_flight else "completed",
-            "time_discovered_started_ns": None if in_flight else created + 10_000,
-            "time_discovered_completed_ns": None if in_flight else created + 900_000,
-            "retired": not in_flight, "timeout_ms": 600_000, "is_p2p": p2p, "duration_ms": None if in_flight else 0.89,
-        })
-    status: dict[str, dict[str, int]] = {}
-    for e in entries:
-        if e["is_p2p"]:
-            continue
-        st = status.setdefault(str(e["pg_id"]), {"last_enqueued_collective": -1, "last_started_collective": -1,
-                                                  "last_completed_collective": -1})
-        st["last_enqueued_collective"] = e["collective_seq_id"]
-        if e["state"] == "completed":
-            st["last_started_collective"] = st["last_completed_collective"] = e["collective_seq_id"]
-    return {"version": "2.10", "pg_config": {}, "pg_status": status, "comm_lib_version": "2.21.5",
-            "entries": entries}
+def _read_blobs(path: Path, keep: set[int] | None = None) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    with open(path, "rb") as fh:
+        while head := fh.read(16):
+            key, size = struct.unpack(">QQ", head)
+            blob = fh.read(size)
+            if keep is None or key in keep:
+                out[key] = blob
+    return out
 
 
-def payload_for(layout: Layout, rank: int, culprit: int, n_entries: int, t_end_ns: int) -> bytes:
-    raw = pickle.dumps(recorder(layout, rank, culprit, n_entries, t_end_ns), protocol=2)
-    return encode(layout, rank, raw, t_end_ns)
+def prepare(world: int, fault: Fault) -> tuple[Path, dict[str, Any]]:
+    """Every rank's payload and every node's summary (the real encoders), cached by code fingerprint."""
+    folder = CACHE / f"w{world}_{fault.kind}{fault.rank}_{_fingerprint()}"
+    meta_path = folder / "meta.json"
+    if meta_path.is_file():
+        return folder, json.loads(meta_path.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    t_end = time.time_ns()
+    t = time.perf_counter()
+    payloads = make_payloads(world, fault, t_end)
+    made_payloads = time.perf_counter() - t
+    t = time.perf_counter()
+    summaries = make_summaries(payloads, t_end)
+    made_summaries = time.perf_counter() - t
+    _write_blobs(folder / "payloads.bin", payloads)
+    _write_blobs(folder / "summaries.bin", {first: blob for first, blob, _, _ in summaries})
+    meta = {"t_end": t_end, "payload_bytes": sum(map(len, payloads.values())),
+            "payload_median": statistics.median(map(len, payloads.values())),
+            "summary_bytes": sum(len(b) for _, b, _, _ in summaries),
+            "summary_median": statistics.median(len(b) for _, b, _, _ in summaries),
+            "whole_nodes": [first for first, _, _, whole in summaries if whole], "nodes": len(summaries),
+            "made_payloads_s": made_payloads, "made_summaries_s": made_summaries}
+    meta_path.write_text(json.dumps(meta))
+    return folder, meta
 
 
-def encode(layout: Layout, rank: int, raw: bytes, t_end_ns: int) -> bytes:
-    """What the rank's agent does with its recorder's bytes at an incident."""
-    from fr_otel.agent.payload import encode_payload, entries_per_group
-    from fr_otel.agent.recorder import GroupInfo
-    from fr_otel.read.rank_process import RankProcess
+def sample_leader(world: int, fault: Fault, t_end: int) -> dict[str, float]:
+    """One node leader's own work, measured: what every one of the N/8 leaders does on its node."""
+    from fr_otel.agent.node_channel import NodeChannel
+    from fr_otel.agent.node_leader import summarise_node
 
-    groups = [GroupInfo(name=n, desc=d, ranks=r, local_id=s) for n, d, r, s in layout.groups(rank).values()]
-    process = RankProcess(host=f"node{rank // 8:05d}", pid=10_000 + rank % 8, local_rank=rank % 8, source="agent")
-    return encode_payload(raw, groups, entries_per_group(KEEP, layout.world), t_end_ns, process)
+    layout = layout_for(world)
+    first = fault.rank - fault.rank % RANKS_PER_NODE
+    payloads = {r: payload_for(layout, r, fault, t_end) for r in node_of(first)}
+    runs = []
+    for _ in range(5):
+        t = time.perf_counter()
+        blob, _, whole = summarise_node(host_of(first), first, payloads, {r: t_end for r in payloads}, [])
+        runs.append(time.perf_counter() - t)
+    quiet = {r: payload_for(layout, r, Fault("stopped", -1), t_end) for r in node_of(0)}
+    quiet_runs = []
+    for _ in range(5):
+        t = time.perf_counter()
+        quiet_blob, _, _ = summarise_node(host_of(0), 0, quiet, {r: t_end for r in quiet}, [])
+        quiet_runs.append(time.perf_counter() - t)
+    raw = __import__("pickle").dumps(raw_recorder(layout, 0, fault, ENTRIES, t_end), protocol=2)
+    t = time.perf_counter()
+    encode(layout, 0, raw, t_end)
+    encode_s = time.perf_counter() - t
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # where node folders are by default
+    with tempfile.TemporaryDirectory(prefix="fr-otel-node-", dir=shm) as tmp:
+        from fr_otel.agent.node_channel import Board
+
+        leader, member = NodeChannel(Path(tmp), 0), NodeChannel(Path(tmp), 1)
+        for r in range(RANKS_PER_NODE):
+            NodeChannel(Path(tmp), r).beat(time.time_ns())
+        board = Board(0, os.getpid(), time.time_ns(), ((1, {"rank": 0, "reason": "stall"}),), {})
+
+        def med(fn: Any, n: int = 200) -> float:
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+            return statistics.median(times)
+
+        member_poll = med(lambda: (member.beat(time.time_ns()), member.board()))
+        leader_poll = med(lambda: (leader.beat(time.time_ns()), leader.heard(), leader.write_board(board)))
+        drop = med(lambda: member.drop_payload(1, payloads[first]), 50)
+    return {"summarise_s": statistics.median(runs), "summarise_quiet_s": statistics.median(quiet_runs),
+            "summary_bytes": len(blob), "summary_quiet_bytes": len(quiet_blob), "whole": whole,
+            "payloads_bytes": sum(map(len, payloads.values())), "encode_full_s": encode_s, "raw_full_bytes": len(raw),
+            "member_poll_s": member_poll, "leader_poll_s": leader_poll, "drop_payload_s": drop}
 
 
 # --------------------------------------------------------------------------- the store and the channel
@@ -181,15 +204,12 @@ def _store(port: int, timeout_s: float = 60.0) -> Any:
 
 def channel(port: int) -> Any:
     """The agent's channel, built as connect_channel builds it over its own connection."""
-    import hashlib
-
     import torch.distributed as dist
 
-    from fr_otel.agent.channel import IncidentChannel
+    from fr_otel.agent.channel import IncidentChannel, job_digest
 
     root = dist.PrefixStore("fr_otel/", _store(port))
-    digest = hashlib.blake2b(JOB_ID.encode(), digest_size=8).hexdigest()
-    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), "bench")
+    return IncidentChannel(dist.PrefixStore(f"{job_digest(JOB_ID)}/", root), "bench")
 
 
 def server(port: int, ready: Any) -> None:
@@ -200,11 +220,6 @@ def server(port: int, ready: Any) -> None:
     while True:
         time.sleep(3600)
         store.check(["x"])
-
-
-# --------------------------------------------------------------------------- roles
-
-_BULK_ENTRIES = 9 * len(ITERATION) * KEEP // 8 + 16  # enough newest entries for the trim to keep 64 per group
 
 
 class Clock:
@@ -220,50 +235,102 @@ def _wait_start(clock: Clock) -> float:
     return clock.start.value
 
 
-def poller(idx: int, ranks: list[int], world: int, conns: int, rate: float, port: int, culprit: int, t_end: int,
-           clock: Any, out: Any) -> None:
-    """Play ``ranks``: payloads first, then polls at ``rate`` ops/s in all, publishing on the first sighting."""
-    layout = layout_for(world)
-    t = time.perf_counter()
-    payloads = {r: payload_for(layout, r, culprit, _BULK_ENTRIES, t_end) for r in ranks}
-    gen_s = time.perf_counter() - t
+def _retried(call: Any, tries: int = 5) -> Any:
+    """Set-up calls (registering 1k nodes from one process) may meet the store link's 5 s bound on a loaded
+    box; a real leader registers once and its next poll tries again, so the bench retries too."""
+    from fr_otel.agent.store_link import StoreUnavailable
+
+    for attempt in range(tries):
+        try:
+            return call()
+        except StoreUnavailable:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+    return None
+
+
+# --------------------------------------------------------------------------- roles
+
+def nodes_sim(idx: int, firsts: list[int], folder: str, conns: int, poll_interval: float, delay_s: float, port: int,
+              clock: Any, out: Any) -> None:
+    """Play the node leaders of ``firsts``: one store request per node per poll (incident check and node
+    heartbeat in turn); on noticing the incident, the node's summary after ``delay_s``; then polls for the
+    coordinator's request (once per poll interval) and answers it with whole payloads."""
     from concurrent.futures import ThreadPoolExecutor
 
+    summaries = _read_blobs(Path(folder) / "summaries.bin", set(firsts))
+    wanted = {r for f in firsts for r in node_of(f)}
+    payloads = _read_blobs(Path(folder) / "payloads.bin", wanted)
     with ThreadPoolExecutor(16) as ex:
         chans = list(ex.map(lambda _: channel(port), range(conns)))
-    published: dict[int, float] = {}
-    polls = 0
-    poll_log: list[tuple[float, int]] = []
+    numbers = {f: _retried(chans[i % conns].register_node) for i, f in enumerate(firsts)}
     out.put({"role": "ready"})
-    start_at = _wait_start(clock)
-    interval = len(ranks) / rate  # seconds between two polls of the same simulated rank
+    _wait_start(clock)
+    n = len(firsts)
     began = time.time()
-    i = 0
-    seen_incident = False
+    queue: list[tuple[float, int, int, str]] = []  # (due, tie, node index, what)
+    for i in range(n):  # spread evenly over one poll interval; half the nodes start with a heartbeat
+        heapq.heappush(queue, (began + poll_interval * i / n, i, i, "owner" if i % 2 else "beat"))
+    noticed: dict[int, float] = {}
+    sent: dict[int, float] = {}
+    answered = 0
+    requests = 0
+    log: list[tuple[float, int]] = []
     last_log = 0.0
-    while True:
+    seq = n
+    while queue:
+        due, _, i, what = heapq.heappop(queue)
         now = time.time()
         if clock.stop.value and now >= clock.stop.value:
             break
-        due = began + i / rate
         if due > now:
             time.sleep(due - now)
-        rank = ranks[i % len(ranks)]
+        first = firsts[i]
         ch = chans[i % conns]
-        meta = ch.owner(2 if seen_incident else 1)
-        polls += 1
+        nxt = due + poll_interval
+        if what == "owner":
+            requests += 1
+            if i not in noticed and ch.owner(1) is not None:
+                noticed[i] = time.time()
+                heapq.heappush(queue, (noticed[i] + delay_s, seq, i, "summary"))
+                seq += 1
+            what_next = "beat"
+        elif what == "beat":
+            requests += 1
+            t = time.time_ns()
+            ch.node_heartbeat(numbers[first], {"host": host_of(first), "leader": first, "t": t,
+                                               "ranks": {str(r): t for r in node_of(first)}})
+            what_next = "owner"
+        elif what == "summary":
+            requests += 3
+            ch.publish_summary(1, summaries[first], RANKS_PER_NODE)
+            sent[i] = time.time()
+            heapq.heappush(queue, (time.time() + poll_interval, seq, i, "need"))
+            seq += 1
+            continue
+        else:  # "need": the leader's answering thread
+            requests += 1
+            asked = ch.asked(1)
+            if asked is None:
+                heapq.heappush(queue, (due + poll_interval, seq, i, "need"))
+                seq += 1
+            else:
+                from fr_otel.read.pg_meta import parse_ranks
+
+                for rank in parse_ranks(f"[{asked}]") or ():
+                    if rank in node_of(first) and rank in payloads:
+                        ch.publish_whole(1, rank, payloads[rank])
+                        requests += 1
+                answered += 1
+            continue
+        heapq.heappush(queue, (nxt, seq, i, what_next))
+        seq += 1
         if now - last_log >= 0.2:
-            poll_log.append((now, polls))
+            log.append((now, requests))
             last_log = now
-        if meta is not None and not seen_incident:
-            seen_incident = True
-        if seen_incident and rank not in published and rank != 0:
-            ch.publish(1, rank, payloads[rank])
-            published[rank] = time.time()
-        i += 1
-    sizes = [len(p) for p in payloads.values()]
-    out.put({"role": "poller", "idx": idx, "gen_s": gen_s, "ranks": len(ranks), "polls": polls, "interval": interval,
-             "poll_log": poll_log, "published": list(published.values()), "sizes": sizes})
+    out.put({"role": "nodes", "idx": idx, "nodes": n, "requests": requests, "log": log,
+             "noticed": list(noticed.values()), "sent": list(sent.values()), "answered": answered})
 
 
 def probe(port: int, clock: Any, out: Any) -> None:
@@ -281,31 +348,24 @@ def probe(port: int, clock: Any, out: Any) -> None:
     out.put({"role": "probe", "log": log})
 
 
-def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, endpoint: str, out_dir: str,
+def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, poll_interval: float,
                 out: Any) -> None:
     """Rank 0: raises incident 1 at ``raise_at`` and runs the real coordinator on a real IncidentRank."""
     from fr_otel.agent.config import AgentConfig
     from fr_otel.agent.health import HealthTracker
     from fr_otel.agent.host_map import HostMapKeeper
     from fr_otel.agent.incident_rank import IncidentRank
-    from fr_otel.agent.incident_work import conclude
-    from fr_otel.agent.store_gather import gather
-    from fr_otel.agent.process_identity import this_process
-    from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.agent.incident_work import coordinate
     from fr_otel.common.ids import trace_id_for
+    from fr_otel.otlp.config import resolve_export_config
+    from fr_otel.read.rank_process import RankProcess
 
-    layout = layout_for(world)
-    raw_full = pickle.dumps(recorder(layout, 0, culprit, ENTRIES, t_end), protocol=2)
-    t = time.perf_counter()
-    own = encode(layout, 0, raw_full, t_end)
-    encode_full_s = time.perf_counter() - t
-    # The pollers build payloads from the newest entries only: the same bytes as from all 2000.
-    same = own == payload_for(layout, 0, culprit, _BULK_ENTRIES, t_end)
     link = channel(port)
-    me = this_process(None)
-    agent = IncidentRank(AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None),
-                         resolve_export_config(endpoint=endpoint, environ={}, timeout_s=30), HealthTracker(),
-                         link, JOB_ID, 0, world, me, lambda: raw_full, tuple,
+    me = RankProcess(host=host_of(0), pid=10_000, local_rank=0, source="agent")
+    config = AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None, poll_interval=poll_interval,
+                         gather_seconds=30)
+    agent = IncidentRank(config, resolve_export_config(endpoint=endpoint, environ={}, timeout_s=60), HealthTracker(),
+                         link, JOB_ID, 0, world, me, lambda: b"", tuple,
                          HostMapKeeper(link, 0, world, me, leader=False, folders=list))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.put({"role": "ready"})
@@ -315,22 +375,22 @@ def coordinator(port: int, world: int, culprit: int, t_end: int, clock: Any, end
     t_raise = time.time()
     meta = {"rank": 0, "reason": "stall", "time_ns": time.time_ns(), "pg_name": "0", "seq": 0, "op": "all_reduce"}
     won, _ = agent.channel.claim(1, meta)
-    agent.channel.publish(1, 0, own)
     trace_hex = f"{trace_id_for(JOB_ID, '1'):032x}"
     phases = _time_phases(agent)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    phases["_start"] = time.perf_counter()
     deadline = time.monotonic() + 300
-    agent.channel.set_result(1, conclude(agent, 1, meta, gather(agent, 1, deadline), trace_hex, deadline))
+    gathered, result = coordinate(agent, 1, meta, trace_hex, deadline)  # what flush_incident's owner runs
+    agent.channel.set_result(1, result)
+    if not gathered.asked:
+        agent.channel.ask(1, "")
     t_done = time.time()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     phases["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    phases["gather wait"] = phases.pop("_fetch_at", phases["_start"]) - phases.pop("_start")
-    result = agent.channel.result(1) or {}
+    whole = sum(1 for d in gathered.evidence.dumps.values() if not d.compact)
     out.put({"role": "coordinator", "won": won, "t_raise": t_raise, "t_done": t_done, "result": result,
              "rss_before": rss_before, "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-             "raw_full_bytes": len(raw_full), "encode_full_s": encode_full_s, "own_payload": len(own),
-             "bulk_same": same, "phases": phases})
+             "phases": phases, "ranks": len(gathered.evidence.dumps), "whole": whole,
+             "summaries": gathered.summaries, "asked": agent.channel.asked(1)})
 
 
 def _time_phases(agent: Any) -> dict[str, float]:
@@ -338,7 +398,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.pipeline
     import fr_otel.incident.sinks
     import fr_otel.trace.spans
-    from fr_otel.agent import store_gather
+    from fr_otel.agent import incident_work, store_gather
 
     phases: dict[str, float] = {}
 
@@ -351,19 +411,18 @@ def _time_phases(agent: Any) -> dict[str, float]:
                 phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    fetch = timed("fetch payloads", agent.channel.fetch)
-
-    def first_fetch(*a: Any, **k: Any) -> Any:
-        phases.setdefault("_fetch_at", time.perf_counter())
-        return fetch(*a, **k)
-
-    agent.channel.fetch = first_fetch
-    store_gather.decode_payload = timed("decode payloads", store_gather.decode_payload)
+    for name in ("summaries", "node_heartbeats", "fetch"):
+        setattr(agent.channel, name, timed(f"store: {name}", getattr(agent.channel, name)))
+    incident_work.gather = timed("gather (wait, fetch, decode)", incident_work.gather)
+    store_gather.decode_node_summary = timed("decode summaries", store_gather.decode_node_summary)
+    store_gather.decode_payload = timed("decode whole payloads", store_gather.decode_payload)
+    incident_work.complete_from_nodes = timed("ask for whole recorders", incident_work.complete_from_nodes)
     fr_otel.incident.pipeline.build_job = timed("build job", fr_otel.incident.pipeline.build_job)
     fr_otel.incident.pipeline.analyze = timed("analyze", fr_otel.incident.pipeline.analyze)
     fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)
     sink = fr_otel.incident.sinks.OtlpSink
     sink.deliver = timed("export", sink.deliver)  # type: ignore[method-assign]
+    fr_otel.incident.pipeline._write_files = timed("files", fr_otel.incident.pipeline._write_files)
     return phases
 
 
@@ -376,10 +435,16 @@ def _pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
-def run(world: int, args: argparse.Namespace, poll_scale: float = 1.0, incident: bool = True) -> dict[str, Any]:
-    from fr_otel.testing.otlp import OtlpGrpcReceiver
+def run(world: int, args: argparse.Namespace) -> dict[str, Any]:
     from fr_otel.common.ports import unused_tcp_port
+    from fr_otel.testing.otlp import OtlpGrpcReceiver
 
+    fault = Fault("stopped", world // 3)
+    t = time.perf_counter()
+    folder, data = prepare(world, fault)
+    prep_s = time.perf_counter() - t
+    leader = sample_leader(world, fault, data["t_end"])
+    delay = args.poll_interval + leader["summarise_s"]
     ctx = mp.get_context("spawn")
     port = unused_tcp_port()
     ready = ctx.Event()
@@ -387,46 +452,38 @@ def run(world: int, args: argparse.Namespace, poll_scale: float = 1.0, incident:
     srv.start()
     ready.wait(30)
     out: Any = ctx.Queue()
-    culprit = world // 3
-    t_end = time.time_ns()
-    rate = world * poll_scale / args.poll_interval
     clock = Clock(ctx)
     tmp = tempfile.mkdtemp(prefix="fr-otel-scale-")
+    firsts = list(range(0, world, RANKS_PER_NODE))
     procs = []
     with OtlpGrpcReceiver() as rx:
-        ranks = list(range(1, world))
         for i in range(args.procs):
-            mine = ranks[i::args.procs]
-            procs.append(ctx.Process(target=poller, args=(i, mine, world, args.conns, rate / args.procs, port, culprit,
-                                                          t_end, clock, out)))
+            procs.append(ctx.Process(target=nodes_sim, args=(i, firsts[i::args.procs], str(folder), args.conns,
+                                                             args.poll_interval, delay, port, clock, out)))
         procs.append(ctx.Process(target=probe, args=(port, clock, out)))
-        if incident:
-            procs.append(ctx.Process(target=coordinator, args=(port, world, culprit, t_end, clock, rx.url, tmp, out)))
+        procs.append(ctx.Process(target=coordinator, args=(port, world, clock, rx.url, tmp, args.poll_interval, out)))
         for p in procs:
             p.start()
         for _ in procs:
-            assert out.get(timeout=900)["role"] == "ready"
+            assert out.get(timeout=1800)["role"] == "ready"
         baseline_from = time.time()
         start_at = baseline_from + 2.5  # a quiet baseline for the probe first
         raise_at = start_at + args.steady
         clock.raise_at.value = raise_at
         clock.start.value = start_at
-        if not incident:
-            clock.stop.value = raise_at
         t_trace = None
-        coord_done = None
         results = []
-        hard_stop = raise_at + 300
+        hard_stop = raise_at + 600
         while time.time() < hard_stop and len(results) < len(procs):
-            if incident and t_trace is None and rx.span_count() > 0:
+            if t_trace is None and rx.span_count() > 0:
                 t_trace = time.time()
-                clock.stop.value = time.time() + 1.0
             try:
                 results.append(out.get(timeout=0.02))
             except Exception:  # noqa: BLE001 - queue.Empty
                 pass
             if any(r["role"] == "coordinator" for r in results) and not clock.stop.value:
                 clock.stop.value = time.time() + 1.0
+        time.sleep(0.5)
         spans = rx.span_count()
     for p in procs:
         p.join(10)
@@ -434,49 +491,40 @@ def run(world: int, args: argparse.Namespace, poll_scale: float = 1.0, incident:
     by_role: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_role.setdefault(r["role"], []).append(r)
-    pollers = by_role["poller"]
+    sims = by_role["nodes"]
     probe_log = by_role["probe"][0]["log"]
     coord = by_role.get("coordinator", [{}])[0]
     t_raise = coord.get("t_raise", raise_at)
     t_stop = t_trace or coord.get("t_done") or clock.stop.value
-    baseline_end = start_at
     phase = lambda a, b: [dt for t, dt in probe_log if a <= t < b]  # noqa: E731
-    sizes = [s for p in pollers for s in p["sizes"]]
-    polled = sum(p["polls"] for p in pollers)
-    poll_s = raise_at - start_at
-    steady = [(t, n) for p in pollers for t, n in p["poll_log"] if start_at + 1 <= t < raise_at]
     ops = 0.0
-    for p in pollers:
-        pts = [(t, n) for t, n in p["poll_log"] if start_at + 1 <= t < raise_at]
+    for s in sims:
+        pts = [(t, n) for t, n in s["log"] if start_at + 1 <= t < raise_at]
         if len(pts) > 1:
             ops += (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
-    published = sorted(t for p in pollers for t in p["published"])
+    incident_ops = 0.0
+    for s in sims:
+        pts = [(t, n) for t, n in s["log"] if t_raise <= t < t_stop]
+        if len(pts) > 1:
+            incident_ops += (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+    noticed = sorted(t for s in sims for t in s["noticed"])
+    sent = sorted(t for s in sims for t in s["sent"])
+    base, steady, incident = phase(baseline_from, start_at), phase(start_at + 1, t_raise), phase(t_raise, t_stop)
     return {
-        "world": world, "layout": f"TP {TP} x PP {layout_for(world).pp} x DP {layout_for(world).dp}",
-        "poll_scale": poll_scale, "target_ops": rate, "ops": ops, "conns": args.conns * args.procs,
-        "gen_s": max(p["gen_s"] for p in pollers),
-        "payload_min": min(sizes), "payload_med": statistics.median(sizes), "payload_max": max(sizes),
-        "payload_total": sum(sizes) + coord.get("own_payload", 0),
-        "lat_base": (_pct(phase(baseline_from, baseline_end), 0.5), _pct(phase(baseline_from, baseline_end), 0.99),
-                     len(phase(baseline_from, baseline_end))),
-        "lat_poll": (_pct(phase(start_at + 1, t_raise), 0.5), _pct(phase(start_at + 1, t_raise), 0.99), len(phase(start_at + 1, t_raise))),
-        "lat_incident": (_pct(phase(t_raise, t_stop), 0.5), _pct(phase(t_raise, t_stop), 0.99), len(phase(t_raise, t_stop)))
-        if incident else None,
-        "published_all_s": (published[-1] - t_raise) if incident and published else None,
-        "published_n": len(published),
+        "world": world, "layout": f"TP 8 x PP {layout_for(world).pp} x DP {layout_for(world).dp}", "nodes": len(firsts),
+        "target_ops": len(firsts) / args.poll_interval, "ops": ops, "incident_ops": incident_ops,
+        "conns": args.conns * args.procs, "prep_s": prep_s, "data": data, "leader": leader, "delay_s": delay,
+        "lat_base": (_pct(base, 0.5), _pct(base, 0.99), len(base)),
+        "lat_poll": (_pct(steady, 0.5), _pct(steady, 0.99), len(steady)),
+        "lat_incident": (_pct(incident, 0.5), _pct(incident, 0.99), len(incident)),
+        "noticed_all_s": (noticed[-1] - t_raise) if noticed else None, "noticed_n": len(noticed),
+        "sent_all_s": (sent[-1] - t_raise) if sent else None, "sent_n": len(sent),
         "trace_s": (t_trace - t_raise) if t_trace else None,
         "coord_s": (coord["t_done"] - t_raise) if coord else None,
         "coord_rss_before": coord.get("rss_before"), "coord_rss_peak": coord.get("rss_peak"),
-        "encode_full_s": coord.get("encode_full_s"), "raw_full_bytes": coord.get("raw_full_bytes"),
-        "verdict": coord.get("result", {}), "culprit": culprit, "spans": spans, "polled": polled, "poll_s": poll_s,
-        "keep": _keep(world), "steady_points": len(steady), "bulk_same": coord.get("bulk_same"), "phases": coord.get("phases", {}),
+        "verdict": coord.get("result", {}), "culprit": fault.rank, "spans": spans, "phases": coord.get("phases", {}),
+        "whole_ranks": coord.get("whole"), "asked": coord.get("asked"), "load": os.getloadavg(),
     }
-
-
-def _keep(world: int) -> int:
-    from fr_otel.agent.payload import entries_per_group
-
-    return entries_per_group(KEEP, world)
 
 
 def _ms(x: float | None) -> str:
@@ -485,67 +533,68 @@ def _ms(x: float | None) -> str:
 
 def report(r: dict[str, Any]) -> None:
     mib = 2**20
-    print(f"\n== {r['world']} ranks ({r['layout']}), polling x{r['poll_scale']:g}: {r['conns']} store connections ==")
-    print(f"  store ops/s from polling: target {r['target_ops']:,.0f}, achieved {r['ops']:,.0f}")
+    d, lead = r["data"], r["leader"]
+    print(f"\n== {r['world']:,} ranks ({r['layout']}), {r['nodes']:,} nodes: {r['conns']} store connections "
+          f"(load average {r['load'][0]:.1f}) ==")
+    print(f"  data (made once with the real encoders, {d['made_payloads_s']:.0f} s + {d['made_summaries_s']:.0f} s; "
+          f"reused when cached): payload per rank median {d['payload_median']:,.0f} B ({d['payload_bytes'] / mib:.0f} MiB "
+          f"in all, never through the store); node summary median {d['summary_median']:,.0f} B, "
+          f"{d['summary_bytes'] / mib:.1f} MiB in all; {len(d['whole_nodes'])} node(s) sent whole payloads")
+    print(f"  store requests/s from polling: target {r['target_ops']:,.0f} (1 per node), achieved {r['ops']:,.0f} "
+          f"= {r['ops'] / r['nodes']:.2f} per node; during the incident {r['incident_ops']:,.0f}/s")
     b, p, i = r["lat_base"], r["lat_poll"], r["lat_incident"]
-    print(f"  other clients' store call latency p50/p99 ms: baseline {_ms(b[0])}/{_ms(b[1])} (n={b[2]}), "
-          f"polling {_ms(p[0])}/{_ms(p[1])} (n={p[2]})" + (f", incident {_ms(i[0])}/{_ms(i[1])} (n={i[2]})" if i else ""))
-    print(f"  payload bytes per rank ({r['keep']} completed entries per group): min {r['payload_min']:,}, median {r['payload_med']:,.0f}, max {r['payload_max']:,}; "
-          f"total {r['payload_total'] / mib:.1f} MiB (2000-entry recorder {r['raw_full_bytes'] or 0:,} B, encoded "
-          f"in {_ms(r['encode_full_s'])} ms per rank)")
-    if r["trace_s"] is not None or r["coord_s"] is not None:
-        v = r["verdict"]
-        ok = v.get("culprits") == [r["culprit"]]
-        print(f"  every payload published {r['published_all_s'] or 0:.1f} s after the raise ({r['published_n']} ranks); "
-              f"trace at the receiver {r['trace_s'] or float('nan'):.1f} s after the raise; coordinator done "
-              f"{r['coord_s'] or float('nan'):.1f} s; coordinator peak RSS {(r['coord_rss_peak'] or 0) / mib:.0f} MiB "
-              f"(before {(r['coord_rss_before'] or 0) / mib:.0f} MiB)")
-        phases = dict(r["phases"])
-        cpu = phases.pop("cpu", float("nan"))
-        print(f"  coordinator: {cpu:.1f} s of CPU in {r['coord_s'] or float('nan'):.1f} s of wall (the simulated ranks, "
-              "the store and the probe share its 2 cores); phases (s): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
-              + ("" if r["bulk_same"] else "  [WARNING: bulk payloads differ from trimming all 2000 entries]"))
-        print(f"  verdict {v.get('verdict')}, culprits {v.get('culprits')} "
-              f"({'names the injected culprit' if ok else 'FAIL: expected [' + str(r['culprit']) + ']'}), "
-              f"{r['spans']} spans received")
-        goals = [("trace <= 60 s", r["trace_s"] is not None and r["trace_s"] <= GOAL_TRACE_S),
-                 ("coordinator < 2 GiB", (r["coord_rss_peak"] or 0) < GOAL_MEM),
-                 ("store p99 < 50 ms", i is not None and i[1] < GOAL_P99_S)]
-        print("  goals: " + ", ".join(f"{g} {'MET' if ok else 'MISSED'}" for g, ok in goals))
+    print(f"  training's own store calls p50/p99 ms: baseline {_ms(b[0])}/{_ms(b[1])} (n={b[2]}), "
+          f"steady polling {_ms(p[0])}/{_ms(p[1])} (n={p[2]}), incident {_ms(i[0])}/{_ms(i[1])} (n={i[2]})")
+    print(f"  every node noticed {r['noticed_all_s'] or float('nan'):.1f} s after the raise ({r['noticed_n']:,} nodes), "
+          f"every summary sent {r['sent_all_s'] or float('nan'):.1f} s after (modelled delay {r['delay_s']:.2f} s each)")
+    print(f"  trace at the receiver {r['trace_s'] or float('nan'):.1f} s after the raise; coordinator done "
+          f"{r['coord_s'] or float('nan'):.1f} s; peak RSS {(r['coord_rss_peak'] or 0) / mib:.0f} MiB "
+          f"(before {(r['coord_rss_before'] or 0) / mib:.0f} MiB); {r['spans']:,} spans received")
+    phases = dict(r["phases"])
+    cpu = phases.pop("cpu", float("nan"))
+    print(f"  coordinator: {cpu:.1f} s of CPU; phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    v = r["verdict"]
+    ok = v.get("culprits") == [r["culprit"]]
+    print(f"  verdict {v.get('verdict')}, culprits {v.get('culprits')} "
+          f"({'names the injected culprit' if ok else 'FAIL: expected [' + str(r['culprit']) + ']'}); "
+          f"{r['whole_ranks']} ranks analysed from whole payloads; asked of the leaders: {r['asked']!r}")
+    print(f"  sample leader (measured): summarise its node {1000 * lead['summarise_s']:.1f} ms "
+          f"({1000 * lead['summarise_quiet_s']:.1f} ms for a node where nothing stands out; "
+          f"{lead['summary_quiet_bytes']:,} B summary, {lead['summary_bytes']:,} B with whole payloads); "
+          f"per poll: leader {1e6 * lead['leader_poll_s']:.0f} us on its node's files, member "
+          f"{1e6 * lead['member_poll_s']:.0f} us; leaving a payload {1e6 * lead['drop_payload_s']:.0f} us; "
+          f"encoding a 2000-entry recorder {1000 * lead['encode_full_s']:.1f} ms per rank")
+    goal_trace = GOAL_TRACE_S.get(r["world"], GOAL_TRACE_DEFAULT_S)
+    goals = [(f"trace <= {goal_trace:g} s", r["trace_s"] is not None and r["trace_s"] <= goal_trace),
+             ("coordinator < 2 GiB", (r["coord_rss_peak"] or 0) < GOAL_MEM),
+             ("store p99 < 50 ms", i[1] < GOAL_P99_S and p[1] < GOAL_P99_S),
+             ("<= 1 request/s per node", r["ops"] / r["nodes"] <= 1.02),
+             ("<= 20k spans", 0 < r["spans"] <= GOAL_SPANS)]
+    print("  goals: " + ", ".join(f"{g} {'MET' if ok else 'MISSED'}" for g, ok in goals))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", type=int, action="append", help="simulated world size (repeatable; default 1024 4096 16384)")
-    ap.add_argument("--poll-scale", type=float, action="append",
-                    help="also run polling only, at this many times the rate, for the first world size "
-                         "(a stand-in for that many times the ranks)")
-    ap.add_argument("--procs", type=int, default=2, help="poller processes")
-    ap.add_argument("--conns", type=int, default=32, help="store connections per poller process")
+    ap.add_argument("--ranks", type=int, action="append", help="simulated world size (repeatable; default 16384 65536 100000)")
+    ap.add_argument("--procs", type=int, default=2, help="processes playing the node leaders")
+    ap.add_argument("--conns", type=int, default=16, help="store connections per such process")
     ap.add_argument("--poll-interval", type=float, default=1.0)
-    ap.add_argument("--steady", type=float, default=6.0, help="seconds of polling before the incident")
+    ap.add_argument("--steady", type=float, default=8.0, help="seconds of polling before the incident")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     rows = []
-    for world in args.ranks or [1024, 4096, 16384]:
+    for world in args.ranks or [16384, 65536, 100000]:
         r = run(world, args)
         report(r)
         rows.append(r)
-        for scale in (args.poll_scale or []) if world == (args.ranks or [1024])[0] else []:
-            s = run(world, args, poll_scale=scale, incident=False)
-            report(s)
-            rows.append(s)
     print("\n== summary ==")
-    print(f"{'ranks':>6} {'poll ops/s':>11} {'p99 base/poll/incident ms':>27} {'payload/rank':>12} {'total MiB':>9} "
-          f"{'trace s':>8} {'coord MiB':>9}")
+    print(f"{'ranks':>7} {'nodes':>6} {'req/s/node':>10} {'p99 base/steady/incident ms':>28} {'trace s':>8} "
+          f"{'coord MiB':>9} {'spans':>6}")
     for r in rows:
-        i = r["lat_incident"]
-        print(f"{r['world'] * r['poll_scale']:>6.0f} {r['ops']:>11,.0f} "
-              f"{_ms(r['lat_base'][1]) + '/' + _ms(r['lat_poll'][1]) + '/' + (_ms(i[1]) if i else '-'):>27} "
-              f"{r['payload_med']:>12,.0f} {r['payload_total'] / 2**20:>9.1f} "
+        print(f"{r['world']:>7} {r['nodes']:>6} {r['ops'] / r['nodes']:>10.2f} "
+              f"{_ms(r['lat_base'][1]) + '/' + _ms(r['lat_poll'][1]) + '/' + _ms(r['lat_incident'][1]):>28} "
               f"{(r['trace_s'] if r['trace_s'] is not None else float('nan')):>8.1f} "
-              f"{(r['coord_rss_peak'] or 0) / 2**20:>9.0f}")
+              f"{(r['coord_rss_peak'] or 0) / 2**20:>9.0f} {r['spans']:>6}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1, default=str))
     return 0

@@ -1,5 +1,6 @@
-"""Heartbeats carry the training step: the coordinator learns when each rank was last heard and in which step
-(what a lost host's line says), and keeps them when the store goes."""
+"""Heartbeats carry the training step: through a node's leader and straight to the store, the coordinator
+learns when each rank was last heard and in which step (what a lost host's line says), and keeps them when the
+store goes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from fr_otel.agent.config import AgentConfig  # noqa: E402
 from fr_otel.agent.health import HealthTracker  # noqa: E402
 from fr_otel.agent.host_map import HostMapKeeper  # noqa: E402
 from fr_otel.agent.incident_rank import IncidentRank  # noqa: E402
+from fr_otel.agent.node_channel import NodeChannel
+from fr_otel.agent.node_leader import NodeRole
 from fr_otel.agent.store_gather import gather  # noqa: E402
 from fr_otel.common.ports import unused_tcp_port  # noqa: E402
 from fr_otel.otlp.config import resolve_export_config  # noqa: E402
@@ -50,8 +53,41 @@ def test_the_coordinator_learns_each_ranks_step_at_its_last_heartbeat(tmp_path: 
                          gather_seconds=0.3)
     rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), coordinator, "job", 2,
                         4, me, lambda: b"", tuple, HostMapKeeper(coordinator, 2, 4, me, leader=False, folders=list))
-    side = gather(rank, 1, time.monotonic() + 10).side
+    side = gather(rank, 1, time.monotonic() + 10).evidence.side
     assert side.last_step == {0: 8, 1: 7, 2: 5}
     assert set(side.last_heard) == {0, 1, 2, 3} and min(side.last_heard.values()) >= before
     assert coordinator.steps == {0: 8, 1: 7, 2: 5}  # kept for a verdict after the store is gone
+    del server
+
+
+def test_the_coordinator_learns_each_ranks_step_at_its_last_heartbeat_through_leaders_and_the_store(
+        tmp_path: Path) -> None:
+    """node-a's leader (rank 0, step 8) beats for rank 1 (step 7, its heartbeat file); rank 2 beats to the store
+    itself (step 5), rank 3 before it counted a step: gather gives every rank's last-heard time and step, and the
+    channel keeps them (the same facts as the flat heartbeats) for a verdict after the store is gone."""
+    port = unused_tcp_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    folder = tmp_path / "node-a"
+    roles = [NodeRole(_channel(port), NodeChannel(folder, r), r, RankProcess(host="node-a", pid=100 + r, local_rank=r),
+                      leader=r == 0, poll_interval=POLL) for r in (0, 1)]
+    before = time.time_ns()
+    roles[1].poll(time.time_ns(), 7)  # a member: its heartbeat file, for the leader to send on
+    roles[0].poll(time.time_ns(), 8)  # the leader's first poll checks for incidents ...
+    roles[0].poll(time.time_ns(), 8)  # ... its second beats for the node
+    flat = _channel(port)
+    flat.heartbeat(2, time.time_ns(), 5)
+    flat.heartbeat(3, time.time_ns())
+    assert set(flat.last_heard([2, 3])) == {2, 3} and flat.steps == {2: 5}
+
+    coordinator = _channel(port)
+    me = RankProcess(host="node-b", pid=1, local_rank=0, source="agent")
+    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=POLL,
+                         gather_seconds=0.3)
+    rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), coordinator, "job", 2,
+                        4, me, lambda: b"", tuple, HostMapKeeper(coordinator, 2, 4, me, leader=False, folders=list))
+    side = gather(rank, 1, time.monotonic() + 10).evidence.side
+    assert side.last_step == {0: 8, 1: 7, 2: 5}
+    assert set(side.last_heard) == {0, 1, 2, 3} and min(side.last_heard.values()) >= before
+    assert side.processes[1].host == "node-a"  # the node's heartbeat says where its ranks run
+    assert coordinator.steps == {0: 8, 1: 7, 2: 5} and set(coordinator.heard) == {0, 1, 2, 3}
     del server

@@ -138,7 +138,7 @@ def test_the_ranks_a_slow_incident_is_about_are_waited_for_however_late_their_he
     late.start()
     try:
         began = time.monotonic()
-        evidence = gather(zero, 1, time.monotonic() + 20, expected=[2, 3])
+        evidence = gather(zero, 1, time.monotonic() + 20, expected=[2, 3]).evidence
     finally:
         late.cancel()
     assert 2 in evidence.dumps, evidence.problems

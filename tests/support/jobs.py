@@ -23,10 +23,11 @@ JOB_TIMEOUT_S = 150
 
 def job_env(tmp: Path, **extra: str) -> dict[str, str]:
     """This environment without fr-otel's, OpenTelemetry's or the loop's settings, plus quick,
-    loopback-only defaults (poll every 0.5 s, /metrics on 127.0.0.1, output under ``tmp``)."""
+    loopback-only defaults (poll every 0.5 s, /metrics on 127.0.0.1, output and node folders under ``tmp``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
     env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_MARKERS=str(tmp / "markers"), FR_OTEL_POLL_INTERVAL="0.5",
-               FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp / "out"), OTEL_SERVICE_NAME="fr-otel-test")
+               FR_OTEL_METRICS_ADDR="127.0.0.1", FR_OTEL_OUT_DIR=str(tmp / "out"), FR_OTEL_NODE_DIR=str(tmp / "node"),
+               OTEL_SERVICE_NAME="fr-otel-test")
     gloo_on_loopback(env)
     env.update(extra)
     return env

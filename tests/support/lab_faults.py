@@ -129,7 +129,7 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
                   TRAIN_LOOP_GLOO_TIMEOUT=f"{gloo_timeout:g}", **fault.env, **(agent_env or {}))
     wrap: list[str] = []
     if agent:
-        env.update(FR_OTEL_OUT_DIR=str(tmp / "{node}" / "out"))
+        env.update(FR_OTEL_OUT_DIR=str(tmp / "{node}" / "out"), FR_OTEL_NODE_DIR=str(tmp / "{node}" / "node"))
         wrap = fr_otel_run("--stall-seconds", f"{stall_seconds:g}")
     with Lab(HOSTS, log_dir=tmp) as lab:
         job = lab.torchrun(TRAIN_LOOP, NPROC, env, wrap=wrap)

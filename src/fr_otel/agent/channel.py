@@ -21,6 +21,15 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     term/count          add() counter of ranks that received SIGTERM
     term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
     w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
+    nodes               add() counter of node leaders; each takes the next number n once
+    nhb/<n>             node n's heartbeat, from its leader: JSON {host, leader, t, ranks: {rank: last heard},
+                        steps: {rank: its training step then}}
+    i/<k>/nodes         add() counter of node summaries sent for incident k
+    i/<k>/node/<j>      the j-th node summary (see :mod:`fr_otel.read.node_summary`)
+    i/<k>/need          the ranks (as runs) whose whole recorders the coordinator asks their leaders for
+
+With node leaders (:mod:`.node_leader`) only one agent per node polls: the store serves one
+request per node per poll interval, and one summary per node at an incident.
 
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
@@ -39,7 +48,7 @@ from typing import Any
 from ..common.log import logger
 from .store_link import STORE_TIMEOUT_S, StoreLink
 
-__all__ = ["IncidentChannel", "beat_text", "connect_channel", "parse_beat"]
+__all__ = ["IncidentChannel", "beat_text", "connect_channel", "job_digest", "parse_beat"]
 
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
 
@@ -124,9 +133,12 @@ class IncidentChannel:
         key = f"i/{k}/result"
         return _json(_text(self.store.get(key))) if self.store.check([key]) else None
 
-    def cleanup(self, k: int, ranks: list[int]) -> None:
+    def cleanup(self, k: int, ranks: list[int], summaries: int = 0) -> None:
+        """Free the store of incident ``k``'s payloads (``ranks``') and its first ``summaries`` node summaries."""
         for r in ranks:
             self.store.delete_key(f"i/{k}/dump/{r}")
+        for j in range(1, summaries + 1):
+            self.store.delete_key(f"i/{k}/node/{j}")
 
     # -- who runs where, and who is still heard from ---------------------------------------
     def announce(self, rank: int, process: dict[str, Any]) -> None:
@@ -154,10 +166,52 @@ class IncidentChannel:
             beat = parse_beat(_text(value))
             if beat is not None:
                 out[rank] = beat[0]
-                if beat[1] is not None:
-                    self.steps[rank] = beat[1]
-        self.heard.update(out)
+                self.note_beat(rank, *beat)
         return out
+
+    def note_beat(self, rank: int, ns: int, step: int | None) -> None:
+        """One heartbeat of ``rank`` read (its own ``hb/<rank>``, or its node leader's ``nhb/<n>`` for it):
+        remembered in :attr:`heard` and :attr:`steps`, the latest beat winning."""
+        if ns >= self.heard.get(rank, 0):
+            self.heard[rank] = ns
+            if step is not None:
+                self.steps[rank] = step
+
+    # -- node leaders --------------------------------------------------------------------
+    def register_node(self) -> int:
+        """This node's number: its leader's heartbeats go under it."""
+        return int(self.store.add("nodes", 1))
+
+    def node_heartbeat(self, n: int, beat: dict[str, Any]) -> None:
+        self.store.set(f"nhb/{n}", json.dumps(beat, sort_keys=True))
+
+    def node_heartbeats(self) -> dict[int, dict[str, Any]]:
+        """Every registered node's latest heartbeat (nodes that never beat are left out)."""
+        count = int(self.store.add("nodes", 0))
+        return {n: _json(_text(v)) for n, v in self._fetch([(n, f"nhb/{n}") for n in range(1, count + 1)]).items()}
+
+    def publish_summary(self, k: int, summary: bytes, ranks: int) -> None:
+        """One node's summary for incident ``k``, covering ``ranks`` ranks' recorders."""
+        j = int(self.store.add(f"i/{k}/nodes", 1))
+        self.store.set(f"i/{k}/node/{j}", summary)
+        self.store.add(f"i/{k}/arrived", ranks)
+
+    def summaries(self, k: int, skip: int = 0) -> dict[int, bytes]:
+        """The node summaries of incident ``k`` there now, past the first ``skip``."""
+        count = int(self.store.add(f"i/{k}/nodes", 0))
+        return self._fetch([(j, f"i/{k}/node/{j}") for j in range(skip + 1, count + 1)])
+
+    def ask(self, k: int, ranks: str) -> None:
+        """Ask the leaders for the whole recorders of ``ranks`` (runs text; "" asks for none)."""
+        self.store.set(f"i/{k}/need", ranks)
+
+    def asked(self, k: int) -> str | None:
+        key = f"i/{k}/need"
+        return _text(self.store.get(key)) if self.store.check([key]) else None
+
+    def publish_whole(self, k: int, rank: int, payload: bytes) -> None:
+        """A rank's whole recorder, asked for after its node's summary went (not counted as an arrival)."""
+        self.store.set(f"i/{k}/dump/{rank}", payload)
 
     # -- who holds the job up without hanging it ----------------------------------------------
     def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
@@ -276,5 +330,9 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
         # to get here proposes one, everyone adopts it. Unique per store, i.e. per run.
         proposal = f"store:{uuid.uuid4().hex}"
         job_id = _text(link.call(lambda: root.compare_set("job_id", "", proposal), "agreeing on the job id"))
-    digest = hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return IncidentChannel(dist.PrefixStore(f"{digest}/", root), how, link, address), job_id
+    return IncidentChannel(dist.PrefixStore(f"{job_digest(job_id)}/", root), how, link, address), job_id
+
+
+def job_digest(job_id: str) -> str:
+    """The job's short name in the store's keys (and in node folders): a hash of its identity."""
+    return hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()

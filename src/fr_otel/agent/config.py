@@ -44,6 +44,8 @@ __all__ = [
     "FR_OTEL_MAX_INCIDENTS",
     "FR_OTEL_METRICS_ADDR",
     "FR_OTEL_METRICS_PORT",
+    "FR_OTEL_NODE_DIR",
+    "FR_OTEL_NODE_LEADERS",
     "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
     "FR_OTEL_RECORDER_CAPACITY",
@@ -105,6 +107,11 @@ FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
 #: ``debug``, ``info`` (one start-up line on local rank 0, incidents), ``warning`` (problems
 #: only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
+#: ``auto``: in a multi-node job one agent per node talks to the job's store for the node and sends
+#: one summary of it at an incident; ``on``/``off`` force it (see :mod:`fr_otel.agent.node_leader`).
+FR_OTEL_NODE_LEADERS = "FR_OTEL_NODE_LEADERS"
+#: Node-local folder a node's ranks share with their leader (default: /dev/shm, else the temp dir).
+FR_OTEL_NODE_DIR = "FR_OTEL_NODE_DIR"
 #: Set by the agent to its process id once its process has a process group (a rank), so child
 #: processes (data loader workers, subprocesses) that inherit the environment do not start
 #: agents of their own. Not before: a launcher's workers inherit its environment too.
@@ -114,6 +121,7 @@ FR_OTEL_AGENT_PID = "FR_OTEL_AGENT_PID"
 DEFAULT_METRICS_PORT = 9740
 DEFAULT_METRICS_ADDR = "0.0.0.0"
 HOOK_NAMES = ("atexit", "excepthook", "sigterm")
+NODE_LEADER_MODES = ("auto", "on", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -194,6 +202,14 @@ def _hooks(value: Any) -> tuple[str, ...]:
     return names
 
 
+def _node_leaders(value: Any) -> str:
+    text = str(value).strip().lower()
+    text = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}.get(text, text)
+    if text not in NODE_LEADER_MODES:
+        raise ValueError(f"expected one of {', '.join(NODE_LEADER_MODES)}, got {value!r}")
+    return text
+
+
 def _log_level(value: Any) -> str:
     text = str(value).strip().lower()
     if text not in LOG_LEVELS:
@@ -226,6 +242,8 @@ class AgentConfig:
     pg_warn_seconds: float = 300.0
     hooks: tuple[str, ...] = HOOK_NAMES
     log_level: str = "info"
+    node_leaders: str = "auto"
+    node_dir: str | None = None
     endpoint: str | None = None
     protocol: str | None = None
     headers: str | None = None
@@ -300,6 +318,10 @@ OPTIONS: tuple[Option, ...] = (
            "comma list of atexit,excepthook,sigterm, or none", "HOOKS"),
     Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", _log_level,
            "the agent's stderr log level: debug, info, warning (problems only) or error", "LEVEL"),
+    Option("node_leaders", FR_OTEL_NODE_LEADERS, "--node-leaders", _node_leaders,
+           "auto: one agent per node talks to the job's store in multi-node jobs; on or off force it", "MODE"),
+    Option("node_dir", FR_OTEL_NODE_DIR, "--node-dir", _text,
+           "node-local folder a node's ranks share with their leader (default: /dev/shm)", "DIR"),
 )
 
 #: Every ``FR_OTEL_*`` variable the agent reads (besides the standard OTEL_* ones).

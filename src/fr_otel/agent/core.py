@@ -36,6 +36,7 @@ from .host_map import HostMapKeeper
 from .incident_rank import IncidentRank, node_dump_folders
 from .incident_runner import IncidentRunner
 from .logs import set_log_rank
+from .node_leader import node_role_for
 from .poller import ProgressTracker
 from .process_identity import this_process
 from .recorder import (
@@ -228,13 +229,11 @@ class Agent:
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
         if self.incidents is not None:
-            if self.incidents.reachable():
-                with self.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
-                    self.incidents.me.hosts.poll(time.time_ns(), COUNTER.current)  # a lost node is said at its step
-                if self.slow is not None and self.waits is not None:
-                    with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
-                        self.slow.poll(self.waits, self.tracker.statuses)
-            self.incidents.poll(self.tracker.stalls(time.time_ns(), self.config.stall_seconds))
+            now = time.time_ns()
+            if self.slow is not None and self.waits is not None and self.incidents.reachable():
+                with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
+                    self.slow.poll(self.waits, self.tracker.statuses)
+            self.incidents.poll(self.tracker.stalls(now, self.config.stall_seconds), now)
 
     def _may_read_full(self) -> bool:
         """A full read holds the GIL (~30 ms per 2000 entries): keep it under ~2% of wall time."""
@@ -303,14 +302,19 @@ class Agent:
                 channel, job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
                 hosts = HostMapKeeper(channel, rank, world_size, self.process, leader=local_rank() in (0, None),
                                       folders=partial(node_dump_folders, self.config))
+                node = node_role_for(self.config, channel, job_id, rank, world_size, self.process, local_rank(),
+                                     os.environ)
                 me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
-                                  self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts)
+                                  self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
+                                  node)
                 self.incidents = IncidentRunner(me, self.tracker)
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
                                           stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
                                           on_holdup=incident_for_holdups(self.incidents))
-                log.debug("incidents through %s, job id %s", channel.how, job_id)
+                log.debug("incidents through %s, job id %s%s", channel.how, job_id,
+                          "" if node is None else f"; {'this node leader' if node.leader else 'its node leader'} "
+                          f"in {node.node.folder}")
         if local_rank() in (0, None):  # one line per host, not one per rank
             with self.health.guard("start-up line"):
                 log.info("%s", self.start_line())
@@ -349,6 +353,10 @@ class Agent:
         deadline = self.exit_deadline()
         if self.incidents is not None:
             self.incidents.at_exit(deadline)
+            node = self.incidents.me.node
+            if node is not None and node.leader:
+                with self.health.guard("removing this node's folder"):
+                    node.node.remove()
         self.stop(timeout=min(_EXIT_STORE_TIMEOUT_S, max(deadline - time.monotonic(), 0.0)), close_server=False)
         log.debug("the agent's way out is done, %.1f s of its %g s budget left", deadline - time.monotonic(),
                   self.config.flush_timeout)

@@ -11,7 +11,10 @@ names the host of every rank, the lost ones included, and which host runs the jo
 
 Every poll also leaves a heartbeat (``hb/<rank>``: the wall clock of this poll and the rank's
 training step), so an incident can say when, and at which step, each missing rank was last
-heard from, and which node went silent first.
+heard from, and which node went silent first. With node leaders (:mod:`.node_leader`) the
+leader beats for its whole node instead (the same facts per rank), and gathers the whole map at start only up to :data:`GATHER_MAX_WORLD` ranks (at 100k ranks,
+12,500 leaders each reading 100k keys would be a billion reads): beyond it the coordinator
+fetches the hosts it needs at an incident and its files bring the map to every node.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from ..read.rank_process import RankProcess, process_from_raw
 from .channel import IncidentChannel
 from .reachability import holds_address
 
-__all__ = ["GATHER_TRIES", "HostMapKeeper"]
+__all__ = ["GATHER_MAX_WORLD", "GATHER_TRIES", "HostMapKeeper"]
 
 log = logger("fr_otel.agent")
 
 #: How many times a node leader looks for ranks that have not said where they run yet.
 GATHER_TRIES = 12
+#: Past this world size node leaders do not gather the whole map at start (see above).
+GATHER_MAX_WORLD = 16384
 _GATHER_EVERY_S = 5.0
 
 
@@ -56,32 +61,43 @@ class HostMapKeeper:
         self._next_try = 0.0
 
     @property
+    def announced(self) -> bool:
+        return self._announced
+
+    @property
     def complete(self) -> bool:
         return len(self.processes) >= self.world_size
 
-    def poll(self, now_ns: int, step: int | None = None) -> None:
-        """One poll's store work: announce (once), heartbeat with the rank's training step ``step``,
-        and on a node leader gather the map until it is complete or the tries run out. Store errors
-        propagate (the caller guards)."""
-        if not self._announced:
-            me = self.processes[self.rank]
-            store_host, _, _ = self.channel.address.rpartition(":")
-            holds = bool(store_host) and holds_address(store_host)
-            if holds:
-                self.store_host = me.host
-            self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
-            self._announced = True
-        self.channel.heartbeat(self.rank, now_ns, step)
-        if self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try:
+    def poll(self, now_ns: int, step: int | None = None, *, beat: bool = True) -> None:
+        """One poll's store work: announce (once), heartbeat with the rank's training step ``step``
+        (unless a node leader beats for this rank), and on a node leader gather the map until it is
+        complete or the tries run out. Store errors propagate (the caller guards)."""
+        self.announce()
+        if beat:
+            self.channel.heartbeat(self.rank, now_ns, step)
+        if (self.leader and not self.complete and self._tries < GATHER_TRIES and self._clock() >= self._next_try
+                and self.world_size <= GATHER_MAX_WORLD):
             self._tries += 1
             self._next_try = self._clock() + _GATHER_EVERY_S
             self.gather()
             if self.complete or self._tries == GATHER_TRIES:
                 self.write()
 
-    def gather(self) -> None:
-        """Fetch where every rank not known yet runs (one bounded round trip per 256 ranks)."""
-        missing = [r for r in range(self.world_size) if r not in self.processes]
+    def announce(self) -> None:
+        """Say where this rank runs (once: a store call only the first time)."""
+        if self._announced:
+            return
+        me = self.processes[self.rank]
+        store_host, _, _ = self.channel.address.rpartition(":")
+        holds = bool(store_host) and holds_address(store_host)
+        if holds:
+            self.store_host = me.host
+        self.channel.announce(self.rank, {**me.as_json(), **({"store": True} if holds else {})})
+        self._announced = True
+
+    def gather(self, ranks: list[int] | None = None) -> None:
+        """Fetch where every rank (of ``ranks``) not known yet runs (one bounded round trip per 256 ranks)."""
+        missing = [r for r in (range(self.world_size) if ranks is None else ranks) if r not in self.processes]
         for rank, raw in self.channel.hosts(missing).items():
             process = process_from_raw(raw, "agent")
             if process is not None:

@@ -19,6 +19,7 @@ from .channel import IncidentChannel
 from .config import AgentConfig
 from .health import HealthTracker
 from .host_map import HostMapKeeper
+from .node_leader import NodeRole
 from .reachability import network_facts
 from .recorder import GroupInfo
 
@@ -46,6 +47,9 @@ class IncidentRank:
     groups: Callable[[], tuple[GroupInfo, ...]]
     #: Where every rank runs, and the heartbeats that say who is still heard from.
     hosts: HostMapKeeper
+    #: This rank's part on its node when node leaders are on (:mod:`.node_leader`); None: every rank
+    #: talks to the job's store itself.
+    node: NodeRole | None = None
 
     def network_now(self, silent_hosts: set[str]) -> NetworkFacts | None:
         """The store and the other hosts as this node sees them now (bounded probes, see :mod:`.reachability`)."""

@@ -30,6 +30,8 @@ from .incident_work import flush_incident, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from .recorder import gc_paused
+from .step_counter import COUNTER
+from .store_gather import read_heartbeats
 from .store_link import StoreUnavailable
 
 __all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
@@ -85,44 +87,86 @@ class IncidentRunner:
                     return done
                 done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank, deadline=deadline))
 
-    def poll(self, stalls: list[Stall]) -> None:
-        """One poll's incident work: through the store while it answers; without it, this node's own
-        incident for a stall no incident covers yet (see :mod:`.local_incident`)."""
-        if self.reachable():
-            try:
-                self.join_open()
+    def poll(self, stalls: list[Stall], now_ns: int | None = None) -> None:
+        """One poll's incident work: through the store while it answers (or, with node leaders, through
+        this node's leader: :mod:`.node_leader`); without it, this node's own incident for a stall no
+        incident covers yet (see :mod:`.local_incident`)."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        step = COUNTER.current  # beside every heartbeat: a lost node is said with the step it was in
+        role = self.me.node
+        mode = "flat"
+        if role is not None:
+            with self.me.health.guard("keeping in touch through this node's leader"):
+                try:
+                    mode = role.poll(now_ns, step)
+                except StoreUnavailable:
+                    mode = "beat"  # the leader's heartbeat found the store down: said by the link
+        try:
+            if mode == "relayed":
+                assert role is not None
+                if role.board is not None:
+                    self.join_board(role.board.incidents)
+                if not self.me.hosts.announced and self.reachable():  # once: where this rank runs
+                    with self.me.health.guard("saying where this rank runs"), suppress(StoreUnavailable):
+                        self.me.hosts.announce()
+                if self._fresh(stalls):  # rare: then the store itself (the board may lag it)
+                    if not self.reachable():
+                        raise StoreUnavailable("the job's store does not answer")
+                    self.raise_for(stalls)
+                return
+            if self.reachable():
+                with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
+                    self.me.hosts.poll(now_ns, beat=mode == "flat", step=step)
+                if mode != "beat":
+                    self.join_open()
                 self.raise_for(stalls)
                 return
-            except StoreUnavailable:
-                pass  # the link says so once; the stall is handled below, on this node
+        except StoreUnavailable:
+            pass  # the link says so once; the stall is handled below, on this node
+        finally:
+            if role is not None and role.leader:
+                with self.me.health.guard("writing this node's board"):
+                    role.publish_board(now_ns)
         fresh = self._fresh(stalls)
         if fresh:
             self.raise_locally("stall", _stall_detail(fresh))
+
+    def join_board(self, incidents: tuple[tuple[int, dict[str, Any]], ...]) -> None:
+        """Take part in the incidents this node's leader saw in the store since the last look (no store call)."""
+        with self._lock:
+            for k, meta in incidents:
+                if k == self._known + 1:
+                    self._take_part(k, meta, owner=meta.get("rank") == self.me.rank)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
         return [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
 
     def raise_for(self, stalls: list[Stall]) -> None:
-        """Raise an incident for the oldest stall no incident covers yet, unless it waits on a
+        """Raise an incident for the oldest stall no incident covers yet (after joining those raised
+        meanwhile: another rank saw the same stall first, more often than not), unless it waits on a
         rank that received SIGTERM: that is the job ending, part of the incident that rank was in
         (or of its own SIGTERM incident), never a new one blaming it."""
-        fresh = self._fresh(stalls)
-        if not fresh:
+        if not self._fresh(stalls):
             return
-        terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
-        if terminating:
-            for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
-                if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
-                    self._covered.add((s.group.name, s.group.inflight_seq))
-                gone = sorted(set(s.group.ranks) & set(terminating))
-                log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident %s): "
-                            "the job is ending; no new incident", s.group.op or "collective", s.group.inflight_seq,
-                            s.group.name, ",".join(map(str, gone)),
-                            ",".join(sorted({str(terminating[r] or "none") for r in gone})))
-            fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
+        with self._lock:
+            self.join_open()
+            fresh = self._fresh(stalls)
             if not fresh:
                 return
-        self.raise_incident("stall", _stall_detail(fresh))
+            terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
+            if terminating:
+                for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
+                    if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
+                        self._covered.add((s.group.name, s.group.inflight_seq))
+                    gone = sorted(set(s.group.ranks) & set(terminating))
+                    log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident "
+                                "%s): the job is ending; no new incident", s.group.op or "collective",
+                                s.group.inflight_seq, s.group.name, ",".join(map(str, gone)),
+                                ",".join(sorted({str(terminating[r] or "none") for r in gone})))
+                fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
+                if not fresh:
+                    return
+            self.raise_incident("stall", _stall_detail(fresh))
 
     def _next_number(self) -> int | None:
         """The next incident number, or None once the job's cap is reached (said once)."""
@@ -176,6 +220,8 @@ class IncidentRunner:
                    local: bool = False) -> threading.Event:
         self._known = max(self._known, k)
         self._last_taken_part = time.monotonic()
+        if self.me.node is not None and not local:
+            self.me.node.incidents.append((k, meta))
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
             if g.inflight_seq is not None:
                 self._covered.add((g.name, g.inflight_seq))
@@ -215,7 +261,7 @@ class IncidentRunner:
         self.me.channel.forget_heard()  # a local verdict says only what was heard during this incident
         if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
             with self.me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
-                self.me.channel.last_heard(list(range(self.me.world_size)))
+                read_heartbeats(self.me)  # node leaders' heartbeats too
         part = own_part(self.me, trace_hex, self.failed)
         self.me.health.incident(trace_hex)
         if not local:
@@ -225,6 +271,9 @@ class IncidentRunner:
             except StoreUnavailable as exc:
                 log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
                             k, one_line(exc, 200))
+                if self.me.node is not None:
+                    with self.me.health.guard("telling this node's ranks"):
+                        self.me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
         take_part_locally(self.me, k, meta, deadline, part)
 
     # -- asked for: flush, the exit hooks -----------------------------------------------

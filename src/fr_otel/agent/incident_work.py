@@ -17,11 +17,13 @@ bounded by a deadline.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..common.log import logger
 from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
+from ..common.log import logger
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
 from ..read.incident_file import DETECTED_KEYS, DETECTED_PREFIX, REASON_ATTRIBUTE
@@ -29,17 +31,19 @@ from ..read.reader import ReadResult
 from ..trace.options import TraceOptions
 from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
+from .node_leader import send_summary, wait_until_sent
 from .payload import encode_payload, entries_per_group
+from .recorder import gc_paused
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
-from .store_gather import gather
+from .store_gather import Gathered, complete_from_nodes, gather
 from .store_link import StoreUnavailable
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "await_verdict", "conclude", "flush_incident", "own_part",
-           "publish_final"]
+__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
+           "flush_incident", "own_part", "publish_final", "send_part"]
 
 
 log = logger("fr_otel.agent")
@@ -74,24 +78,42 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     payload, written = part
     try:
-        me.channel.publish(k, me.rank, payload)
+        send_part(me, k, payload, deadline)
     except StoreUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - the store refused this one call: the coordinator goes on
         me.health.error("sending the recorder to the incident's coordinator", exc)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        slow = meta.get("slow_ranks")
-        evidence = gather(me, k, deadline, [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else ())
-        result = conclude(me, k, meta, evidence, trace_hex, deadline, dump_written=written)
+        gathered, result = coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
+            if not gathered.asked:
+                me.channel.ask(k, "")  # node leaders stop waiting for a request
             publish_files(me, k, folder)
-            me.channel.cleanup(k, list(evidence.dumps))
+            me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
+        if me.node is not None:
+            me.node.ended_as(k, verdict=True)
         return
     if me.hosts.leader:
         fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
     await_verdict(me, k, deadline)
+
+
+def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
+               dump_written: bool = True) -> tuple[Gathered, dict[str, Any]]:
+    """The coordinator's gathering and verdict for incident ``k`` (returns what was gathered and the
+    verdict's summary), with the cyclic GC paused throughout: at 16k ranks it rescans the growing heap
+    of decoded recorders again and again (40 % of the decoding's CPU, a third of the analysis'). The
+    pause is bounded by the incident's deadline, and only cyclic garbage waits for it (reference
+    counting frees the rest)."""
+    slow = meta.get("slow_ranks")
+    expected = [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else []
+    with gc_paused():
+        gathered = gather(me, k, deadline, expected)
+        result = conclude(me, k, meta, gathered.evidence, trace_hex, deadline, dump_written=dump_written,
+                          complete=partial(complete_from_nodes, me, k, gathered, deadline))
+    return gathered, result
 
 
 #: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
@@ -103,16 +125,45 @@ def await_verdict(me: IncidentRank, k: int, deadline: float) -> None:
     the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
     its node may run, alive until the verdict exists (a rank of the store's node that exits at once
     takes the store with it), and it is how a rank learns the store went away mid-incident (the
-    call raises :class:`~.store_link.StoreUnavailable`) while its node can still report its own part."""
+    call raises :class:`~.store_link.StoreUnavailable`) while its node can still report its own part.
+    A member whose node leader answers waits on its board instead (no store call: a node counts once in
+    the store): the leader says when it saw the verdict, or that the store went away."""
     until = deadline - CONCLUDE_RESERVE_S
+    role = me.node
     while time.monotonic() < until:
-        if me.channel.result(k) is not None:
+        word = role.verdict_word(k) if role is not None else "ask the store"
+        if word == "lost":
+            raise StoreUnavailable("this node's leader found the job's store gone during the incident")
+        if word == "verdict" or (word == "ask the store" and me.channel.result(k) is not None):
+            if role is not None:
+                role.ended_as(k, verdict=True)
             return
         time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
 
 
+def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None:
+    """This rank's payload to the coordinator: through its node's leader while one carries it (the leader
+    sends the node's summary), else through the store; a rank its leader left out sends its own."""
+    role = me.node
+    if role is None or not (role.leader or role.relayed()):
+        me.channel.publish(k, me.rank, payload)
+        return
+    role.node.drop_payload(k, payload)
+    wait = min(deadline, time.monotonic() + LEADER_WAIT_POLLS * me.config.poll_interval + 2.0)
+    if role.leader:
+        send_summary(role, k, wait, deadline)
+    elif not wait_until_sent(role, k, wait + me.config.poll_interval):
+        log.info("incident %d: this node's leader did not send rank %d's recorder; it sends its own", k, me.rank)
+        me.channel.publish(k, me.rank, payload)
+
+
+#: How many polls a node leader waits for its ranks' payloads (they see the incident on the next one).
+LEADER_WAIT_POLLS = 2
+
+
 def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResult, trace_hex: str, deadline: float,
-             *, dump_written: bool = True, local: bool = False) -> dict[str, Any]:
+             *, dump_written: bool = True, local: bool = False,
+             complete: Callable[..., bool] | None = None) -> dict[str, Any]:
     """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
     log line; returns the verdict's summary (what the store's result key holds)."""
     # The analysis loads only when an incident happens.
@@ -135,8 +186,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     remaining = max(deadline - time.monotonic(), 1.0)
     options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
                            root_key=f"local/{me.process.host}" if local else "")
-    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir), files_to=folder if mine else None,
-                        deadline_s=min(remaining, me.export_config.timeout_s))
+    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir),
+                        files_to=folder if mine else None, deadline_s=min(remaining, me.export_config.timeout_s),
+                        complete=partial(complete, options=options) if complete is not None else None)
     result = run_incident(evidence, plan)
     trace, outcome, verdict = result.trace, result.outcome, result.verdict
     assert trace is not None and outcome is not None

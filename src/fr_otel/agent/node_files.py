@@ -11,6 +11,7 @@ folder already has them (a shared file system) writes nothing.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import zlib
@@ -18,19 +19,23 @@ from pathlib import Path
 
 from ..common.log import logger
 from ..common.files import atomic_write
+from ..common.text import one_line
 from ..incident.files import INCIDENT_FILE, REPORT_FILE
 from ..read.rank_map import RANKS_FILE
 from ..read.steps import STEPS_FILE
 from .incident_rank import IncidentRank
+from .node_leader import local_world_size
 from .store_link import StoreUnavailable
 
 __all__ = ["FILES", "MAX_FILES_BYTES", "fetch_files_later", "publish_files"]
 
 #: What every node gets, in the order written (incident.json last: its presence means "all here").
 FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
-#: The files travel through the job's store: beyond this they stay on the coordinator's node.
+#: The files travel through the job's store, once per node: beyond this in all (a 100k-rank job's
+#: files times 12,500 nodes) they stay on the coordinator's node, and the others are told where.
 MAX_FILES_BYTES = 16 << 20
-_POLL_S = 0.5
+MAX_FILES_BYTES_ALL_NODES = 1 << 30
+_KEPT_ON = "fr_otel_kept_on"  # the files' place when they stay on the coordinator's node
 
 log = logger("fr_otel.agent")
 
@@ -44,9 +49,13 @@ def publish_files(me: IncidentRank, k: int, folder: Path) -> None:
         except OSError:
             continue
     blob = zlib.compress(json.dumps(files).encode("utf-8"), 6)
-    if len(blob) > MAX_FILES_BYTES:
-        log.info("incident %d: its files (%d bytes compressed) stay on this node", k, len(blob))
-        return
+    per_node = local_world_size(os.environ) or 1
+    nodes = max(len({p.host for p in me.hosts.processes.values() if p.host}), me.world_size // per_node, 1)
+    if len(blob) > MAX_FILES_BYTES or len(blob) * nodes > MAX_FILES_BYTES_ALL_NODES:
+        where = f"{me.process.host or '?'}:{folder}"
+        log.info("incident %d: its files (%d bytes compressed, for %d nodes) stay on this node: %s", k, len(blob),
+                 nodes, where)
+        blob = zlib.compress(json.dumps({_KEPT_ON: where}).encode("utf-8"))  # the others stop asking
     me.channel.publish_files(k, blob)
 
 
@@ -70,12 +79,16 @@ def _fetch(me: IncidentRank, k: int, folder: Path, until: float) -> None:
         if blob is not None:
             _write(k, folder, blob)
             return
-        time.sleep(_POLL_S)
+        time.sleep(me.config.poll_interval)
 
 
 def _write(k: int, folder: Path, blob: bytes) -> None:
     try:
         files = json.loads(zlib.decompress(blob))
+        if isinstance(files, dict) and isinstance(files.get(_KEPT_ON), str):
+            log.info("incident %d: its verdict and report stay on the coordinator's node, at %s", k,
+                     one_line(files[_KEPT_ON], 300))
+            return
         for name in FILES:
             text = files.get(name) if isinstance(files, dict) else None
             if isinstance(text, str):

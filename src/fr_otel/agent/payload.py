@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from ..common.ranks import compress_ranks
 from ..read.dump import Entry, RankDump
 from ..read.dump_file import parse_dump_bytes
 from ..read.entry_rules import completion_rule
@@ -26,6 +25,7 @@ from ..read.failed import PAYLOAD_KEY as FAILED_KEY
 from ..read.failed import FailedCollective
 from ..read.live_stack import PAYLOAD_KEY as STACKS_KEY
 from ..read.live_stack import LiveStacks
+from ..read.pg_meta import member_runs
 from ..read.rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ..read.rank_process import RankProcess
 from ..read.recent import recent_and_in_flight
@@ -40,9 +40,9 @@ _HEADER = struct.Struct(">4sQ")
 
 
 def pg_config_for(groups: Iterable[GroupInfo]) -> dict[str, dict[str, str]]:
-    """``pg_config`` in torch's own shape, members as runs (``"[0-16383]"``: the world group
-    would otherwise put every rank's number in every rank's payload, 80% of it at 16k ranks)."""
-    return {g.name: {"name": g.name, "desc": g.desc, "ranks": f"[{compress_ranks(g.ranks, limit=len(g.ranks) + 1)}]"}
+    """``pg_config`` in torch's own shape, members as runs (``"[0-16383]"``, ``"[5-16381:8]"``: the world
+    and data-parallel groups would otherwise put every member's number in every member's payload)."""
+    return {g.name: {"name": g.name, "desc": g.desc, "ranks": f"[{member_runs(sorted(set(g.ranks)))}]"}
             for g in groups if g.name}
 
 

@@ -222,6 +222,7 @@ def build_job(read: ReadResult) -> Job:
     dumps = read.dumps
     world_hint: tuple[int, ...] | None = None
     variants: dict[str, dict[tuple[int, ...], str]] = {}  # name -> member set -> desc
+    counted: set[tuple[str, int]] = set()  # each parsed member list once: hashing each rank's is O(N²) at 100k
     for rank, dump in sorted(dumps.items()):
         for name, cfg in dump.pg_config.items():
             if not name:
@@ -230,7 +231,8 @@ def build_job(read: ReadResult) -> Job:
                 if unnamed_world(name, cfg.ranks):
                     world_hint = cfg.ranks
                 continue
-            if cfg.ranks:
+            if cfg.ranks and (name, id(cfg.ranks)) not in counted:
+                counted.add((name, id(cfg.ranks)))
                 variants.setdefault(name, {}).setdefault(cfg.ranks, cfg.desc)
     configs: dict[str, tuple[str, tuple[int, ...]]] = {}
     recorded: dict[str, str] = {}

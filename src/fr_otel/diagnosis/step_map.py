@@ -53,10 +53,14 @@ def step_of_collective(job: Job, group: str, seq: int) -> int | None:
 
 def steps_file_json(job: Job) -> dict[str, Any]:
     """The step map written beside the dumps: per rank its step, step starts and, per group,
-    the first sequence number of each recent step."""
+    the first sequence number of each recent step. A compact rank (a node summary's, in a job of
+    thousands of nodes) says only its step: its starts and entries stayed on its node, and 100k
+    ranks' worth of them would be 100 MB of JSON."""
     ranks: dict[str, Any] = {}
     for rank, dump in sorted(job.dumps.items()):
-        if dump.steps is not None:
+        if dump.steps is not None and dump.compact:
+            ranks[str(rank)] = {"step": dump.steps.step, "source": dump.steps.source, "starts": []}
+        elif dump.steps is not None:
             ranks[str(rank)] = {**dump.steps.as_json(),
                                 "first_seq": {g: [list(p) for p in pairs] for g, pairs in first_seqs(job, rank).items()}}
     return {"version": 1, "ranks": ranks}

@@ -56,6 +56,11 @@ class IncidentPlan:
     progress: TerminalProgress = field(default_factory=lambda: TerminalProgress(enabled=False))
     #: Called once the trace is built, before it is delivered (the watcher records its id first).
     on_traced: Callable[[IncidentResult], None] | None = None
+    #: Called with the first verdict when some dumps are compact (node summaries: columns and a few
+    #: entries): it may put whole dumps in the evidence for the ranks the verdict and its trace show
+    #: (the live agent asks their nodes) and says whether it did; the job is then modelled and
+    #: analysed again, so the verdict and the trace read whole dumps wherever they look closely.
+    complete: Callable[[Job, Verdict], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -162,7 +167,12 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
     """
     job = build_job(evidence)
     identity = evidence.side.identity
-    result = IncidentResult(job, analyze(job, _analysis_options(plan, identity)), identity)
+    options = _analysis_options(plan, identity)
+    verdict = analyze(job, options)
+    if plan.complete is not None and any(d.compact for d in evidence.dumps.values()) and plan.complete(job, verdict):
+        job = build_job(evidence)
+        verdict = analyze(job, options)
+    result = IncidentResult(job, verdict, identity)
     if plan.trace is None:
         return result
     from ..trace.spans import (

@@ -40,7 +40,8 @@ if os.environ.get("FR_OTEL_PURE_PYTHON", "").strip().lower() in ("1", "true", "y
 #: The compiled scan is in use: built, and not turned off with ``FR_OTEL_PURE_PYTHON=1``.
 COMPILED = _compiled_scan is not None
 
-__all__ = ["COMPILED", "Summary", "summarise", "summarise_in_python", "comparable_fingerprint", "TAIL_PER_GROUP"]
+__all__ = ["COMPILED", "Summary", "summarise", "summarise_in_python", "comparable_fingerprint", "fingerprint_id",
+           "TAIL_PER_GROUP"]
 
 TAIL_PER_GROUP = 16  # newest entries per group kept whole (focus, evidence, stacks)
 _MAX_TAIL_IN_FLIGHT = 512
@@ -83,7 +84,8 @@ def comparable_fingerprint(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     return (op, as_t(in_sizes), tuple(in_dtypes or ()), as_t(out_sizes), tuple(out_dtypes or ()))
 
 
-def _fingerprint_id(comparable: tuple[Any, ...]) -> int:
+def fingerprint_id(comparable: tuple[Any, ...]) -> int:
+    """The id of one comparable call (:func:`comparable_fingerprint`): every process computes the same."""
     digest = hashlib.blake2b(marshal.dumps(comparable, 2), digest_size=7).digest()
     return int.from_bytes(digest, "big")
 
@@ -112,7 +114,7 @@ class _FingerprintIds(dict[bytes, int]):
         if not fingerprint_ok(raw):  # validation hook: once per distinct call, never cached when bad
             raise ValueError("malformed op, sizes or dtypes")
         comparable = comparable_fingerprint(raw)
-        gid = _fingerprint_id(comparable)
+        gid = fingerprint_id(comparable)
         self.meaning[gid] = comparable
         self[encoded] = gid
         return gid

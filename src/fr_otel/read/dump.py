@@ -221,6 +221,9 @@ class RankDump:
     steps: StepLog | None = None  # training steps, when the live agent counted them
     now: LiveStacks | None = None  # its threads' stacks at incident time (the live agent's payloads)
     failed: tuple[FailedCollective, ...] = ()  # collectives the backend retired as failed (the live agent says)
+    #: Only what the analysis reads (a node summary's, see :mod:`.node_summary`): columns, counters and a
+    #: few whole entries; the rest of its entries and its stacks stayed on its node.
+    compact: bool = False
     _entries: list[Entry] | None = None
     _loader: Callable[[], list[Entry] | None] | None = None
     _all_next_known: bool = False

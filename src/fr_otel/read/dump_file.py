@@ -41,7 +41,7 @@ from .steps import PAYLOAD_KEY as STEPS_KEY
 from .steps import step_log_from_raw
 from .validate import BadField, EntryFaults, entry_from_raw
 
-__all__ = ["SUPPORTED_MAJOR", "load_entries", "parse_dump_bytes", "read_dump_file"]
+__all__ = ["SUPPORTED_MAJOR", "load_entries", "parse_dump_bytes", "raw_entry", "read_dump_file"]
 
 #: The dump format's major version this reader knows (others are read as it, with a warning).
 SUPPORTED_MAJOR = 2
@@ -183,9 +183,9 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         entries = _entries(raw_entries, gloo, path, problems, stacks)
         if summary is None or len(entries) != len(raw_entries):
             # Some entry is malformed: columns come from the validated (repaired) ones.
-            raw_entries = [_as_raw(e) for e in entries]
+            raw_entries = [raw_entry(e) for e in entries]
             summary = summarise(raw_entries, gloo)
-            if summary is None:  # pragma: no cover - _as_raw output is always well formed
+            if summary is None:  # pragma: no cover - raw_entry output is always well formed
                 problems.append(f"{path}: entries could not be indexed; ignored")
                 return None
     if entries is not None:
@@ -242,8 +242,9 @@ def _entries(
     return entries
 
 
-def _as_raw(e: Entry) -> dict[str, Any]:
-    """An Entry back in the dump's own shape (for the column builder after a slow-path read)."""
+def raw_entry(e: Entry) -> dict[str, Any]:
+    """An Entry back in the dump's own shape (for the column builder after a slow-path read, and a
+    node summary's few whole entries)."""
     return {
         "record_id": e.record_id, "pg_id": e.pg_id, "process_group": (e.pg_name, e.pg_desc),
         "collective_seq_id": e.collective_seq_id, "p2p_seq_id": e.p2p_seq_id, "op_id": e.op_id,

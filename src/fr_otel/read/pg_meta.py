@@ -13,7 +13,7 @@ from ..common.text import printable
 from .dump import PgConfig, Progress
 from .validate import counter, int64
 
-__all__ = ["dump_text", "parse_ranks", "pg_config", "pg_status"]
+__all__ = ["dump_text", "member_runs", "parse_ranks", "pg_config", "pg_status"]
 
 
 def dump_text(value: Any) -> str:
@@ -72,22 +72,50 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
 _MAX_RUN_RANKS = 1 << 24
 
 
+def member_runs(ranks: tuple[int, ...] | list[int]) -> str:
+    """Sorted members as fr-otel writes them in its own payloads: runs, strided where regular
+    (``0-16383``, ``5-16381:8``, ``3``): a data-parallel group of 12,500 ranks, every 8th, is a few
+    bytes, not 80 KB in every one of its members' payloads. :func:`parse_ranks` reads it back."""
+    n = len(ranks)
+    if n > 2:  # one regular run (the world, a data-parallel group): said at C speed
+        step = ranks[1] - ranks[0]
+        if step > 0 and ranks[-1] == ranks[0] + step * (n - 1) and list(ranks) == list(range(ranks[0], ranks[-1] + 1, step)):
+            return f"{ranks[0]}-{ranks[-1]}" + (f":{step}" if step != 1 else "")
+    parts: list[str] = []
+    i = 0
+    while i < n:
+        j = i + 1
+        if j < n:
+            step = ranks[j] - ranks[i]
+            while j + 1 < n and ranks[j + 1] - ranks[j] == step:
+                j += 1
+            if step == 1 or j - i >= 2:
+                parts.append(f"{ranks[i]}-{ranks[j]}" + (f":{step}" if step != 1 else ""))
+                i = j + 1
+                continue
+        parts.append(str(ranks[i]))
+        i += 1
+    return ",".join(parts)
+
+
 def _expand_runs(inner: str) -> list[int] | None:
-    """``"0-3, 8"`` -> [0, 1, 2, 3, 8]; None unless every item is a rank or an ascending run
-    (and the whole stays under 16M ranks: a hostile "0-10**12" is refused, not expanded)."""
+    """``"0-3, 8, 9-21:4"`` -> [0, 1, 2, 3, 8, 9, 13, 17, 21]; None unless every item is a rank or an
+    ascending run, strided or not, that ends on its last member (and the whole stays under 16M
+    ranks: a hostile "0-10**12" is refused, not expanded)."""
     items: list[int] = []
     for part in inner.split(","):
-        first, dash, last = part.strip().partition("-")
+        run, colon, stride = part.strip().partition(":")
+        first, dash, last = run.partition("-")
         try:
-            if not dash:
+            if not dash and not colon:
                 items.append(int(first))
                 continue
-            a, b = int(first), int(last)
+            a, b, step = int(first), int(last), int(stride) if colon else 1
         except ValueError:
             return None
-        if not first or b < a or len(items) + b - a >= _MAX_RUN_RANKS:
+        if not first or b < a or step < 1 or (b - a) % step or len(items) + (b - a) // step >= _MAX_RUN_RANKS:
             return None
-        items.extend(range(a, b + 1))
+        items.extend(range(a, b + 1, step))
     return items
 
 

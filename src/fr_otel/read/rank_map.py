@@ -10,7 +10,8 @@ hosts it can vouch for (never replacing one the agent wrote); reading the folder
      "ranks": {"2": {"host": "node1", "node": "gpu-017", "pid": 4242, "local_rank": 0,
                      "last_heard_ns": 1764590462500000000, "last_step": 12}, ...}}
 
-``last_heard_ns`` (written at incident time) is when the rank last reached the job's store: for a rank that left no dump, when it went silent; ``last_step``
+``last_heard_ns`` (written at incident time) is when the rank last reached the job's store (itself
+or through its node's leader): for a rank that left no dump, when it went silent; ``last_step``
 the training step it was in then.
 
 The file is untrusted input like the dumps: it is read by :mod:`.side_files`, only

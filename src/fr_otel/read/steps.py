@@ -10,13 +10,15 @@ enqueue time on the same clock as the step starts).
 from __future__ import annotations
 
 import bisect
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 from ..common.json_types import is_exact_int
 from .side_files import read_per_rank_file
 
-__all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "read_steps_file", "step_log_from_raw"]
+__all__ = ["PAYLOAD_KEY", "RING", "STEPS_FILE", "StepLog", "StepStarts", "read_steps_file", "step_log_from_raw"]
 
 #: Top-level key of an agent payload holding the rank's :class:`StepLog`.
 PAYLOAD_KEY = "fr_otel_steps"
@@ -26,12 +28,40 @@ RING = 512  # recent step starts kept per rank (16 bytes each)
 _MAX_STEP = 1 << 62
 
 
+class StepStarts(Sequence[tuple[int, int]]):
+    """(step, start ns) pairs held as two int64 columns: what a coordinator keeps of 100k ranks'
+    steps (~300 bytes a rank where tuples of tuples take ~2 KB); reads, slices and compares as pairs."""
+
+    __slots__ = ("steps", "times")
+
+    def __init__(self, steps: array[int], times: array[int]) -> None:
+        self.steps, self.times = steps, times
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> StepStarts: ...
+    def __getitem__(self, i: int | slice) -> tuple[int, int] | StepStarts:
+        if isinstance(i, slice):
+            return StepStarts(self.steps[i], self.times[i])
+        return self.steps[i], self.times[i]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
 @dataclass(frozen=True, slots=True)
 class StepLog:
     """One rank's training steps: the step it is in, and when each recent step began."""
 
     step: int
-    starts: tuple[tuple[int, int], ...]  # (step, start epoch ns), oldest first
+    starts: Sequence[tuple[int, int]]  # (step, start epoch ns), oldest first: a tuple, or StepStarts
     source: str = ""  # "optimizer" | "fr_otel.step"
 
     def step_at(self, ns: int) -> int | None:

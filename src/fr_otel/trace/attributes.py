@@ -24,7 +24,8 @@ __all__ = [
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
     "CULPRIT_HOSTS", "CULPRIT_NODES", "LOST_HOSTS", "HOST_FINDINGS", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
-    "HOST_NAME", "PROCESS_PID", "STUCK", "UNKNOWN_RANKS",
+    "HOST_NAME", "PROCESS_PID", "STUCK", "UNKNOWN_RANKS", "RANKS", "RANKS_COUNT", "RANKS_STATE", "GROUPS",
+    "GROUPS_COUNT", "SUMMARY", "RANKS_IN_FULL", "RANKS_AGGREGATED",
 ]
 
 # What the recorder says (span and resource attributes)
@@ -87,6 +88,16 @@ STOPPED_AFTER_S = "fr_otel.stopped_after_s"  # a culprit: seconds after the firs
 STACK_NOW = "fr_otel.stack.now"  # the main thread's Python stack at incident time (live agent)
 NOW = "fr_otel.now"  # what that stack says: "in time.sleep at train.py:27 in main"
 STUCK = "fr_otel.stuck"  # an entry of the collective the incident is about, still in flight
+# A trace of a large job shows culprits and their peers in full and the other ranks as one span per
+# group kind and state (fr_otel.span = "ranks"):
+RANKS = "fr_otel.ranks"  # the ranks one aggregate span stands for, as runs ("0-1364,1366-4095")
+RANKS_COUNT = "fr_otel.ranks.count"
+RANKS_STATE = "fr_otel.ranks.state"  # waiting | not_entered | no_dump | idle
+GROUPS = "fr_otel.groups"  # the groups it covers (names, clipped)
+GROUPS_COUNT = "fr_otel.groups.count"
+SUMMARY = "fr_otel.summary"  # the span in one sentence: "4,093 ranks waiting in all_reduce #51234 on dp, ranks ..."
+RANKS_IN_FULL = "fr_otel.trace.ranks_in_full"  # root: ranks with their own spans (None: every rank)
+RANKS_AGGREGATED = "fr_otel.trace.ranks_aggregated"  # root: ranks shown only in aggregate spans
 
 # Generic OpenTelemetry names
 THREAD_ID = "thread.id"

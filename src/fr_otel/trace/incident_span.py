@@ -18,8 +18,10 @@ from .frame import SCOPE, TraceFrame
 __all__ = ["incident_span", "now_attributes"]
 
 
-def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list[str]) -> ReadableSpan:
-    """``fr_otel.incident``: from the first exported op to the reference time; ``notes`` are the trace's own."""
+def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list[str],
+                  extra: dict[str, Any] | None = None) -> ReadableSpan:
+    """``fr_otel.incident``: from the first exported op to the reference time; ``notes`` and ``extra``
+    attributes are the trace's own."""
     v = frame.verdict
     blamed = v.blamed  # ranks only reported (state unknown) are listed apart: never as culprits
     max_frames = frame.options.max_stack_frames
@@ -64,6 +66,7 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         attrs[A.STOP_ORDER_NOTE] = clip(v.stop_order.sentence(), 500)  # progress and time bound
     elif v.stop_order is not None and v.stop_order.note:
         attrs[A.STOP_ORDER_NOTE] = clip(v.stop_order.note, 500)
+    attrs.update(extra or {})
     for key, value in frame.options.root_attributes:
         attrs.setdefault(key, value)
     all_notes = [*v.notes, *notes]

@@ -9,7 +9,10 @@ Layout of one incident trace:
 - per collective in focus, one ``collective`` span whose id every rank derives
   from (group name, desc, ``collective_seq_id``); each rank's entry span links to
   it (a star, not N² edges). It spans first enqueue to last completion and says
-  which ranks entered, completed, or never arrived.
+  which ranks entered, completed, or never arrived;
+- in a job too large for a span per rank, only culprits and their peers get the
+  spans above; every other rank is in a ``ranks`` span per group kind and state
+  (:mod:`.aggregate_spans`), and the trace holds at most :data:`MAX_TRACE_SPANS`.
 
 Which entries are in focus: :mod:`.selection`; shared ids, time and resources:
 :mod:`.frame`; the spans: :mod:`.incident_span`, :mod:`.rank_spans`,
@@ -28,6 +31,8 @@ from ..common.ids import trace_id_for
 from ..common.progress import ProgressCallback
 from ..diagnosis.job import Job
 from ..diagnosis.verdict import Verdict
+from . import attributes as A
+from .aggregate_spans import aggregate_spans
 from .collective_spans import collective_spans
 from .frame import TraceFrame
 from .ids import job_identity
@@ -39,12 +44,19 @@ from .options import (
     TraceOptions,
 )
 from .rank_spans import RankSpans
-from .selection import select_entries
+from .selection import MAX_TRACE_SPANS, select_entries
 
 # TraceOptions and the defaults live in .options (light to import), the end-estimate bound in
 # .rank_spans; re-exported here, where callers build traces.
-__all__ = ["TraceOptions", "IncidentTrace", "build_trace", "DEFAULT_SERVICE_NAME", "DEFAULT_LAST_N",
-           "DEFAULT_MAX_SPANS"]
+__all__ = [
+    "DEFAULT_LAST_N",
+    "DEFAULT_MAX_SPANS",
+    "DEFAULT_SERVICE_NAME",
+    "MAX_TRACE_SPANS",
+    "IncidentTrace",
+    "TraceOptions",
+    "build_trace",
+]
 
 
 @dataclass(slots=True)
@@ -90,7 +102,13 @@ def build_trace(
         if progress is not None:
             progress(done, len(selected))
     spans.extend(collective_spans(frame, ranks.collectives))
-    spans.insert(0, incident_span(frame, first_start, selection.entries_total, selection.notes))
+    notes = selection.notes
+    if selection.detailed is not None:
+        spans.extend(aggregate_spans(frame, selection.detailed, ranks.collectives))
+        spans = _capped(spans, notes)
+    root_extra = {} if selection.detailed is None else {
+        A.RANKS_IN_FULL: len(selection.detailed), A.RANKS_AGGREGATED: len(job.dumps) - len(selection.detailed)}
+    spans.insert(0, incident_span(frame, first_start, selection.entries_total, notes, root_extra))
     return IncidentTrace(
         trace_id=trace_id,
         job_id=job_id,
@@ -103,6 +121,18 @@ def build_trace(
         incident=options.incident,
         root_attributes=options.root_attributes,
     )
+
+
+def _capped(spans: list[ReadableSpan], notes: list[str]) -> list[ReadableSpan]:
+    """At most :data:`MAX_TRACE_SPANS` - 1 (the root comes on top): entry spans go first, newest kept."""
+    over = len(spans) + 1 - MAX_TRACE_SPANS
+    if over <= 0:
+        return spans
+    role = A.SPAN_ROLE
+    entries = [i for i, sp in enumerate(spans) if (sp.attributes or {}).get(role) == "entry"]
+    drop = set(entries[:over])
+    notes.append(f"{len(drop)} entry span(s) left out to keep the trace under {MAX_TRACE_SPANS} spans")
+    return [sp for i, sp in enumerate(spans) if i not in drop]
 
 
 def _derived_job_id(job: Job) -> str:

@@ -1,0 +1,148 @@
+"""A node's leader and its ranks on a real TCPStore and a real node folder: one store request per node per
+poll, incidents relayed through the board, and a leader that stops polling sends its ranks back to the store."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from support.scale_job import Fault, host_of, layout_for, payload_for
+
+from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.node_channel import STALE_POLLS, NodeChannel
+from fr_otel.agent.node_leader import NodeRole, send_summary, wait_until_sent
+from fr_otel.common.ports import unused_tcp_port
+from fr_otel.read.node_summary import decode_node_summary
+from fr_otel.read.rank_process import RankProcess
+
+POLL = 0.05
+
+
+class CountingStore:
+    """A real store that counts the requests made on it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.requests = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.store, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.requests += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def _store() -> tuple[Any, int]:
+    port = unused_tcp_port()
+    return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                         timeout=timedelta(seconds=10)), port
+
+
+def _channel(port: int) -> tuple[IncidentChannel, CountingStore]:
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    counted = CountingStore(dist.PrefixStore("fr_otel/job/", client))
+    return IncidentChannel(counted, "test"), counted  # type: ignore[arg-type]
+
+
+def _roles(folder: Path, port: int, ranks: range, poll: float = POLL) -> list[tuple[NodeRole, CountingStore]]:
+    out = []
+    for rank in ranks:
+        channel, counted = _channel(port)
+        process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank)
+        out.append((NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=rank == ranks[0],
+                             poll_interval=poll), counted))
+    return out
+
+
+def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_leader_polls(tmp_path: Path) -> None:
+    """Leader and 3 ranks poll 20 times: the leader checks for incidents and beats for all 4 in turn; the others read its board."""
+    server, port = _store()
+    roles = _roles(tmp_path / "node", port, range(4))
+    modes: dict[int, list[str]] = {r.rank: [] for r, _ in roles}
+    for _ in range(20):
+        for role, _ in roles:
+            mode = role.poll(time.time_ns())
+            modes[role.rank].append(mode)
+            if role.leader and mode == "owner":
+                role.channel.owner(1)  # what the runner does on an incident check
+            if role.leader:
+                role.publish_board(time.time_ns())
+        time.sleep(POLL)
+    _, counted = roles[0]
+    assert modes[0] == ["owner", "beat"] * 10
+    assert counted.requests == 20 + 1  # one per poll, plus registering the node once
+    assert all(set(modes[r]) == {"relayed"} for r in (1, 2, 3))
+    assert all(c.requests == 0 for _, c in roles[1:])
+    beat = roles[1][0].channel.node_heartbeats()
+    assert list(beat) == [1] and beat[1]["host"] == "node-a" and set(beat[1]["ranks"]) == {"0", "1", "2", "3"}
+    del server
+
+
+def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_polls(tmp_path: Path) -> None:
+    """The leader freezes: after STALE_POLLS polls its ranks keep in touch with the store themselves, and come back when it does."""
+    server, port = _store()
+    poll = 0.25  # a loaded machine may pause a process 100 ms: the board must not go stale by accident
+    (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2), poll)
+    for _ in range(3):
+        leader.poll(time.time_ns())
+        leader.publish_board(time.time_ns())
+        assert member.poll(time.time_ns()) == "relayed"
+        time.sleep(poll)
+    leader.poll(time.time_ns())
+    leader.publish_board(time.time_ns())
+    modes = []
+    for _ in range(2 * STALE_POLLS + 2):  # the leader is silent now
+        time.sleep(poll)
+        modes.append(member.poll(time.time_ns()))
+    assert modes[0] == "relayed" and modes[-1] == "flat"
+    assert modes.index("flat") <= STALE_POLLS + 1
+    assert not member.relayed()
+    leader.poll(time.time_ns())
+    leader.publish_board(time.time_ns())
+    assert member.poll(time.time_ns()) == "relayed"
+    del server
+
+
+def test_a_leader_summarises_the_payloads_its_ranks_leave_and_tells_them_it_sent_them(tmp_path: Path) -> None:
+    """Each rank leaves its payload in the node folder; the leader's one summary holds all 8, and every rank sees on the board that it went."""
+    server, port = _store()
+    roles = _roles(tmp_path / "node", port, range(8))
+    layout, t_end = layout_for(1024), time.time_ns()
+    for role, _ in roles:
+        role.node.drop_payload(1, payload_for(layout, role.rank, Fault("stopped", 3), t_end))
+    for role, _ in roles:
+        role.poll(time.time_ns())  # every rank heard from just now: the leader waits for all 8
+    leader = roles[0][0]
+    sent = send_summary(leader, 1, time.monotonic() + 5, time.monotonic() + 5)
+    assert sent == tuple(range(8))
+    assert all(wait_until_sent(role, 1, time.monotonic() + 1) for role, _ in roles[1:])
+    assert leader.channel.arrived(1) == 8
+    (blob,) = leader.channel.summaries(1).values()
+    node = decode_node_summary(blob, "node summary", problems := [])
+    assert node is not None and not problems and sorted(node.dumps) == list(range(8))
+    assert all(d.compact for d in node.dumps.values())
+    assert sorted(node.full) == list(range(8))  # rank 3 stopped early: the node sends its ranks whole
+    assert host_of(3) == "node00000" and node.host == "node-a"
+    leader.channel.ask(1, "")  # the coordinator needs nothing more: the leader's answering thread ends
+    time.sleep(3 * POLL)
+    del server
+
+
+def test_a_rank_its_leader_left_out_sends_its_own_payload_through_the_store(tmp_path: Path) -> None:
+    """A rank whose payload came after the leader's summary went is told so by the board and publishes itself."""
+    server, port = _store()
+    (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2))
+    leader.poll(time.time_ns())
+    member.poll(time.time_ns())
+    leader.node.drop_payload(1, payload_for(layout_for(1024), 0, Fault("stopped", 5), time.time_ns()))
+    send_summary(leader, 1, time.monotonic() + 0.2, time.monotonic() + 1)  # rank 1 left nothing in time
+    assert leader.sent[1] == (0,)
+    assert not wait_until_sent(member, 1, time.monotonic() + 1)
+    leader.channel.ask(1, "")
+    time.sleep(3 * POLL)
+    del server
