@@ -11,6 +11,11 @@ if ! "$root/.venv/bin/python" -m mypy --cache-dir "$root/.venv/.mypy_cache"; the
   echo "fr-otel: mypy found type errors (above): fix them, the suite did not run" >&2
   exit 1
 fi
+# Bytecode caches on, whatever the machine sets (some CI images export PYTHONDONTWRITEBYTECODE=1): the
+# suite starts hundreds of Python processes (ranks' agents, CLI runs), and without caches each one
+# compiles fr-otel's modules anew (~0.3 s of CPU each). __pycache__ is ignored by git and by the
+# checkout guard.
+unset PYTHONDONTWRITEBYTECODE
 set +e
 # On every core (at most 4 workers): the real jobs mostly wait on timeouts, so a second worker runs other
 # tests meanwhile. Tests marked `lab` share one xdist group (tests/conftest.py): one lab at a time.
