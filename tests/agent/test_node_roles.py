@@ -146,3 +146,23 @@ def test_a_rank_its_leader_left_out_sends_its_own_payload_through_the_store(tmp_
     leader.channel.ask(1, "")
     time.sleep(3 * POLL)
     del server
+
+
+def test_ranks_wait_for_the_verdict_on_their_leaders_board_with_no_store_request(tmp_path: Path) -> None:
+    """While the leader's board is fresh a member learns from it, not the store, that incident 1's verdict came
+    and that the store went away during incident 2 (the node then goes on alone); a stale board sends it to
+    the store."""
+    server, port = _store()
+    roles = _roles(tmp_path / "node-a", port, range(3))
+    (leader, _), (member, counted), _ = roles
+    for role, _ in roles:
+        role.poll(time.time_ns())
+    leader.publish_board(time.time_ns())
+    assert member.verdict_word(1) == "waiting" and leader.verdict_word(1) == "ask the store"
+    leader.ended_as(1, verdict=True)
+    leader.ended_as(2, verdict=False)
+    assert (member.verdict_word(1), member.verdict_word(2), member.verdict_word(3)) == ("verdict", "lost", "waiting")
+    assert counted.requests == 0
+    time.sleep((STALE_POLLS + 1) * POLL)  # the leader stops writing its board
+    assert member.verdict_word(3) == "ask the store"
+    del server
