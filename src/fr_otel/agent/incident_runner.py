@@ -29,7 +29,7 @@ from .incident_rank import IncidentRank
 from .incident_work import flush_incident, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
-from .recorder import gc_paused
+from ..common.gc_pause import gc_paused
 from .step_counter import COUNTER
 from .store_gather import read_heartbeats
 from .store_link import StoreUnavailable

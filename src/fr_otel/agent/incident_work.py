@@ -33,7 +33,7 @@ from .incident_rank import IncidentRank, dump_path
 from .node_files import fetch_files_later, publish_files
 from .node_leader import send_summary, wait_until_sent
 from .payload import encode_payload, entries_per_group
-from .recorder import gc_paused
+from ..common.gc_pause import gc_paused
 from .stack_capture import capture_stacks
 from .step_counter import COUNTER
 from .store_gather import Gathered, complete_from_nodes, gather

@@ -31,7 +31,8 @@ from ..read.rank_process import RankProcess
 from ..read.recent import recent_and_in_flight
 from ..read.steps import PAYLOAD_KEY as STEPS_KEY
 from ..read.steps import StepLog
-from .recorder import GroupInfo, gc_paused
+from ..common.gc_pause import gc_paused
+from .recorder import GroupInfo
 
 __all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]
 

@@ -15,16 +15,15 @@ second thread while the main thread imports it is asking for trouble).
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..common.gc_pause import gc_paused
 from ..common.log import logger
 from ..read.dump import op_name
 from ..read.entry_rules import completion_rule, p2p_name
@@ -42,7 +41,6 @@ __all__ = [
     "P2PInFlightEntry",
     "Recorder",
     "distributed_module",
-    "gc_paused",
     "groups_version",
     "prepare_recorder",
     "process_group_ready",
@@ -129,18 +127,6 @@ def warn_recorder_off(*, too_late: bool) -> None:
            if too_late else "FR_OTEL_ENABLE_RECORDER=false keeps it off")
     log.warning("the PyTorch Flight Recorder is OFF (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE = 0): no "
                 "per-collective progress, in-flight ages or incident traces. %s.", how)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Unpickling a big dump with the cyclic GC on is ~5x slower (it keeps collecting)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Counters(NamedTuple):

@@ -11,10 +11,9 @@ from __future__ import annotations
 import gc
 import os
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 try:
     import fcntl
@@ -22,6 +21,7 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]  # the optional-module idiom: _widen_result_pipe then does nothing
 
 from ..common.cpus import usable_cpus
+from ..common.gc_pause import gc_paused
 from ..common.ranks import compress_ranks
 from ..common.text import printable
 from .discovery import choose_per_rank, discover
@@ -120,7 +120,7 @@ def _parse_all(
         if progress is not None:
             progress(finished, len(chosen))
 
-    with _gc_paused(), ProcessPoolExecutor(max_workers=n_workers - 1) as pool:  # results arrive meanwhile
+    with gc_paused(), ProcessPoolExecutor(max_workers=n_workers - 1) as pool:  # results arrive meanwhile
         _widen_result_pipe(pool)
         running: dict[Future[list[_Parsed]], int] = {}
         while True:
@@ -161,7 +161,7 @@ def _parse_batch(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> list[_Parsed]:
     out: list[_Parsed] = []
-    with _gc_paused():
+    with gc_paused():
         for rank, path in batch:
             problems: list[str] = []
             out.append((read_dump_file(path, rank, problems, full=full, max_bytes=max_bytes), problems))
@@ -172,21 +172,6 @@ def _parse_batch(
             if progress is not None:
                 progress(len(out), len(batch))
     return out
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No automatic cyclic GC while dumps are parsed: unpickling (and unpickling the workers'
-    results) allocates millions of containers, and the collector would re-scan the growing heap
-    over and over (~10 ms at 256 ranks in this process alone). :func:`_parse_batch` collects the
-    young generation itself after each file, so cycles in a hostile dump are still freed."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _check_versions(result: ReadResult) -> None:
