@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
@@ -171,7 +172,10 @@ class IncidentChannel:
 
     def note_beat(self, rank: int, ns: int, step: int | None) -> None:
         """One heartbeat of ``rank`` read (its own ``hb/<rank>``, or its node leader's ``nhb/<n>`` for it):
-        remembered in :attr:`heard` and :attr:`steps`, the latest beat winning."""
+        remembered in :attr:`heard` and :attr:`steps`, the latest beat winning. A time ahead of this
+        host's clock (a skewed node, a forged file) counts as now: kept as is, it would make the rank
+        look alive for as long as the clock takes to catch up, and a lost host would never be named."""
+        ns = min(ns, time.time_ns())
         if ns >= self.heard.get(rank, 0):
             self.heard[rank] = ns
             if step is not None:

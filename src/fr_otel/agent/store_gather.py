@@ -125,6 +125,7 @@ class _Summaries:
         self.upto = 0  # every summary up to this number is in
         self.last = 0
         self.shared: dict[tuple[str, Any], Any] = {}  # equal columns, texts, groups: one object across summaries
+        self.from_nodes: dict[int, str] = {}  # rank -> the host whose summary brought it
 
     def take(self) -> bool:
         """Fetch and decode the summaries sent since the last look; False when none was new."""
@@ -138,13 +139,30 @@ class _Summaries:
         return bool(new)
 
     def _add(self, node: NodeSummary | None) -> None:
+        """One node's part, trusted no further than the job's shape: ranks outside the world are dropped,
+        and a rank another node's summary already brought stays as that one said (one line each)."""
         if node is None:
             return
-        self.read.dumps.update(node.dumps)
+        world, where = self.me.world_size, node.host or "?"
+        foreign = sorted({r for r in (*node.dumps, *node.heard, *node.full) if not 0 <= r < world})
+        if foreign:
+            self.read.problems.append(f"node summary from {where} names rank(s) outside the job of {world}: "
+                                      f"{compress_ranks(foreign)} (ignored)")
+        twice = sorted(r for r in node.dumps if r in self.from_nodes and 0 <= r < world)
+        if twice:
+            self.read.problems.append(f"node summary from {where} repeats rank(s) {compress_ranks(twice)} that "
+                                      "another node's summary sent (the first kept)")
+        for rank, compact in node.dumps.items():
+            if 0 <= rank < world and rank not in self.from_nodes:
+                self.read.dumps[rank] = compact
+                self.from_nodes[rank] = where
         for rank, t in node.heard.items():
-            self.me.channel.note_beat(rank, t, None)
+            if 0 <= rank < world:
+                self.me.channel.note_beat(rank, t, None)
         for rank, whole in node.full.items():
-            dump = decode_payload(whole, rank, f"rank {rank} (from its node, {node.host or '?'})", self.read.problems)
+            if not (0 <= rank < world and self.from_nodes.setdefault(rank, where) == where):
+                continue
+            dump = decode_payload(whole, rank, f"rank {rank} (from its node, {where})", self.read.problems)
             if dump is not None:
                 self.read.dumps[rank] = dump
 
@@ -169,6 +187,8 @@ def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:
             if not (isinstance(key, str) and key.isdigit() and type(ns) is int):
                 continue
             rank = int(key)
+            if rank >= me.world_size:
+                continue
             step = beat_steps.get(key)
             me.channel.note_beat(rank, ns, step if type(step) is int and step >= 0 else None)
             if host:
