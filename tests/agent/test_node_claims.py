@@ -3,34 +3,42 @@ the future counts as now, ranks outside the world are dropped, and a rank two no
 
 from __future__ import annotations
 
+import pickle
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
-from support.hostile_dumps import WORLD, write_job
+from support.hostile_dumps import WORLD, nccl_dump, write_job
 
 from fr_otel.agent.channel import IncidentChannel
 from fr_otel.agent.config import AgentConfig
 from fr_otel.agent.health import HealthTracker
 from fr_otel.agent.host_map import HostMapKeeper
 from fr_otel.agent.incident_rank import IncidentRank
-from fr_otel.agent.store_gather import _Summaries, read_heartbeats
+from fr_otel.agent.payload import encode_payload
+from fr_otel.agent.store_gather import _Summaries, gather, read_heartbeats
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.otlp.config import resolve_export_config
-from fr_otel.read.node_summary import NodeSummary
+from fr_otel.read.node_summary import NodeSummary, encode_node_summary
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult, read_dumps
 
 
-def _rank_zero(tmp: Path) -> tuple[IncidentRank, dist.TCPStore]:
-    """Rank 0 of a WORLD-rank job, on a real loopback TCPStore."""
+def _channel(port: int) -> IncidentChannel:
+    """A rank's own connection to the job's store."""
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=10))
+    return IncidentChannel(dist.PrefixStore("fr_otel/claims/", client), "test")
+
+
+def _rank_zero(tmp: Path, poll_s: float = 0.2) -> tuple[IncidentRank, dist.TCPStore]:
+    """Rank 0 of a WORLD-rank job, on a real loopback TCPStore (the server is returned to keep it up)."""
     port = unused_tcp_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=10))
-    channel = IncidentChannel(dist.PrefixStore("fr_otel/claims/", client), "test")
+    channel = _channel(port)
     me = RankProcess(host="node0", pid=1, local_rank=0, source="agent")
-    config = AgentConfig(out_dir=str(tmp), dump_dir=str(tmp), metrics_port=None, poll_interval=0.2)
+    config = AgentConfig(out_dir=str(tmp), dump_dir=str(tmp), metrics_port=None, poll_interval=poll_s)
     rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=10), HealthTracker(), channel, "claims",
                         0, WORLD, me, lambda: b"", tuple,
                         HostMapKeeper(channel, 0, WORLD, me, leader=False, folders=list))
@@ -66,4 +74,29 @@ def test_a_summary_s_foreign_and_repeated_ranks_are_not_taken(tmp_path: Path) ->
     assert read.dumps[1] is dumps[1] and WORLD + 1 not in read.dumps and WORLD + 1 not in me.channel.heard
     assert any("outside the job" in p and "node9" in p for p in read.problems), read.problems
     assert any("repeats rank(s) 1" in p for p in read.problems), read.problems
+    del server
+
+
+def test_a_rank_counted_twice_does_not_end_the_gathering_before_a_live_rank_sends(tmp_path: Path) -> None:
+    """Node 0's summary brings ranks 0-1 and rank 1 also sends its own payload (its leader was late): the
+    arrival counter reaches the 4 live ranks while rank 3 has not sent yet. The gathering still waits for
+    rank 3 (it beat 0 s ago, polls are 1 s: it is alive), which sends 1.5 s later, and names no rank silent."""
+    me, server = _rank_zero(tmp_path, poll_s=1.0)
+    dumps = read_dumps(write_job(tmp_path / "dumps")).dumps
+    process = RankProcess(host="node1", pid=7, local_rank=0, source="agent")
+    payload = {r: encode_payload(pickle.dumps(nccl_dump(r)), (), 100, time.time_ns(), process) for r in range(WORLD)}
+    now = time.time_ns()
+    for rank in range(WORLD):
+        me.channel.heartbeat(rank, now)
+    me.channel.publish_summary(1, encode_node_summary("node0", 0, now, {0: dumps[0], 1: dumps[1]}), 2)
+    me.channel.publish(1, 1, payload[1])  # counted a second time
+    me.channel.publish(1, 2, payload[2])  # the counter says 4 of 4
+    late = threading.Timer(1.5, _channel(server.port).publish, args=(1, 3, payload[3]))  # rank 3, its own link
+    late.start()
+    try:
+        evidence = gather(me, 1, time.monotonic() + 20).evidence
+    finally:
+        late.cancel()
+    assert set(evidence.dumps) == set(range(WORLD)), evidence.problems
+    assert not any("sent no recorder" in p for p in evidence.problems), evidence.problems
     del server

@@ -79,16 +79,24 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
     summaries = _Summaries(me, k, read)
     checked = time.monotonic()
     alive = _alive(me, heard, relayed, wanted)  # a loop over every rank: counted once per heartbeat read
-    while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
-        if not summaries.take():  # decoded as they come: the wait is not wasted
-            time.sleep(_GATHER_POLL_S)
-        if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
-            node_hosts, relayed = read_heartbeats(me)
-            alive, checked = _alive(me, heard, relayed, wanted), time.monotonic()
-    summaries.take()
+    while True:
+        while me.channel.arrived(k) < alive and time.monotonic() < gather_until:
+            if not summaries.take():  # decoded as they come: the wait is not wasted
+                time.sleep(_GATHER_POLL_S)
+            if time.monotonic() - checked >= me.config.poll_interval:  # a rank that dies now stops beating
+                node_hosts, relayed = read_heartbeats(me)
+                alive, checked = _alive(me, heard, relayed, wanted), time.monotonic()
+        summaries.take()
+        out.flat_ranks = [r for r in ranks if r not in read.dumps]
+        payloads = me.channel.fetch(k, out.flat_ranks)
+        # The counter counts sends, not ranks: a rank whose leader's summary came late also sent its own,
+        # and is counted twice. Done only when as many distinct ranks are in as are alive.
+        if len(read.dumps) + len(payloads) >= alive or time.monotonic() >= gather_until:
+            break
+        time.sleep(min(me.config.poll_interval, max(0.0, gather_until - time.monotonic())))
+        node_hosts, relayed = read_heartbeats(me)
+        alive, checked = _alive(me, heard, relayed, wanted), time.monotonic()
     out.summaries = summaries.last
-    out.flat_ranks = [r for r in ranks if r not in read.dumps]
-    payloads = me.channel.fetch(k, out.flat_ranks)
     late = [r for r in out.flat_ranks if r not in payloads]
     finals = me.channel.fetch_final(late) if late else {}
     me.hosts.from_disk()
