@@ -46,6 +46,8 @@ from fr_otel.trace.options import DEFAULT_MAX_SPANS, TraceOptions
 from fr_otel.trace.selection import PEERS_PER_CULPRIT
 
 JOB = "scale-test"
+#: The training step every rank was at when last heard (the lost node's is what its host line says).
+LOST_STEP = 12
 
 
 class Store:
@@ -86,10 +88,10 @@ def flat(store: Store, world: int, fault: Fault, sent: dict[int, bytes], tmp: Pa
     for rank in range(world):
         ch.announce(rank, {"host": host_of(rank), "pid": 10_000 + rank % RANKS_PER_NODE})
         if rank in sent:
-            ch.heartbeat(rank, now)
+            ch.heartbeat(rank, now, LOST_STEP)
             ch.publish(k, rank, sent[rank])
         else:
-            ch.heartbeat(rank, now - 60 * 10**9)  # a lost node: silent for a minute
+            ch.heartbeat(rank, now - 60 * 10**9, LOST_STEP)  # a lost node: silent for a minute
     return verdict_of(coordinator(store, world, tmp), k)
 
 
@@ -103,7 +105,8 @@ def by_nodes(store: Store, world: int, fault: Fault, sent: dict[int, bytes], tmp
         n = ch.register_node()
         t = now - 60 * 10**9 if first in lost_ranks(fault) else now
         ch.node_heartbeat(n, {"host": host_of(first), "leader": first, "t": t,
-                              "ranks": {str(r): t for r in node_of(first)}})
+                              "ranks": {str(r): t for r in node_of(first)},
+                              "steps": {str(r): LOST_STEP for r in node_of(first)}})
     for first, blob, ranks, whole in _summaries(world, sent, now):
         assert ranks == tuple(node_of(first))
         ch.publish_summary(k, blob, len(ranks))
@@ -170,13 +173,21 @@ def test_node_summaries_name_the_same_culprits_kinds_and_steps_as_every_rank_s_p
         _QUIET[world] = (t_end, make_payloads(world, NO_FAULT, t_end))
     t_end, quiet = _QUIET[world]
     sent = make_payloads(world, fault, t_end, base=quiet)
-    store = Store()
-    flat_result = flat(store, world, fault, sent, tmp_path / "flat")
-    node_result, stats = by_nodes(store, world, fault, sent, tmp_path / "nodes")
+    # each path on a store of its own: the node path must find hosts and last-heard times in the leaders'
+    # heartbeats alone (on one store it would read the flat path's hb/<r> and host/<r> keys)
+    flat_result = flat(Store(), world, fault, sent, tmp_path / "flat")
+    node_result, stats = by_nodes(Store(), world, fault, sent, tmp_path / "nodes")
     assert flat_result.verdict.verdict == node_result.verdict.verdict == "hang"
     assert named(node_result) == named(flat_result)
     assert _stop(node_result) == _stop(flat_result)
     assert node_result.verdict.nodes == flat_result.verdict.nodes
+    def hosts(result: IncidentResult) -> list[tuple[Any, ...]]:  # when each was heard differs: two runs
+        return [(h.host, h.ranks, h.missing, h.blamed, h.state, h.last_step) for h in result.verdict.hosts]
+
+    assert hosts(node_result) == hosts(flat_result)
+    if fault.kind == "lost_node":  # named from the leaders' heartbeats alone: its host, last-heard time and step
+        lost = [h for h in node_result.verdict.hosts if h.host == host_of(fault.rank)]
+        assert lost and lost[0].last_heard_ns and lost[0].last_step == LOST_STEP, node_result.verdict.hosts
     culprits = {c.rank for c in node_result.verdict.culprits}
     expected = set(fault.node) if fault.kind in ("node_behind", "lost_node") else {fault.rank}
     assert culprits == expected
