@@ -160,7 +160,12 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
     local_world = local_world_size(environ)
     if config.node_leaders == "auto" and not (local_world and 1 < local_world < world_size):
         return None
-    folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host")
+    try:
+        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host")
+    except OSError as exc:
+        log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
+                    rank, exc.strerror or exc)
+        return None
     return NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=local_rank == 0,
                     poll_interval=config.poll_interval)
 

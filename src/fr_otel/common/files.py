@@ -89,14 +89,15 @@ def _check_entry(path: Path, folder_made: bool = False) -> bool:
     return False
 
 
-def own_folder(path: str | os.PathLike[str]) -> Path:
+def own_folder(path: str | os.PathLike[str], mode: int = 0o777) -> Path:
     """A folder fr-otel names inside one it does not own (the agent's ``<dump dir>/<trace id>/``):
-    created when missing (its parents too); refused (:class:`OutputRefused`) when what is there
-    is a symbolic link or not a directory, so nothing is written into a planted folder link."""
+    created when missing (its parents too; itself with ``mode``, less the umask); refused
+    (:class:`OutputRefused`) when what is there is a symbolic link or not a directory, so nothing
+    is written into a planted folder link."""
     folder = Path(path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.mkdir(folder)
+        os.mkdir(folder, mode)
     except FileExistsError:
         st = os.lstat(folder)
         if not stat.S_ISDIR(st.st_mode):
@@ -106,7 +107,7 @@ def own_folder(path: str | os.PathLike[str]) -> Path:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False,
-                 follow_links: bool = False) -> Path:
+                 follow_links: bool = False, mode: int | None = None) -> Path:
     """Write ``data`` as ``path`` all at once (temp file in the same folder, then rename).
 
     ``replace=False`` creates the file only if it does not exist (``FileExistsError``
@@ -114,7 +115,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     that exists must be a regular file (:class:`OutputRefused`). A symbolic link at
     ``path`` is replaced by the new file, its target untouched (one warning), unless
     ``follow_links`` (a path a person named for this output): then its target is what
-    gets replaced. Returns the path written.
+    gets replaced. ``mode``: the new file's permissions (default: an existing file's, else
+    what ``open()`` would give). Returns the path written.
     """
     if follow_links:
         target = check_output_file(path, folder_made=mkdir)
@@ -126,7 +128,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)  # O_EXCL|O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), _mode_for(target))
+            os.fchmod(fh.fileno(), _mode_for(target) if mode is None else mode)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
