@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.files import OutputRefused, atomic_write, file_kind, own_folder
+from ..common.files import OutputRefused, atomic_write, file_kind, own_folder, read_regular
 from ..common.json_types import is_exact_int
 from .channel import beat_text, parse_beat
 
@@ -35,6 +35,7 @@ __all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
 #: A board (or a rank's heartbeat) this many polls old: its writer is presumed lost.
 STALE_POLLS = 3
 _MAX_BOARD_BYTES = 1 << 20
+_MAX_BEAT_BYTES = 64
 _MAX_PAYLOAD_BYTES = 256 << 20
 _KEPT_INCIDENTS = 16
 _FOLDER_MODE = 0o700
@@ -93,7 +94,9 @@ class Board:
     lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
-        return now_ns - self.polled_ns <= STALE_POLLS * poll_interval * 1e9
+        """Written within the last few polls; a stamp more than a poll ahead of our clock is no proof of life."""
+        age = now_ns - self.polled_ns
+        return -poll_interval * 1e9 <= age <= STALE_POLLS * poll_interval * 1e9
 
     def as_json(self) -> dict[str, Any]:
         return {"leader": self.leader, "pid": self.pid, "polled_ns": self.polled_ns,
@@ -103,16 +106,19 @@ class Board:
 
 
 def _board_from(raw: Any) -> Board | None:
+    """A board from untrusted JSON: None without its leader, pid and stamp; any other field of the
+    wrong shape is dropped."""
     if not isinstance(raw, dict):
         return None
     leader, pid, polled = raw.get("leader"), raw.get("pid"), raw.get("polled_ns")
     if not (is_exact_int(leader) and is_exact_int(pid) and is_exact_int(polled)) or min(leader, pid, polled) < 0:
         return None
-    incidents = tuple((k, meta) for k, meta in (i for i in raw.get("incidents") or () if isinstance(i, list)
-                                                 and len(i) == 2)
+    listed = raw.get("incidents")
+    incidents = tuple((k, meta) for k, meta in (i for i in (listed if isinstance(listed, list) else ())
+                                                 if isinstance(i, list) and len(i) == 2)
                       if type(k) is int and k > 0 and isinstance(meta, dict))
     sent: dict[int, tuple[int, ...]] = {}
-    for k, ranks in (raw.get("sent") or {}).items() if isinstance(raw.get("sent"), dict) else ():
+    for k, ranks in raw["sent"].items() if isinstance(raw.get("sent"), dict) else ():
         if k.isdigit() and isinstance(ranks, list):
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
     return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")))
@@ -138,16 +144,9 @@ class NodeChannel:
     def board(self) -> Board | None:
         """The leader's board, or None when there is none (yet) or it cannot be read."""
         try:
-            with open(self.folder / "board", "rb") as fh:
-                data = fh.read(_MAX_BOARD_BYTES + 1)
-        except OSError:
-            return None
-        if len(data) > _MAX_BOARD_BYTES:
-            return None
-        try:
-            return _board_from(json.loads(data))
-        except ValueError:
-            return None
+            return _board_from(json.loads(read_regular(self.folder / "board", _MAX_BOARD_BYTES, follow_links=False)))
+        except (OSError, ValueError, RecursionError):
+            return None  # missing, planted (a FIFO, a link to /dev/zero), too large, or not a board
 
     def drop_payload(self, k: int, payload: bytes) -> Path:
         """This rank's recorder for incident ``k``, where its leader collects it."""
@@ -182,7 +181,7 @@ class NodeChannel:
             if not (name.startswith("hb.") and rank.isdigit()):
                 continue
             try:
-                text = (self.folder / name).read_bytes()[:32].decode("ascii", "replace").strip()
+                text = read_regular(self.folder / name, _MAX_BEAT_BYTES, follow_links=False).decode("ascii", "replace")
             except OSError:
                 continue
             beat = parse_beat(text)
@@ -200,8 +199,7 @@ class NodeChannel:
         for rank in ranks:
             path = self.folder / f"i{k}" / f"rank_{rank}.payload"
             try:
-                if path.stat().st_size <= _MAX_PAYLOAD_BYTES:
-                    out[rank] = path.read_bytes()
+                out[rank] = read_regular(path, _MAX_PAYLOAD_BYTES, follow_links=False)
             except OSError:
                 continue
         return out
