@@ -91,3 +91,20 @@ def test_removing_a_node_folder_never_follows_a_link_and_leaves_names_it_did_not
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
     assert (outside / "rank_0.payload").read_bytes() == b"keep"
     assert (outside / "precious").read_bytes() == b"keep"
+
+
+def _folder_of(tmp_path: Path, environ: dict[str, str]) -> Path:
+    config = AgentConfig(node_leaders="on", node_dir=str(tmp_path / "nodes"))
+    role = node_role_for(config, IncidentChannel(dist.HashStore(), "job"), "job", 1, 8,  # type: ignore[arg-type]
+                         RankProcess(host="host-a", pid=1, local_rank=1), 1, {"LOCAL_WORLD_SIZE": "4", **environ})
+    assert role is not None
+    return role.node.folder
+
+
+def test_two_nodes_of_one_job_on_one_host_get_a_folder_each(tmp_path: Path) -> None:
+    """torchrun --nnodes 2 twice on one machine (GROUP_RANK 0, 1), or Slurm's SLURM_NODEID: one folder, one
+    leader, per node; ranks of the same node share theirs."""
+    torchrun = [_folder_of(tmp_path, {"GROUP_RANK": g}) for g in ("0", "1", "1")]
+    slurm = [_folder_of(tmp_path, {"SLURM_NODEID": n}) for n in ("0", "1")]
+    assert torchrun[0] != torchrun[1] and torchrun[1] == torchrun[2]
+    assert slurm[0] != slurm[1] and slurm[0] == torchrun[0]

@@ -45,10 +45,12 @@ _OURS = re.compile(r"\.?(board|hb\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?
 _INCIDENT_FOLDER = re.compile(r"i\d+")
 
 
-def node_folder(configured: str | None, job_digest: str, host: str, shared_root: Path | None = None) -> Path:
-    """``<node dir>/<job>/<host>``, made (0o700) and checked: node-local memory by default
+def node_folder(configured: str | None, job_digest: str, host: str, shared_root: Path | None = None,
+                node: str = "") -> Path:
+    """``<node dir>/<job>/<host>[.node<n>]``, made (0o700) and checked: node-local memory by default
     (``/dev/shm``), per user and job. The host is in the path because hosts may share a disk
-    (containers, the test lab). The default base, ``fr-otel-<uid>``, has a name anyone can guess
+    (containers, the test lab); the node's number in the job (``node``) because one host may run
+    two of its nodes (``torchrun --nnodes 2`` twice on one machine), each with its own leader. The default base, ``fr-otel-<uid>``, has a name anyone can guess
     in a folder anyone can write: it must be a real directory of ours that no one else may enter,
     else :class:`OutputRefused` (a planted folder or link would hand our ranks' recorders and
     board to its owner). ``shared_root``: where the base goes (default ``/dev/shm``, else the
@@ -59,7 +61,9 @@ def node_folder(configured: str | None, job_digest: str, host: str, shared_root:
         shm = Path("/dev/shm")
         root = shared_root or (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir()))
         base = _private_base(root / f"fr-otel-{os.getuid()}")
-    safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:255] or "unknown-host"
+    safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:200] or "unknown-host"
+    if node.isascii() and node.isdigit() and len(node) < 10:
+        safe_host += f".node{int(node)}"
     return own_folder(own_folder(base / job_digest, _FOLDER_MODE) / safe_host, _FOLDER_MODE)
 
 

@@ -41,8 +41,8 @@ from .node_channel import STALE_POLLS, Board, NodeChannel, node_folder
 from .payload import decode_payload
 from .store_link import StoreUnavailable
 
-__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_role_for", "send_summary",
-           "summarise_node", "wait_until_sent"]
+__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_number", "node_role_for",
+           "send_summary", "summarise_node", "wait_until_sent"]
 
 log = logging.getLogger("fr_otel.agent")
 
@@ -151,6 +151,15 @@ def local_world_size(environ: Mapping[str, str]) -> int | None:
     return None
 
 
+def node_number(environ: Mapping[str, str]) -> str:
+    """This node's number in the job: torchrun's GROUP_RANK, else Slurm's SLURM_NODEID; "" when neither says."""
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        raw = environ.get(name, "").strip()
+        if raw.isascii() and raw.isdigit():
+            return raw
+    return ""
+
+
 def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, rank: int, world_size: int,
                   process: RankProcess, local_rank: int | None, environ: Mapping[str, str]) -> NodeRole | None:
     """This rank's node role, or None where every rank talks to the store itself: node leaders ``off``,
@@ -161,7 +170,8 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
     if config.node_leaders == "auto" and not (local_world and 1 < local_world < world_size):
         return None
     try:
-        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host")
+        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host",
+                             node=node_number(environ))
     except OSError as exc:
         log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
                     rank, exc.strerror or exc)
