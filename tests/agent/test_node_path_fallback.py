@@ -10,38 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from support.node_ranks import node_rank, store_channel
 
-from fr_otel.agent.channel import IncidentChannel
-from fr_otel.agent.config import AgentConfig
-from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.host_map import HostMapKeeper
-from fr_otel.agent.incident_rank import IncidentRank
 from fr_otel.agent.incident_work import send_part
-from fr_otel.agent.node_channel import NodeChannel
-from fr_otel.agent.node_leader import NodeRole
 from fr_otel.common.ports import unused_tcp_port
-from fr_otel.otlp.config import resolve_export_config
-from fr_otel.read.rank_process import RankProcess
 
 POLL = 0.1
 K = 7
-
-
-def _channel(port: int) -> IncidentChannel:
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
-    return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
-
-
-def _rank(tmp_path: Path, port: int, rank: int) -> IncidentRank:
-    """Rank ``rank`` of node-a (rank 0 leads), its node folder under ``tmp_path``."""
-    channel = _channel(port)
-    process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank, source="agent")
-    role = NodeRole(channel, NodeChannel(tmp_path / "node-a", rank), rank, process, leader=rank == 0,
-                    poll_interval=POLL)
-    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=POLL)
-    return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,
-                        4, process, lambda: b"", tuple, HostMapKeeper(channel, rank, 4, process, leader=False,
-                                                                      folders=list), node=role)
 
 
 def test_a_member_that_cannot_leave_its_payload_in_the_node_folder_sends_it_through_the_store(
@@ -49,14 +24,14 @@ def test_a_member_that_cannot_leave_its_payload_in_the_node_folder_sends_it_thro
     """``i7`` planted as a file: rank 1's drop fails; its recorder is in the store, said in one line."""
     server = dist.TCPStore("127.0.0.1", (port := unused_tcp_port()), is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=10))
-    leader, member = _rank(tmp_path, port, 0), _rank(tmp_path, port, 1)
+    leader, member = node_rank(tmp_path, port, 0, POLL), node_rank(tmp_path, port, 1, POLL)
     assert leader.node is not None and member.node is not None
-    leader.node.publish_board(time.time_ns())
+    leader.node.publish_board()
     assert member.node.poll(time.time_ns()) == "relayed"
     (tmp_path / "node-a" / f"i{K}").write_bytes(b"planted")
     with caplog.at_level(logging.WARNING, "fr_otel.agent"):
         send_part(member, K, b"rank one's recorder", time.monotonic() + 10)
-    assert _channel(port).fetch(K, [1]) == {1: b"rank one's recorder"}
+    assert store_channel(port).fetch(K, [1]) == {1: b"rank one's recorder"}
     assert len([r for r in caplog.records if "sends it through the store" in r.getMessage()]) == 1
     del server
 
@@ -66,12 +41,12 @@ def test_a_leader_whose_summary_fails_still_sends_its_own_recorder_through_the_s
     """The board's name taken by a folder: the leader's summary step raises; its own recorder goes to the store."""
     server = dist.TCPStore("127.0.0.1", (port := unused_tcp_port()), is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=10))
-    leader = _rank(tmp_path, port, 0)
+    leader = node_rank(tmp_path, port, 0, POLL)
     assert leader.node is not None
     leader.node.node.beat(time.time_ns())
     (tmp_path / "node-a" / "board").mkdir()
     with caplog.at_level(logging.WARNING, "fr_otel.agent"):
         send_part(leader, K, b"rank zero's recorder", time.monotonic() + 10)
-    assert _channel(port).fetch(K, [0]) == {0: b"rank zero's recorder"}
+    assert store_channel(port).fetch(K, [0]) == {0: b"rank zero's recorder"}
     assert len([r for r in caplog.records if "summary failed" in r.getMessage()]) == 1
     del server

@@ -114,9 +114,10 @@ class NodeRole:
             "ranks": {str(r): t for r, (t, _) in beats.items()},
             "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}})
 
-    def publish_board(self, now_ns: int) -> None:
-        """The leader's board for its ranks (after each poll, and once its summary is sent)."""
-        self.node.write_board(Board(self.rank, os.getpid(), now_ns, tuple(self.incidents[-16:]), dict(self.sent),
+    def publish_board(self) -> None:
+        """The leader's board for its ranks (after each poll, and once its summary is sent), stamped when
+        written: a stamp taken before the poll's store calls (up to their bound) would age it early."""
+        self.node.write_board(Board(self.rank, os.getpid(), time.time_ns(), tuple(self.incidents[-16:]), dict(self.sent),
                                     tuple(self.ended[-16:]), tuple(self.lost[-16:])))
 
     def ended_as(self, k: int, *, verdict: bool) -> None:
@@ -124,7 +125,7 @@ class NodeRole:
         store went away during it and the node goes on alone."""
         if self.leader:
             (self.ended if verdict else self.lost).append(k)
-            self.publish_board(time.time_ns())
+            self.publish_board()
 
     def verdict_word(self, k: int) -> Literal["verdict", "lost", "waiting", "ask the store"]:
         """A member's view of incident ``k`` through its leader's board: the leader saw its verdict in the
@@ -207,7 +208,7 @@ def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> t
         log.warning("incident %d: %s", k, line)
     role.channel.publish_summary(k, blob, len(ranks))
     role.sent[k] = ranks
-    role.publish_board(time.time_ns())
+    role.publish_board()
     missing = sorted(set(expected) - set(ranks))
     log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s)", k, len(ranks), len(blob),
              ", whole recorders of its ranks: one stands out" if whole else "",
