@@ -71,7 +71,7 @@ def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_
             if role.leader and mode == "owner":
                 role.channel.owner(1)  # what the runner does on an incident check
             if role.leader:
-                role.publish_board(time.time_ns())
+                role.publish_board()
         time.sleep(POLL)
     _, counted = roles[0]
     assert modes[0] == ["owner", "beat"] * 10
@@ -90,11 +90,11 @@ def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_poll
     (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2), poll)
     for _ in range(3):
         leader.poll(time.time_ns())
-        leader.publish_board(time.time_ns())
+        leader.publish_board()
         assert member.poll(time.time_ns()) == "relayed"
         time.sleep(poll)
     leader.poll(time.time_ns())
-    leader.publish_board(time.time_ns())
+    leader.publish_board()
     modes = []
     for _ in range(2 * STALE_POLLS + 2):  # the leader is silent now
         time.sleep(poll)
@@ -103,7 +103,7 @@ def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_poll
     assert modes.index("flat") <= STALE_POLLS + 1
     assert not member.relayed()
     leader.poll(time.time_ns())
-    leader.publish_board(time.time_ns())
+    leader.publish_board()
     assert member.poll(time.time_ns()) == "relayed"
     del server
 
@@ -157,7 +157,7 @@ def test_ranks_wait_for_the_verdict_on_their_leaders_board_with_no_store_request
     (leader, _), (member, counted), _ = roles
     for role, _ in roles:
         role.poll(time.time_ns())
-    leader.publish_board(time.time_ns())
+    leader.publish_board()
     assert member.verdict_word(1) == "waiting" and leader.verdict_word(1) == "ask the store"
     leader.ended_as(1, verdict=True)
     leader.ended_as(2, verdict=False)

@@ -126,7 +126,7 @@ class IncidentRunner:
         finally:
             if role is not None and role.leader:
                 with self.me.health.guard("writing this node's board"):
-                    role.publish_board(now_ns)
+                    role.publish_board()
         fresh = self._fresh(stalls)
         if fresh:
             self.raise_locally("stall", _stall_detail(fresh))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
 from ..common.log import logger
+from ..common.text import one_line
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
 from ..read.incident_file import DETECTED_KEYS, DETECTED_PREFIX, REASON_ATTRIBUTE
@@ -148,10 +149,23 @@ def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None
     if role is None or not (role.leader or role.relayed()):
         me.channel.publish(k, me.rank, payload)
         return
-    role.node.drop_payload(k, payload)
+    try:
+        role.node.drop_payload(k, payload)
+    except OSError as exc:  # the node's folder full, gone or planted: the store still takes the recorder
+        log.warning("incident %d: rank %d cannot leave its recorder in its node's folder (%s); it sends it "
+                    "through the store", k, me.rank, exc.strerror or exc)
+        me.channel.publish(k, me.rank, payload)
+        return
     wait = min(deadline, time.monotonic() + LEADER_WAIT_POLLS * me.config.poll_interval + 2.0)
     if role.leader:
-        send_summary(role, k, wait, deadline)
+        try:
+            send_summary(role, k, wait, deadline)
+        except StoreUnavailable:
+            raise  # the store itself is gone: the lost-store path, not a second bounded wait on it
+        except Exception as exc:  # noqa: BLE001 - its ranks time out on the board and send their own too
+            log.warning("incident %d: this node's summary failed (%s); rank %d sends its own recorder through "
+                        "the store", k, one_line(exc), me.rank)
+            me.channel.publish(k, me.rank, payload)
     elif not wait_until_sent(role, k, wait + me.config.poll_interval):
         log.info("incident %d: this node's leader did not send rank %d's recorder; it sends its own", k, me.rank)
         me.channel.publish(k, me.rank, payload)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.files import atomic_write
+from ..common.files import OutputRefused, atomic_write, file_kind, own_folder, read_regular
 from ..common.json_types import is_exact_int
 from .channel import beat_text, parse_beat
 
@@ -33,21 +35,54 @@ __all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
 #: A board (or a rank's heartbeat) this many polls old: its writer is presumed lost.
 STALE_POLLS = 3
 _MAX_BOARD_BYTES = 1 << 20
+_MAX_BEAT_BYTES = 64
 _MAX_PAYLOAD_BYTES = 256 << 20
 _KEPT_INCIDENTS = 16
+_FOLDER_MODE = 0o700
+_FILE_MODE = 0o600
+#: The names fr-otel writes in a node folder (and their temporary files): all :meth:`NodeChannel.remove` deletes.
+_OURS = re.compile(r"\.?(board|hb\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
+_INCIDENT_FOLDER = re.compile(r"i\d+")
 
 
-def node_folder(configured: str | None, job_digest: str, host: str) -> Path:
-    """``<node dir>/<job>/<host>``: node-local memory by default (``/dev/shm``), per user and job.
-    The host is in the path because hosts may share a disk (containers, the test lab)."""
+def node_folder(configured: str | None, job_digest: str, host: str, shared_root: Path | None = None,
+                node: str = "") -> Path:
+    """``<node dir>/<job>/<host>[.node<n>]``, made (0o700) and checked: node-local memory by default
+    (``/dev/shm``), per user and job. The host is in the path because hosts may share a disk
+    (containers, the test lab); the node's number in the job (``node``) because one host may run
+    two of its nodes (``torchrun --nnodes 2`` twice on one machine), each with its own leader. The default base, ``fr-otel-<uid>``, has a name anyone can guess
+    in a folder anyone can write: it must be a real directory of ours that no one else may enter,
+    else :class:`OutputRefused` (a planted folder or link would hand our ranks' recorders and
+    board to its owner). ``shared_root``: where the base goes (default ``/dev/shm``, else the
+    temporary folder). Raises OSError when the folders cannot be made."""
     if configured:
-        base = Path(configured)
+        base = own_folder(configured, _FOLDER_MODE)
     else:
         shm = Path("/dev/shm")
-        root = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-        base = root / f"fr-otel-{os.getuid()}"
-    safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:255] or "unknown-host"
-    return base / job_digest / safe_host
+        root = shared_root or (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir()))
+        base = _private_base(root / f"fr-otel-{os.getuid()}")
+    safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:200] or "unknown-host"
+    if node.isascii() and node.isdigit() and len(node) < 10:
+        safe_host += f".node{int(node)}"
+    return own_folder(own_folder(base / job_digest, _FOLDER_MODE) / safe_host, _FOLDER_MODE)
+
+
+def _private_base(base: Path) -> Path:
+    """``base`` made 0o700 if missing; refused unless it is a directory (not a link) of this user's
+    that no one else can read or write."""
+    try:
+        os.mkdir(base, _FOLDER_MODE)
+    except FileExistsError:
+        pass
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        raise OutputRefused(f"{base}: is {kind}, not a directory")
+    if st.st_uid != os.getuid():
+        raise OutputRefused(f"{base}: owned by uid {st.st_uid}, not this user ({os.getuid()})")
+    if st.st_mode & 0o077:
+        raise OutputRefused(f"{base}: mode {stat.S_IMODE(st.st_mode):o}: others may enter it (want 700)")
+    return base
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +98,9 @@ class Board:
     lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
-        return now_ns - self.polled_ns <= STALE_POLLS * poll_interval * 1e9
+        """Written within the last few polls; a stamp more than a poll ahead of our clock is no proof of life."""
+        age = now_ns - self.polled_ns
+        return -poll_interval * 1e9 <= age <= STALE_POLLS * poll_interval * 1e9
 
     def as_json(self) -> dict[str, Any]:
         return {"leader": self.leader, "pid": self.pid, "polled_ns": self.polled_ns,
@@ -73,16 +110,19 @@ class Board:
 
 
 def _board_from(raw: Any) -> Board | None:
+    """A board from untrusted JSON: None without its leader, pid and stamp; any other field of the
+    wrong shape is dropped."""
     if not isinstance(raw, dict):
         return None
     leader, pid, polled = raw.get("leader"), raw.get("pid"), raw.get("polled_ns")
     if not (is_exact_int(leader) and is_exact_int(pid) and is_exact_int(polled)) or min(leader, pid, polled) < 0:
         return None
-    incidents = tuple((k, meta) for k, meta in (i for i in raw.get("incidents") or () if isinstance(i, list)
-                                                 and len(i) == 2)
+    listed = raw.get("incidents")
+    incidents = tuple((k, meta) for k, meta in (i for i in (listed if isinstance(listed, list) else ())
+                                                 if isinstance(i, list) and len(i) == 2)
                       if type(k) is int and k > 0 and isinstance(meta, dict))
     sent: dict[int, tuple[int, ...]] = {}
-    for k, ranks in (raw.get("sent") or {}).items() if isinstance(raw.get("sent"), dict) else ():
+    for k, ranks in raw["sent"].items() if isinstance(raw.get("sent"), dict) else ():
         if k.isdigit() and isinstance(ranks, list):
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
     return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")))
@@ -103,31 +143,31 @@ class NodeChannel:
     # -- every rank -----------------------------------------------------------------------
     def beat(self, now_ns: int, step: int | None = None) -> None:
         """This rank's heartbeat for its leader (``step``: its training step, None while not counted)."""
-        atomic_write(self.folder / f"hb.{self.rank}", beat_text(now_ns, step).encode(), mkdir=True)
+        self._write(f"hb.{self.rank}", beat_text(now_ns, step).encode())
 
     def board(self) -> Board | None:
         """The leader's board, or None when there is none (yet) or it cannot be read."""
         try:
-            with open(self.folder / "board", "rb") as fh:
-                data = fh.read(_MAX_BOARD_BYTES + 1)
-        except OSError:
-            return None
-        if len(data) > _MAX_BOARD_BYTES:
-            return None
-        try:
-            return _board_from(json.loads(data))
-        except ValueError:
-            return None
+            return _board_from(json.loads(read_regular(self.folder / "board", _MAX_BOARD_BYTES, follow_links=False)))
+        except (OSError, ValueError, RecursionError):
+            return None  # missing, planted (a FIFO, a link to /dev/zero), too large, or not a board
 
     def drop_payload(self, k: int, payload: bytes) -> Path:
         """This rank's recorder for incident ``k``, where its leader collects it."""
-        path = self.folder / f"i{k}" / f"rank_{self.rank}.payload"
-        atomic_write(path, payload, mkdir=True)
-        return path
+        return self._write(f"i{k}/rank_{self.rank}.payload", payload)
+
+    def _write(self, name: str, data: bytes) -> Path:
+        """``name`` (0o600) under this node's folder, its folders (0o700; remade if a leader that left
+        removed them) refused if a link or not a directory."""
+        folder = own_folder(self.folder, _FOLDER_MODE)
+        if "/" in name:
+            sub, name = name.split("/")
+            folder = own_folder(folder / sub, _FOLDER_MODE)
+        return atomic_write(folder / name, data, mode=_FILE_MODE)
 
     # -- the leader -----------------------------------------------------------------------
     def write_board(self, board: Board) -> None:
-        atomic_write(self.folder / "board", json.dumps(board.as_json(), sort_keys=True).encode(), mkdir=True)
+        self._write("board", json.dumps(board.as_json(), sort_keys=True).encode())
 
     def heard(self) -> dict[int, int]:
         """Each local rank's last heartbeat (wall clock ns), from the files its ranks write."""
@@ -145,7 +185,7 @@ class NodeChannel:
             if not (name.startswith("hb.") and rank.isdigit()):
                 continue
             try:
-                text = (self.folder / name).read_bytes()[:32].decode("ascii", "replace").strip()
+                text = read_regular(self.folder / name, _MAX_BEAT_BYTES, follow_links=False).decode("ascii", "replace")
             except OSError:
                 continue
             beat = parse_beat(text)
@@ -163,21 +203,55 @@ class NodeChannel:
         for rank in ranks:
             path = self.folder / f"i{k}" / f"rank_{rank}.payload"
             try:
-                if path.stat().st_size <= _MAX_PAYLOAD_BYTES:
-                    out[rank] = path.read_bytes()
+                out[rank] = read_regular(path, _MAX_PAYLOAD_BYTES, follow_links=False)
             except OSError:
                 continue
         return out
 
     def remove(self) -> None:
-        """The leader leaves: its node's files go (a later job on the node starts clean)."""
-        paths = sorted(self.folder.rglob("*"), key=lambda p: len(p.parts), reverse=True) if self.folder.is_dir() else []
-        for path in paths:
-            try:
-                path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
-            except OSError:
-                continue
+        """The leader leaves: its node's files go (a later job on the node starts clean). Only names
+        fr-otel writes, and never through a link: a name swapped for one is left alone."""
+        try:
+            root = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            for name in os.listdir(root):
+                if _INCIDENT_FOLDER.fullmatch(name):
+                    _remove_incident(root, name)
+                elif _OURS.fullmatch(name):
+                    _unlink_file(root, name)
+        finally:
+            os.close(root)
         try:
             self.folder.rmdir()
         except OSError:
             pass
+
+
+def _unlink_file(dir_fd: int, name: str) -> None:
+    """``name`` in ``dir_fd`` unlinked if it is a file or a link (a link goes, its target stays)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _remove_incident(root: int, name: str) -> None:
+    """An ``i<k>`` folder's payloads, then the folder (opened without following a link)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+    except OSError:
+        _unlink_file(root, name)  # a link (or file) at the name goes itself; what it points to stays
+        return
+    try:
+        for entry in os.listdir(fd):
+            if _OURS.fullmatch(entry):
+                _unlink_file(fd, entry)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=root)
+    except OSError:
+        pass

@@ -41,8 +41,8 @@ from .node_channel import STALE_POLLS, Board, NodeChannel, node_folder
 from .payload import decode_payload
 from .store_link import StoreUnavailable
 
-__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_role_for", "send_summary",
-           "summarise_node", "wait_until_sent"]
+__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_number", "node_role_for",
+           "send_summary", "summarise_node", "wait_until_sent"]
 
 log = logging.getLogger("fr_otel.agent")
 
@@ -114,9 +114,10 @@ class NodeRole:
             "ranks": {str(r): t for r, (t, _) in beats.items()},
             "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}})
 
-    def publish_board(self, now_ns: int) -> None:
-        """The leader's board for its ranks (after each poll, and once its summary is sent)."""
-        self.node.write_board(Board(self.rank, os.getpid(), now_ns, tuple(self.incidents[-16:]), dict(self.sent),
+    def publish_board(self) -> None:
+        """The leader's board for its ranks (after each poll, and once its summary is sent), stamped when
+        written: a stamp taken before the poll's store calls (up to their bound) would age it early."""
+        self.node.write_board(Board(self.rank, os.getpid(), time.time_ns(), tuple(self.incidents[-16:]), dict(self.sent),
                                     tuple(self.ended[-16:]), tuple(self.lost[-16:])))
 
     def ended_as(self, k: int, *, verdict: bool) -> None:
@@ -124,7 +125,7 @@ class NodeRole:
         store went away during it and the node goes on alone."""
         if self.leader:
             (self.ended if verdict else self.lost).append(k)
-            self.publish_board(time.time_ns())
+            self.publish_board()
 
     def verdict_word(self, k: int) -> Literal["verdict", "lost", "waiting", "ask the store"]:
         """A member's view of incident ``k`` through its leader's board: the leader saw its verdict in the
@@ -151,6 +152,15 @@ def local_world_size(environ: Mapping[str, str]) -> int | None:
     return None
 
 
+def node_number(environ: Mapping[str, str]) -> str:
+    """This node's number in the job: torchrun's GROUP_RANK, else Slurm's SLURM_NODEID; "" when neither says."""
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        raw = environ.get(name, "").strip()
+        if raw.isascii() and raw.isdigit():
+            return raw
+    return ""
+
+
 def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, rank: int, world_size: int,
                   process: RankProcess, local_rank: int | None, environ: Mapping[str, str]) -> NodeRole | None:
     """This rank's node role, or None where every rank talks to the store itself: node leaders ``off``,
@@ -160,7 +170,13 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
     local_world = local_world_size(environ)
     if config.node_leaders == "auto" and not (local_world and 1 < local_world < world_size):
         return None
-    folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host")
+    try:
+        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host",
+                             node=node_number(environ))
+    except OSError as exc:
+        log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
+                    rank, exc.strerror or exc)
+        return None
     return NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=local_rank == 0,
                     poll_interval=config.poll_interval)
 
@@ -192,7 +208,7 @@ def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> t
         log.warning("incident %d: %s", k, line)
     role.channel.publish_summary(k, blob, len(ranks))
     role.sent[k] = ranks
-    role.publish_board(time.time_ns())
+    role.publish_board()
     missing = sorted(set(expected) - set(ranks))
     log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s)", k, len(ranks), len(blob),
              ", whole recorders of its ranks: one stands out" if whole else "",

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..read.dump import Entry, RankDump
 from ..read.dump_file import parse_dump_bytes
+from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.entry_rules import completion_rule
 from ..read.failed import PAYLOAD_KEY as FAILED_KEY
 from ..read.failed import FailedCollective
@@ -32,6 +33,7 @@ from ..read.recent import recent_and_in_flight
 from ..read.steps import PAYLOAD_KEY as STEPS_KEY
 from ..read.steps import StepLog
 from ..common.gc_pause import gc_paused
+from ..common.inflate import InflatedTooLarge, inflate
 from .recorder import GroupInfo
 
 __all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]
@@ -104,7 +106,10 @@ def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) 
         problems.append(f"{source}: not an fr-otel payload")
         return None
     try:
-        body = zlib.decompress(payload[_HEADER.size:])
+        body = inflate(payload[_HEADER.size:], DEFAULT_MAX_FILE_BYTES)
+    except InflatedTooLarge:
+        problems.append(f"{source}: over {DEFAULT_MAX_FILE_BYTES} bytes inflated; skipped")
+        return None
     except zlib.error as exc:
         problems.append(f"{source}: corrupt payload: {exc}")
         return None
@@ -119,6 +124,6 @@ def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) 
 
 def _payload_entries(payload: bytes, rank: int, source: str) -> list[Entry] | None:
     magic, dumped_at_ns = _HEADER.unpack_from(payload)
-    dump = parse_dump_bytes(zlib.decompress(payload[_HEADER.size:]), rank, source, dumped_at_ns=dumped_at_ns,
+    dump = parse_dump_bytes(inflate(payload[_HEADER.size:], DEFAULT_MAX_FILE_BYTES), rank, source, dumped_at_ns=dumped_at_ns,
                             problems=[])
     return dump.entries if dump is not None else None

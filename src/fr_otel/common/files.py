@@ -26,13 +26,59 @@ from pathlib import Path
 from .log import logger
 from .text import printable
 
-__all__ = ["OutputRefused", "atomic_write", "check_output_dir", "check_output_file", "file_kind", "own_folder"]
+__all__ = ["FileTooLarge", "NotRegularFile", "OutputRefused", "atomic_write", "open_regular", "read_regular", "check_output_dir", "check_output_file", "file_kind", "own_folder"]
 
 _log = logger("fr_otel.files")
 
 
 class OutputRefused(OSError):
     """The output path exists and is not what fr-otel may write (a device, FIFO, directory...)."""
+
+
+class NotRegularFile(OSError):
+    """What is at an input path is not a regular file (a FIFO, a device, a folder...): ``kind`` says which."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path}: not a regular file ({kind})")
+        self.kind = kind
+
+
+class FileTooLarge(OSError):
+    """An input file is over its reader's byte limit."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(f"{path}: over {limit} bytes")
+        self.size, self.limit = size, limit
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> tuple[int, os.stat_result]:
+    """The one way fr-otel opens a file it did not write (dumps, side files, state, node files): a
+    descriptor and its ``fstat``. ``O_NONBLOCK`` so a FIFO planted at the path cannot block us until
+    a writer comes; checked a regular file once open (:class:`NotRegularFile`, descriptor closed), so
+    a device (``/dev/zero``: endless) is never read; ``follow_links=False`` refuses a link (ELOOP)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(os.fspath(path), file_kind(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, follow_links: bool = True) -> bytes:
+    """A regular file's bytes (:func:`open_regular`), at most ``max_bytes``: :class:`FileTooLarge`
+    beyond (read bounded, whatever the size said: a file may grow meanwhile)."""
+    fd, st = open_regular(path, follow_links=follow_links)
+    with open(fd, "rb") as fh:
+        if st.st_size > max_bytes:
+            raise FileTooLarge(os.fspath(path), st.st_size, max_bytes)
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLarge(os.fspath(path), len(data), max_bytes)
+    return data
 
 
 def file_kind(mode: int) -> str:
@@ -89,14 +135,15 @@ def _check_entry(path: Path, folder_made: bool = False) -> bool:
     return False
 
 
-def own_folder(path: str | os.PathLike[str]) -> Path:
+def own_folder(path: str | os.PathLike[str], mode: int = 0o777) -> Path:
     """A folder fr-otel names inside one it does not own (the agent's ``<dump dir>/<trace id>/``):
-    created when missing (its parents too); refused (:class:`OutputRefused`) when what is there
-    is a symbolic link or not a directory, so nothing is written into a planted folder link."""
+    created when missing (its parents too; itself with ``mode``, less the umask); refused
+    (:class:`OutputRefused`) when what is there is a symbolic link or not a directory, so nothing
+    is written into a planted folder link."""
     folder = Path(path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.mkdir(folder)
+        os.mkdir(folder, mode)
     except FileExistsError:
         st = os.lstat(folder)
         if not stat.S_ISDIR(st.st_mode):
@@ -106,7 +153,7 @@ def own_folder(path: str | os.PathLike[str]) -> Path:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False,
-                 follow_links: bool = False) -> Path:
+                 follow_links: bool = False, mode: int | None = None) -> Path:
     """Write ``data`` as ``path`` all at once (temp file in the same folder, then rename).
 
     ``replace=False`` creates the file only if it does not exist (``FileExistsError``
@@ -114,7 +161,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     that exists must be a regular file (:class:`OutputRefused`). A symbolic link at
     ``path`` is replaced by the new file, its target untouched (one warning), unless
     ``follow_links`` (a path a person named for this output): then its target is what
-    gets replaced. Returns the path written.
+    gets replaced. ``mode``: the new file's permissions (default: an existing file's, else
+    what ``open()`` would give). Returns the path written.
     """
     if follow_links:
         target = check_output_file(path, folder_made=mkdir)
@@ -126,7 +174,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)  # O_EXCL|O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), _mode_for(target))
+            os.fchmod(fh.fileno(), _mode_for(target) if mode is None else mode)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

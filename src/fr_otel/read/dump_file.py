@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import stat
 from functools import partial
 from itertools import islice
 from typing import Any, Sequence
 
-from ..common.files import file_kind
+from ..common.files import NotRegularFile, open_regular
 from ..common.text import one_line
 from .columns import summarise
 from .dump import Entry, RankDump
@@ -66,19 +64,17 @@ def read_dump_file(path: str, rank: int, problems: list[str], *, full: bool = Tr
     ``full=False`` keeps columns and the tail only; ``entries`` then re-reads the file.
     """
     try:
-        # O_NONBLOCK: a FIFO put where a dump should be must not block us until a writer comes.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, st = open_regular(path)  # a FIFO put where a dump should be must not block us
         with io.BufferedReader(io.FileIO(fd, "rb"), _READ_BUFFER_BYTES) as fh:  # open()'s own, typed
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); skipped")
-                return None
             if st.st_size > max_bytes:
                 problems.append(f"{path}: {st.st_size} bytes, over the {max_bytes}-byte limit per dump "
                                 "(--max-file-size); skipped")
                 return None
             with memory_budget(budget_for(st.st_size)):
                 dump = _parse_stream(fh, rank, path, st.st_mtime_ns, problems, full)
+    except NotRegularFile as exc:
+        problems.append(f"{path}: not a regular file ({exc.kind}); skipped")
+        return None
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None

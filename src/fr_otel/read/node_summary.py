@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
+from ..common.inflate import InflatedTooLarge, inflate
 from ..common.names import host_name
 from ..common.text import one_line, printable
 from .columns import fingerprint_id
@@ -180,14 +181,13 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
         problems.append(f"{source}: not an fr-otel node summary")
         return None
     try:
-        inflater = zlib.decompressobj()
-        body = inflater.decompress(blob[_HEADER.size:], MAX_SUMMARY_BYTES)
-        if inflater.unconsumed_tail:
-            problems.append(f"{source}: over {MAX_SUMMARY_BYTES} bytes inflated; skipped")
-            return None
+        body = inflate(blob[_HEADER.size:], MAX_SUMMARY_BYTES)
         raw, used = load_restricted(body)
         if used != len(body):
             raise ValueError(f"{len(body) - used} bytes after the summary")
+    except InflatedTooLarge:
+        problems.append(f"{source}: over {MAX_SUMMARY_BYTES} bytes inflated; skipped")
+        return None
     except (zlib.error, ForbiddenPickle, MemoryError, RecursionError, EOFError, pickle.UnpicklingError,
             ValueError, TypeError) as exc:
         problems.append(f"{source}: corrupt node summary: {one_line(exc)}")

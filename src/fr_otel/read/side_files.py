@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any, Callable, TypeVar
 
-from ..common.files import file_kind
+from ..common.files import FileTooLarge, NotRegularFile, read_regular
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip, one_line, printable
 
 __all__ = [
@@ -58,20 +57,15 @@ def read_side_file(path: str, problems: list[str], consequence: str) -> dict[str
     """The file's top-level JSON object with every string escaped, or None with one problem
     line ending in ``consequence`` (what is unknown without it)."""
     try:
-        # O_NONBLOCK: a FIFO put here must not block until a writer comes.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            problems.append(f"{path}: not a regular file ({file_kind(st.st_mode)}); {consequence}")
-            return None
-        with open(fd, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        data = read_regular(path, MAX_BYTES)
+    except NotRegularFile as exc:
+        problems.append(f"{path}: not a regular file ({exc.kind}); {consequence}")
+        return None
+    except FileTooLarge:
+        problems.append(f"{path}: larger than {MAX_BYTES >> 20} MiB; {consequence}")
+        return None
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or one_line(exc)}; {consequence}")
-        return None
-    if len(data) > MAX_BYTES:
-        problems.append(f"{path}: larger than {MAX_BYTES >> 20} MiB; {consequence}")
         return None
     containers = data.count(b"[") + data.count(b"{")  # an upper bound (brackets in strings count too)
     if containers > MAX_CONTAINERS:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..common.log import logger
-from ..common.files import atomic_write
+from ..common.files import FileTooLarge, NotRegularFile, atomic_write, read_regular
 from ..common.text import one_line, printable
 from ..incident.delivery import ExportStatus
 
@@ -132,23 +131,22 @@ def _parse_state(doc: Any) -> list[Incident]:
 def load_state(path: Path) -> list[Incident]:
     """The incidents remembered in ``path``; none (and one log line) when it is absent,
     unreadable or invalid; an invalid file is kept as ``<name>.bad``."""
+    data: bytes | None
     try:
-        # O_NONBLOCK: a FIFO planted as the state file must not block the watcher (nor SIGTERM).
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        data = read_regular(path, _MAX_STATE_BYTES)  # a FIFO planted as the state file must not block the watcher
     except FileNotFoundError:
         return []
+    except NotRegularFile:
+        _log.info("%s: not a regular file; starting afresh without a state file", printable(str(path)))
+        return []
+    except FileTooLarge:
+        data = None  # said, and the file kept as .bad, below
     except OSError as exc:
         _log.info("%s: cannot read the state (%s); starting afresh: dumps present will be exported",
                   printable(str(path)), exc.strerror or exc)
         return []
-    with open(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            _log.info("%s: not a regular file; starting afresh without a state file", printable(str(path)))
-            return []
-        data = fh.read(_MAX_STATE_BYTES + 1)
     try:
-        if len(data) > _MAX_STATE_BYTES:
+        if data is None:
             raise ValueError(f"over {_MAX_STATE_BYTES} bytes")
         return _parse_state(json.loads(data.decode("utf-8")))
     except (ValueError, TypeError, KeyError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors

@@ -1,0 +1,36 @@
+"""A node's ranks as the incident code sees them (IncidentRank with a NodeRole), on a real TCPStore."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.config import AgentConfig
+from fr_otel.agent.health import HealthTracker
+from fr_otel.agent.host_map import HostMapKeeper
+from fr_otel.agent.incident_rank import IncidentRank
+from fr_otel.agent.node_channel import NodeChannel
+from fr_otel.agent.node_leader import NodeRole
+from fr_otel.otlp.config import resolve_export_config
+from fr_otel.read.rank_process import RankProcess
+
+
+def store_channel(port: int) -> IncidentChannel:
+    """A client of the store on ``port``, as a rank's incident channel."""
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
+
+
+def node_rank(tmp_path: Path, port: int, rank: int, poll: float) -> IncidentRank:
+    """Rank ``rank`` of node-a in a 4-rank job (rank 0 leads), its node folder under ``tmp_path``."""
+    channel = store_channel(port)
+    process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank, source="agent")
+    role = NodeRole(channel, NodeChannel(tmp_path / "node-a", rank), rank, process, leader=rank == 0,
+                    poll_interval=poll)
+    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll)
+    return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,
+                        4, process, lambda: b"", tuple, HostMapKeeper(channel, rank, 4, process, leader=False,
+                                                                      folders=list), node=role)
