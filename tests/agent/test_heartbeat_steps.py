@@ -12,16 +12,14 @@ import pytest
 
 dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
 
+from support.node_ranks import flat_rank  # noqa: E402
+
 from fr_otel.agent.channel import IncidentChannel, beat_text, parse_beat  # noqa: E402
-from fr_otel.agent.config import AgentConfig  # noqa: E402
-from fr_otel.agent.health import HealthTracker  # noqa: E402
 from fr_otel.agent.host_map import HostMapKeeper  # noqa: E402
-from fr_otel.agent.incident_rank import IncidentRank  # noqa: E402
 from fr_otel.agent.node_channel import NodeChannel
 from fr_otel.agent.node_leader import NodeRole
 from fr_otel.agent.store_gather import gather  # noqa: E402
 from fr_otel.common.ports import unused_tcp_port  # noqa: E402
-from fr_otel.otlp.config import resolve_export_config  # noqa: E402
 from fr_otel.read.rank_process import RankProcess  # noqa: E402
 
 POLL = 0.2
@@ -47,12 +45,8 @@ def test_the_coordinator_learns_each_ranks_step_at_its_last_heartbeat(tmp_path: 
     for rank, step in ((0, 8), (1, 7), (2, 5), (3, None)):
         process = RankProcess(host=f"node{rank // 2}", pid=100 + rank, local_rank=rank % 2, source="agent")
         HostMapKeeper(_channel(port), rank, 4, process, leader=False, folders=list).poll(time.time_ns(), step)
-    coordinator = _channel(port)
-    me = RankProcess(host="node1", pid=102, local_rank=0, source="agent")
-    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=POLL,
-                         gather_seconds=0.3)
-    rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), coordinator, "job", 2,
-                        4, me, lambda: b"", tuple, HostMapKeeper(coordinator, 2, 4, me, leader=False, folders=list))
+    rank = flat_rank(tmp_path, port, 2, host="node1", poll=POLL, gather_seconds=0.3)
+    coordinator = rank.channel
     side = gather(rank, 1, time.monotonic() + 10).evidence.side
     assert side.last_step == {0: 8, 1: 7, 2: 5}
     assert set(side.last_heard) == {0, 1, 2, 3} and min(side.last_heard.values()) >= before
@@ -79,12 +73,8 @@ def test_the_coordinator_learns_each_ranks_step_at_its_last_heartbeat_through_le
     flat.heartbeat(3, time.time_ns())
     assert set(flat.last_heard([2, 3])) == {2, 3} and flat.steps == {2: 5}
 
-    coordinator = _channel(port)
-    me = RankProcess(host="node-b", pid=1, local_rank=0, source="agent")
-    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=POLL,
-                         gather_seconds=0.3)
-    rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), coordinator, "job", 2,
-                        4, me, lambda: b"", tuple, HostMapKeeper(coordinator, 2, 4, me, leader=False, folders=list))
+    rank = flat_rank(tmp_path, port, 2, host="node-b", poll=POLL, gather_seconds=0.3)
+    coordinator = rank.channel
     side = gather(rank, 1, time.monotonic() + 10).evidence.side
     assert side.last_step == {0: 8, 1: 7, 2: 5}
     assert set(side.last_heard) == {0, 1, 2, 3} and min(side.last_heard.values()) >= before

@@ -11,38 +11,22 @@ from pathlib import Path
 
 import torch.distributed as dist
 from support.hostile_dumps import WORLD, nccl_dump, write_job
+from support.node_ranks import flat_rank, store_channel
 
-from fr_otel.agent.channel import IncidentChannel
-from fr_otel.agent.config import AgentConfig
-from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.host_map import HostMapKeeper
 from fr_otel.agent.incident_rank import IncidentRank
 from fr_otel.agent.payload import encode_payload
 from fr_otel.agent.store_gather import _Summaries, gather, read_heartbeats
 from fr_otel.common.ports import unused_tcp_port
-from fr_otel.otlp.config import resolve_export_config
 from fr_otel.read.node_summary import NodeSummary, encode_node_summary
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult, read_dumps
-
-
-def _channel(port: int) -> IncidentChannel:
-    """A rank's own connection to the job's store."""
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=10))
-    return IncidentChannel(dist.PrefixStore("fr_otel/claims/", client), "test")
 
 
 def _rank_zero(tmp: Path, poll_s: float = 0.2) -> tuple[IncidentRank, dist.TCPStore]:
     """Rank 0 of a WORLD-rank job, on a real loopback TCPStore (the server is returned to keep it up)."""
     port = unused_tcp_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-    channel = _channel(port)
-    me = RankProcess(host="node0", pid=1, local_rank=0, source="agent")
-    config = AgentConfig(out_dir=str(tmp), dump_dir=str(tmp), metrics_port=None, poll_interval=poll_s)
-    rank = IncidentRank(config, resolve_export_config(environ={}, timeout_s=10), HealthTracker(), channel, "claims",
-                        0, WORLD, me, lambda: b"", tuple,
-                        HostMapKeeper(channel, 0, WORLD, me, leader=False, folders=list))
-    return rank, server
+    return flat_rank(tmp, port, 0, world=WORLD, poll=poll_s), server
 
 
 def test_a_node_heartbeat_from_the_future_counts_as_now_and_ranks_outside_the_job_are_dropped(tmp_path: Path) -> None:
@@ -91,7 +75,7 @@ def test_a_rank_counted_twice_does_not_end_the_gathering_before_a_live_rank_send
     me.channel.publish_summary(1, encode_node_summary("node0", 0, now, {0: dumps[0], 1: dumps[1]}), 2)
     me.channel.publish(1, 1, payload[1])  # counted a second time
     me.channel.publish(1, 2, payload[2])  # the counter says 4 of 4
-    late = threading.Timer(1.5, _channel(server.port).publish, args=(1, 3, payload[3]))  # rank 3, its own link
+    late = threading.Timer(1.5, store_channel(server.port).publish, args=(1, 3, payload[3]))  # rank 3, its own link
     late.start()
     try:
         evidence = gather(me, 1, time.monotonic() + 20).evidence

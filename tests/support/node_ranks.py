@@ -34,3 +34,15 @@ def node_rank(tmp_path: Path, port: int, rank: int, poll: float) -> IncidentRank
     return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,
                         4, process, lambda: b"", tuple, HostMapKeeper(channel, rank, 4, process, leader=False,
                                                                       folders=list), node=role)
+
+
+def flat_rank(tmp_path: Path, port: int, rank: int, *, host: str = "node0", world: int = 4, poll: float = 0.2,
+              gather_seconds: float = 15.0) -> IncidentRank:
+    """Rank ``rank`` of a ``world``-rank job on ``host`` without a node leader (the flat path)."""
+    channel = store_channel(port)
+    process = RankProcess(host=host, pid=100 + rank, local_rank=0, source="agent")
+    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll,
+                         gather_seconds=gather_seconds)
+    return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,
+                        world, process, lambda: b"", tuple,
+                        HostMapKeeper(channel, rank, world, process, leader=False, folders=list))
