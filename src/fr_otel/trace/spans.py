@@ -124,12 +124,15 @@ def build_trace(
 
 
 def _capped(spans: list[ReadableSpan], notes: list[str]) -> list[ReadableSpan]:
-    """At most :data:`MAX_TRACE_SPANS` - 1 (the root comes on top): entry spans go first, newest kept."""
+    """At most :data:`MAX_TRACE_SPANS` - 1 (the root comes on top): entry spans go first, the oldest of all
+    ranks' first (spans are built rank by rank: dropping in list order would take rank 0's newest, the
+    culprit's too, before another rank's oldest)."""
     over = len(spans) + 1 - MAX_TRACE_SPANS
     if over <= 0:
         return spans
     role = A.SPAN_ROLE
     entries = [i for i, sp in enumerate(spans) if (sp.attributes or {}).get(role) == "entry"]
+    entries.sort(key=lambda i: spans[i].start_time or 0)  # stable: equal times keep their order
     drop = set(entries[:over])
     notes.append(f"{len(drop)} entry span(s) left out to keep the trace under {MAX_TRACE_SPANS} spans")
     return [sp for i, sp in enumerate(spans) if i not in drop]
