@@ -40,7 +40,9 @@ def test_a_node_leader_sends_its_ranks_recorders_in_one_summary_that_names_the_s
         env = job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="20",
                       TRAIN_LOOP_STALL_SECONDS="25", TRAIN_LOOP_STEPS="24", TRAIN_LOOP_GLOO_TIMEOUT="60",
                       FR_OTEL_NODE_LEADERS="on", FR_OTEL_STALL_SECONDS="4", FR_OTEL_METRICS_PORT="off",
-                      OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+                      FR_OTEL_POLL_INTERVAL="1", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        # polls at the shipped 1 s (job_env's 0.5 s makes "stale" 1.5 s, which a loaded 2-core box's pause of
+        # the leader reaches: its ranks then rightly go to the store for a while, which is not what this holds)
         job = Job(torchrun(WS), env, tmp_path)
         jobs.append(job)
         assert wait_for(lambda: _root(rx) is not None, timeout=90, interval=0.2), job.output[-4000:]

@@ -110,7 +110,7 @@ FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
 #: ``auto``: in a multi-node job one agent per node talks to the job's store for the node and sends
 #: one summary of it at an incident; ``on``/``off`` force it (see :mod:`fr_otel.agent.node_leader`).
 FR_OTEL_NODE_LEADERS = "FR_OTEL_NODE_LEADERS"
-#: Node-local folder a node's ranks share with their leader (default: /dev/shm, else the temp dir).
+#: Node-local folder a node's ranks share with their leader (a RAM file system where there is one).
 FR_OTEL_NODE_DIR = "FR_OTEL_NODE_DIR"
 #: Set by the agent to its process id once its process has a process group (a rank), so child
 #: processes (data loader workers, subprocesses) that inherit the environment do not start
