@@ -5,7 +5,8 @@ threads whatever connects to it. prometheus_client's own server starts a thread 
 connection and never times an idle one out: 150 idle connections took a rank from 7 to 157
 threads, on an address (``0.0.0.0`` by default) anyone on the network can reach. This one is
 a single thread: a selector over non-blocking sockets, at most :data:`MAX_CONNECTIONS` open
-at once (a new one pushes out the longest idle), each closed after :data:`IDLE_TIMEOUT_S`
+at once (a new one pushes out the longest idle of those open for :data:`PUSH_OUT_AFTER_S`; while
+all are younger, new ones wait in the listen backlog), each closed after :data:`IDLE_TIMEOUT_S`
 without progress, requests capped at :data:`MAX_REQUEST_BYTES`. A request is answered with
 one response, then the connection is closed (Prometheus reconnects each scrape).
 
@@ -32,12 +33,15 @@ from prometheus_client.registry import Collector
 from ..common.log import logger
 
 __all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsServer", "local_rank", "port_for",
-           "start_metrics_server"]
+           "PUSH_OUT_AFTER_S", "start_metrics_server"]
 
 log = logger("fr_otel.agent")
 
 #: Open connections at once; a new one closes the longest idle (a scrape sends its request at once).
 MAX_CONNECTIONS = 32
+#: A connection open for less than this is not pushed out: its scrape's request may still be on
+#: its way (a burst of 40 scrapes pushed out each other before any request was read).
+PUSH_OUT_AFTER_S = 1.0
 #: A connection that neither sends its request nor takes its response for this long is closed.
 IDLE_TIMEOUT_S = 10.0
 #: Request line and headers; Prometheus sends a few hundred bytes.
@@ -64,6 +68,7 @@ def port_for(base: int, local: int | None) -> int:
 class _Connection:
     sock: socket.socket
     last: float  # monotonic time of its last progress
+    opened: float  # monotonic time it was accepted
     request: bytearray = field(default_factory=bytearray)
     response: memoryview | None = None
 
@@ -85,6 +90,7 @@ class _Loop:
         self.selector.register(listener, selectors.EVENT_READ, None)
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._said: set[str] = set()
+        self._accepting = True
 
     def run(self) -> None:
         try:
@@ -108,25 +114,36 @@ class _Loop:
             pass
 
     def _once(self) -> None:
-        for key, events in self.selector.select(timeout=1.0):
+        timeout = 1.0 if self._accepting else PUSH_OUT_AFTER_S / 4
+        for key, events in self.selector.select(timeout=timeout):
             if key.data == "wake":
                 return
             if key.fileobj is self.listener:
                 self._accept()
                 continue
-            conn = self.connections.get(key.fd)
-            if conn is None:
-                continue
-            if events & selectors.EVENT_READ:
-                self._read(conn)
-            elif events & selectors.EVENT_WRITE:
-                self._write(conn)
+            self._progress(key.fd, events)
         cutoff = time.monotonic() - self.idle_timeout_s
         for conn in [c for c in self.connections.values() if c.last < cutoff]:
             self._close(conn)
+        if not self._accepting:  # look at the backlog again: a slot may be free or pushable by now
+            self._accepting = True
+            self.selector.register(self.listener, selectors.EVENT_READ, None)
+
+    def _progress(self, fd: int, events: int) -> None:
+        conn = self.connections.get(fd)
+        if conn is None:
+            return
+        if events & selectors.EVENT_READ:
+            self._read(conn)
+        elif events & selectors.EVENT_WRITE:
+            self._write(conn)
 
     def _accept(self) -> None:
         while True:
+            if len(self.connections) >= self.max_connections and not self._make_room():
+                self._accepting = False  # the rest wait in the backlog, not in a busy loop
+                self.selector.unregister(self.listener)
+                return
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -135,11 +152,24 @@ class _Loop:
                 self._say_once(f"/metrics cannot accept connections: {exc.strerror or exc}")
                 return
             sock.setblocking(False)
-            if len(self.connections) >= self.max_connections:
-                self._close(min(self.connections.values(), key=lambda c: c.last))
-            conn = _Connection(sock, time.monotonic())
-            self.connections[sock.fileno()] = conn
+            now = time.monotonic()
+            self.connections[sock.fileno()] = _Connection(sock, now, now)
             self.selector.register(sock, selectors.EVENT_READ, None)
+
+    def _make_room(self) -> bool:
+        """Free one slot: answer the requests already waiting, else push out the longest idle of the
+        connections open long enough to have sent theirs; False when every one is too young."""
+        for key, events in self.selector.select(timeout=0):
+            if key.fileobj is not self.listener and key.data != "wake":
+                self._progress(key.fd, events)
+        if len(self.connections) < self.max_connections:
+            return True
+        cutoff = time.monotonic() - PUSH_OUT_AFTER_S
+        old_enough = [c for c in self.connections.values() if c.opened <= cutoff]
+        if not old_enough:
+            return False
+        self._close(min(old_enough, key=lambda c: c.last))
+        return True
 
     def _read(self, conn: _Connection) -> None:
         try:
