@@ -211,7 +211,7 @@ def _history(url: str, expr: str, start: int, end: int) -> dict[int, list[tuple[
 
 
 @pytest.fixture(scope="module")
-def prometheus_url(prometheus: PrometheusServer, scenario: Scenario) -> str:
+def prometheus_url(prometheus: PrometheusServer, scenario: Scenario, hung_job: HungJob) -> str:
     """The Prometheus URL once the rule chain has evaluated on the hung job's data."""
     world = len(scenario.targets)
     try:
@@ -223,8 +223,25 @@ def prometheus_url(prometheus: PrometheusServer, scenario: Scenario) -> str:
         prometheus.wait_for(f"count(max by (rank) (fr_inflight_collective_age_seconds) >= 10) >= {world - 1}",
                             timeout=30)
     except TimeoutError as exc:
-        pytest.fail(f"{exc}\ntargets: {prometheus.targets_health()}\n{prometheus.log_tail()}")
+        pytest.fail(f"{exc}\n{_why_not_scraped(prometheus)}\njob log:\n"
+                    f"{hung_job.log.read_text(errors='replace')[-3000:]}")
     return prometheus.url
+
+
+def _why_not_scraped(prometheus: PrometheusServer) -> str:
+    """What a failed wait needs to be understood: each target's health and last error, how many
+    scrapes of the last two minutes succeeded and how many poll samples each rank left."""
+    lines = [f"target {t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError')!r} "
+             f"(last scrape took {t.get('lastScrapeDuration')} s)" for t in prometheus.targets_health()]
+    for expr in ("sum_over_time(up[2m])", "count_over_time(fr_agent_polls_total[2m])",
+                 "max_over_time(scrape_duration_seconds[2m])"):
+        try:
+            rows = prometheus.query(expr)
+        except Exception as err:  # noqa: BLE001 - a diagnostic must not hide the failure it explains
+            rows, expr = [], f"{expr} (failed: {err})"
+        lines.append(f"{expr}: " + ", ".join(f"{r.labels.get('instance')}/{r.labels.get('rank')}={r.value:g}"
+                                             for r in rows))
+    return "\n".join(lines) + "\n" + prometheus.log_tail()
 
 
 @pytest.fixture(scope="module")
