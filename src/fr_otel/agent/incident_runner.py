@@ -90,7 +90,20 @@ class IncidentRunner:
     def poll(self, stalls: list[Stall], now_ns: int | None = None) -> None:
         """One poll's incident work: through the store while it answers (or, with node leaders, through
         this node's leader: :mod:`.node_leader`); without it, this node's own incident for a stall no
-        incident covers yet (see :mod:`.local_incident`)."""
+        incident covers yet (see :mod:`.local_incident`). A leader's board says how long each store call may
+        take (a slow store must not send its ranks to that store too)."""
+        role = self.me.node
+        if role is None or not role.leader:
+            self._poll(stalls, now_ns)
+            return
+
+        def in_store_call(wait_s: float) -> None:
+            with self.me.health.guard("writing this node's board"):
+                role.publish_board(store_call_s=wait_s)
+        with self.me.channel.link.announcing(in_store_call):
+            self._poll(stalls, now_ns)
+
+    def _poll(self, stalls: list[Stall], now_ns: int | None) -> None:
         now_ns = time.time_ns() if now_ns is None else now_ns
         step = COUNTER.current  # beside every heartbeat: a lost node is said with the step it was in
         role = self.me.node

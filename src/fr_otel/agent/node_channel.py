@@ -34,6 +34,8 @@ __all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
 
 #: A board (or a rank's heartbeat) this many polls old: its writer is presumed lost.
 STALE_POLLS = 3
+#: The longest store call a board may announce (a larger one is malformed: the stale window holds).
+_MAX_ANNOUNCED_NS = 60 * 10**9
 _MAX_BOARD_BYTES = 1 << 20
 _MAX_BEAT_BYTES = 64
 _MAX_PAYLOAD_BYTES = 256 << 20
@@ -96,17 +98,27 @@ class Board:
     sent: dict[int, tuple[int, ...]] = field(default_factory=dict)  # k -> ranks whose recorders went in its summary
     ended: tuple[int, ...] = ()  # incidents whose verdict the leader saw in the store
     lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
+    in_store_call_until_ns: int | None = None  # written just before a store call: the latest it can end
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
-        """Written within the last few polls; a stamp more than a poll ahead of our clock is no proof of life."""
+        """Written within the last few polls, or in a store call that may still be running (the link bounds
+        it): a leader waiting on a slow store is alive, and its ranks going to that store themselves would
+        only add load to it. A stamp more than a poll ahead of our clock is no proof of life."""
         age = now_ns - self.polled_ns
-        return -poll_interval * 1e9 <= age <= STALE_POLLS * poll_interval * 1e9
+        window = STALE_POLLS * poll_interval * 1e9
+        if age < -poll_interval * 1e9:
+            return False
+        if age <= window:
+            return True
+        until = self.in_store_call_until_ns
+        return until is not None and 0 <= until - self.polled_ns <= _MAX_ANNOUNCED_NS and now_ns <= until + window
 
     def as_json(self) -> dict[str, Any]:
         return {"leader": self.leader, "pid": self.pid, "polled_ns": self.polled_ns,
                 "incidents": [[k, meta] for k, meta in self.incidents[-_KEPT_INCIDENTS:]],
                 "sent": {str(k): list(ranks) for k, ranks in sorted(self.sent.items())[-_KEPT_INCIDENTS:]},
-                "ended": list(self.ended[-_KEPT_INCIDENTS:]), "lost": list(self.lost[-_KEPT_INCIDENTS:])}
+                "ended": list(self.ended[-_KEPT_INCIDENTS:]), "lost": list(self.lost[-_KEPT_INCIDENTS:]),
+                "in_store_call_until_ns": self.in_store_call_until_ns}
 
 
 def _board_from(raw: Any) -> Board | None:
@@ -125,7 +137,9 @@ def _board_from(raw: Any) -> Board | None:
     for k, ranks in raw["sent"].items() if isinstance(raw.get("sent"), dict) else ():
         if k.isdigit() and isinstance(ranks, list):
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
-    return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")))
+    until = raw.get("in_store_call_until_ns")
+    return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")),
+                 until if is_exact_int(until) else None)
 
 
 def _numbers(raw: Any) -> tuple[int, ...]:

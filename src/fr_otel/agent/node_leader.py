@@ -15,7 +15,8 @@ rank. With them, the node is the unit:
   and sends that, then answers the coordinator's request for the whole recorders of the ranks its
   verdict names (``i/<k>/need``).
 - **A lost leader.** A board that stops changing (its process died, froze, or holds the GIL) sends
-  the node's ranks back to the store on their own within :data:`~.node_channel.STALE_POLLS` polls,
+  the node's ranks back to the store on their own within :data:`~.node_channel.STALE_POLLS` polls
+  (after the bound of the store call its board says it is in, if any: a slow store is no lost leader),
   exactly as without leaders; a rank the leader left out of its summary sends its own payload.
 
 Every store call still goes through the bounded :class:`~.store_link.StoreLink`; every wait here
@@ -114,11 +115,14 @@ class NodeRole:
             "ranks": {str(r): t for r, (t, _) in beats.items()},
             "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}})
 
-    def publish_board(self) -> None:
-        """The leader's board for its ranks (after each poll, and once its summary is sent), stamped when
+    def publish_board(self, store_call_s: float | None = None) -> None:
+        """The leader's board for its ranks (after each poll, once its summary is sent, and before each
+        store call of its poll with ``store_call_s``, the longest that call may wait), stamped when
         written: a stamp taken before the poll's store calls (up to their bound) would age it early."""
-        self.node.write_board(Board(self.rank, os.getpid(), time.time_ns(), tuple(self.incidents[-16:]), dict(self.sent),
-                                    tuple(self.ended[-16:]), tuple(self.lost[-16:])))
+        now = time.time_ns()
+        until = now + int(store_call_s * 1e9) if store_call_s is not None else None
+        self.node.write_board(Board(self.rank, os.getpid(), now, tuple(self.incidents[-16:]), dict(self.sent),
+                                    tuple(self.ended[-16:]), tuple(self.lost[-16:]), until))
 
     def ended_as(self, k: int, *, verdict: bool) -> None:
         """The leader's word to its ranks on incident ``k``: its verdict is in the store (``verdict``), or the

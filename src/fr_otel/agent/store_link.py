@@ -108,6 +108,7 @@ class StoreLink:
         self._busy_since: float | None = None  # monotonic start of the call the worker is in
         self._state = threading.Lock()
         self._deadline = threading.local()
+        self._announce = threading.local()
         self._worker: threading.Thread | None = None
         #: Wall clock (ns) since which the store has not answered; None while it answers.
         self.unreachable_since_ns: int | None = None
@@ -124,6 +125,17 @@ class StoreLink:
             yield
         finally:
             self._deadline.at = before
+
+    @contextlib.contextmanager
+    def announcing(self, before: Callable[[float], None]) -> Iterator[None]:
+        """Calls from this thread first tell ``before`` the longest they may wait (seconds): a node leader
+        says so on its board, so that its ranks do not take a slow store call for a lost leader."""
+        outer = getattr(self._announce, "before", None)
+        self._announce.before = before
+        try:
+            yield
+        finally:
+            self._announce.before = outer
 
     def reachable(self) -> bool:
         """False while the worker is stuck in an unanswered call or the back-off says wait."""
@@ -153,6 +165,9 @@ class StoreLink:
             wait = min(wait, at - self._clock())
         if wait <= 0:
             raise StoreUnavailable(f"{what}: no time left")
+        before = getattr(self._announce, "before", None)
+        if before is not None:
+            before(wait)
         future: Future[Any] = Future()
         self._ensure_worker()
         self._calls.put((fn, future))
