@@ -108,3 +108,31 @@ def test_two_nodes_of_one_job_on_one_host_get_a_folder_each(tmp_path: Path) -> N
     slurm = [_folder_of(tmp_path, {"SLURM_NODEID": n}) for n in ("0", "1")]
     assert torchrun[0] != torchrun[1] and torchrun[1] == torchrun[2]
     assert slurm[0] != slurm[1] and slurm[0] == torchrun[0]
+
+
+def test_node_files_are_not_synced_to_disk_and_forgetting_an_incident_follows_no_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeats, boards and payloads mean nothing after a crash: no fsync per rank per poll (where the folder
+    is on a disk); other outputs still sync. Forgetting incident 3 takes its payloads, not incident 4's,
+    and a link planted as ``i5`` goes as a link, its target intact."""
+    from fr_otel.common.files import atomic_write
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    folder = node_folder(None, "job", "host-a", shared_root=tmp_path)
+    channel = NodeChannel(folder, 0)
+    channel.beat(1)
+    channel.drop_payload(3, b"three")
+    channel.drop_payload(4, b"four")
+    assert synced == []
+    atomic_write(tmp_path / "report.json", b"{}")
+    assert len(synced) == 1
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "rank_0.payload").write_bytes(b"keep")
+    (folder / "i5").symlink_to(outside)
+    for k in (3, 5):
+        channel.forget(k)
+    assert sorted(p.name for p in folder.iterdir()) == ["hb.0", "i4"]
+    assert (outside / "rank_0.payload").read_bytes() == b"keep"

@@ -166,3 +166,29 @@ def test_ranks_wait_for_the_verdict_on_their_leaders_board_with_no_store_request
     time.sleep((STALE_POLLS + 1) * POLL)  # the leader stops writing its board
     assert member.verdict_word(3) == "ask the store"
     del server
+
+
+def test_a_leader_sends_no_whole_recorder_once_the_verdict_is_out_and_forgets_the_incident(tmp_path: Path) -> None:
+    """Asked for a rank's whole recorder after the coordinator published its verdict (and cleaned the store),
+    the leader sends nothing (it would stay in the store for the job's life); asked before, it sends it.
+    Either way the node folder's copies of that incident's recorders go once it has answered."""
+    server, port = _store()
+    (leader, _), (member, _) = _roles(tmp_path / "node", port, range(2))
+    layout, t_end = layout_for(1024), time.time_ns()
+    for role in (leader, member):
+        role.poll(time.time_ns())
+    for k in (1, 2):
+        for role in (leader, member):
+            role.node.drop_payload(k, payload_for(layout, role.rank, Fault("stopped", 5), t_end))
+        send_summary(leader, k, time.monotonic() + 5, time.monotonic() + 5)
+    leader.channel.set_result(1, {"verdict": "hang"})
+    leader.channel.ask(1, "1")
+    leader.channel.ask(2, "1")
+    folder = tmp_path / "node"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and ((folder / "i1").exists() or (folder / "i2").exists()):
+        time.sleep(POLL)
+    assert leader.channel.fetch(1, [1]) == {}
+    assert set(leader.channel.fetch(2, [1])) == {1}
+    assert not (folder / "i1").exists() and not (folder / "i2").exists()
+    del server

@@ -134,6 +134,10 @@ class IncidentChannel:
         key = f"i/{k}/result"
         return _json(_text(self.store.get(key))) if self.store.check([key]) else None
 
+    def concluded(self, k: int) -> bool:
+        """The coordinator has published incident ``k``'s verdict (what it gathers is no longer read)."""
+        return bool(self.store.check([f"i/{k}/result"]))
+
     def cleanup(self, k: int, ranks: list[int], summaries: int = 0) -> None:
         """Free the store of incident ``k``'s payloads (``ranks``') and its first ``summaries`` node summaries."""
         for r in ranks:

@@ -177,7 +177,9 @@ class NodeChannel:
         if "/" in name:
             sub, name = name.split("/")
             folder = own_folder(folder / sub, _FOLDER_MODE)
-        return atomic_write(folder / name, data, mode=_FILE_MODE)
+        # Not synced: nothing here means anything after a crash, and on a disk (no /dev/shm) a sync per
+        # heartbeat per rank per poll would be I/O for nothing.
+        return atomic_write(folder / name, data, mode=_FILE_MODE, durable=False)
 
     # -- the leader -----------------------------------------------------------------------
     def write_board(self, board: Board) -> None:
@@ -221,6 +223,18 @@ class NodeChannel:
             except OSError:
                 continue
         return out
+
+    def forget(self, k: int) -> None:
+        """Incident ``k``'s payloads go (the leader, once the coordinator no longer asks for them): a node
+        folder in memory must not keep every incident's recorders until the job ends."""
+        try:
+            root = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            _remove_incident(root, f"i{k}")
+        finally:
+            os.close(root)
 
     def remove(self) -> None:
         """The leader leaves: its node's files go (a later job on the node starts clean). Only names

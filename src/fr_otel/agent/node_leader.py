@@ -218,7 +218,7 @@ def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> t
              ", whole recorders of its ranks: one stands out" if whole else "",
              f"; rank(s) {missing} left none in time" if missing else "")
     threading.Thread(target=answer_need, args=(role.channel, k, {r: payloads[r] for r in ranks}, answer_until,
-                                               role.poll_interval),
+                                               role.poll_interval, role.node),
                      name="fr-otel-node-answer", daemon=True).start()
     return ranks
 
@@ -252,19 +252,25 @@ def _stands_out(dumps: dict[int, RankDump]) -> bool:
 
 
 def answer_need(channel: IncidentChannel, k: int, payloads: dict[int, bytes], until: float,
-                poll_interval: float) -> None:
-    """Once the coordinator says which ranks it needs whole, send those of ``payloads`` (polls, bounded)."""
-    while time.monotonic() < until:
-        try:
-            asked = channel.asked(k)
-            if asked is not None:
-                for rank in parse_ranks(f"[{asked}]") or ():
-                    if rank in payloads:
-                        channel.publish_whole(k, rank, payloads[rank])
+                poll_interval: float, node: NodeChannel | None = None) -> None:
+    """Once the coordinator says which ranks it needs whole, send those of ``payloads`` (polls, bounded),
+    unless its verdict is already out: a recorder sent after the coordinator cleaned the store would stay
+    in it. Then the node's copies of the incident's recorders go (``node``)."""
+    try:
+        while time.monotonic() < until:
+            try:
+                asked = channel.asked(k)
+                if asked is not None:
+                    for rank in parse_ranks(f"[{asked}]") or ():
+                        if rank in payloads and not channel.concluded(k):
+                            channel.publish_whole(k, rank, payloads[rank])
+                    return
+            except StoreUnavailable:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a log line, never the training job's problem
+                log.debug("incident %d: answering the coordinator: %s", k, exc)
                 return
-        except StoreUnavailable:
-            pass
-        except Exception as exc:  # noqa: BLE001 - a log line, never the training job's problem
-            log.debug("incident %d: answering the coordinator: %s", k, exc)
-            return
-        time.sleep(poll_interval)
+            time.sleep(poll_interval)
+    finally:
+        if node is not None:
+            node.forget(k)

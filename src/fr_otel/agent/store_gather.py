@@ -244,7 +244,7 @@ def complete_from_nodes(me: IncidentRank, k: int, gathered: Gathered, deadline: 
         dump = decode_payload(payload, rank, f"rank {rank} (whole, asked of its node)", read.problems)
         if dump is not None:
             read.dumps[rank] = dump
-    gathered.flat_ranks.extend(got)
+    gathered.flat_ranks.extend(need)  # the store is cleaned of all asked for, the late ones included
     missing = [r for r in need if r not in got]
     if missing:
         read.problems.append(f"rank(s) {compress_ranks(missing)}: only their node's summary arrived (their stacks and "

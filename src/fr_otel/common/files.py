@@ -153,7 +153,7 @@ def own_folder(path: str | os.PathLike[str], mode: int = 0o777) -> Path:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True, mkdir: bool = False,
-                 follow_links: bool = False, mode: int | None = None) -> Path:
+                 follow_links: bool = False, mode: int | None = None, durable: bool = True) -> Path:
     """Write ``data`` as ``path`` all at once (temp file in the same folder, then rename).
 
     ``replace=False`` creates the file only if it does not exist (``FileExistsError``
@@ -162,7 +162,9 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
     ``path`` is replaced by the new file, its target untouched (one warning), unless
     ``follow_links`` (a path a person named for this output): then its target is what
     gets replaced. ``mode``: the new file's permissions (default: an existing file's, else
-    what ``open()`` would give). Returns the path written.
+    what ``open()`` would give). ``durable=False`` skips the sync to disk: for a signal that means nothing
+    after a crash (a heartbeat written every poll), where the sync would only cost I/O. Returns the
+    path written.
     """
     if follow_links:
         target = check_output_file(path, folder_made=mkdir)
@@ -177,7 +179,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = T
             os.fchmod(fh.fileno(), _mode_for(target) if mode is None else mode)
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if replace:
             # Not swapped for a FIFO or a folder meanwhile; a link swapped in is replaced, not followed.
             was_link = False
