@@ -130,12 +130,14 @@ class _Loop:
             self.selector.register(self.listener, selectors.EVENT_READ, None)
 
     def _progress(self, fd: int, events: int) -> None:
+        """Read or write as the connection's stage asks: an event taken before a push-out may name an fd
+        that a newly accepted connection now holds."""
         conn = self.connections.get(fd)
         if conn is None:
             return
-        if events & selectors.EVENT_READ:
+        if events & selectors.EVENT_READ and conn.response is None:
             self._read(conn)
-        elif events & selectors.EVENT_WRITE:
+        elif events & selectors.EVENT_WRITE and conn.response is not None:
             self._write(conn)
 
     def _accept(self) -> None:
