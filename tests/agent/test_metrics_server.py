@@ -163,8 +163,8 @@ def test_a_burst_over_the_cap_is_answered_not_pushed_out() -> None:
 
 
 def test_a_young_connection_is_not_pushed_out_before_its_request_comes() -> None:
-    """At the cap, a new connection waits in the backlog rather than push out one opened a moment
-    ago whose request is still on its way; a silent one is pushed out once it is old enough."""
+    """At the cap, a new connection does not push out one opened a moment ago whose request is still
+    on its way: both are answered, at once."""
     from fr_otel.agent.server import PUSH_OUT_AFTER_S
 
     started = start_metrics_server(FrCollector(_snapshot), 0, "127.0.0.1", max_connections=2)
@@ -184,3 +184,69 @@ def test_a_young_connection_is_not_pushed_out_before_its_request_comes() -> None
             s.close()
     finally:
         started.stop()
+
+
+def test_at_twice_the_cap_the_longest_idle_goes_whatever_its_age() -> None:
+    """A flood of young silent connections cannot grow the server past twice its cap: the longest idle is
+    pushed out (its client reads EOF) while the newest is kept."""
+    started = start_metrics_server(FrCollector(_snapshot), 0, "127.0.0.1", max_connections=2)
+    assert started is not None
+    try:
+        silent = []
+        for _ in range(5):
+            silent.append(socket.create_connection(("127.0.0.1", started.port), timeout=5))
+            time.sleep(0.05)
+        silent[0].settimeout(5)
+        assert silent[0].recv(1) == b""  # pushed out, well before the 10 s idle timeout
+        assert len(started._loop.connections) == 4
+        took, body = scrape(started)
+        assert took < 2 and "fr_info{" in body
+        for s in silent:
+            s.close()
+    finally:
+        started.stop()
+
+
+def test_a_connection_flood_neither_spins_the_server_nor_holds_a_scrape_back() -> None:
+    """Another process opens 200 silent connections a second for 3 s (over six times the cap each second):
+    every scrape made meanwhile answers within 2 s, and the server's thread uses well under a core (it
+    used to spin at the cap while the newest were too young to push out)."""
+    import subprocess
+    import sys
+
+    started = start_metrics_server(FrCollector(_snapshot), 0, "127.0.0.1")
+    assert started is not None
+    flood = subprocess.Popen([sys.executable, "-c", f"""
+import socket, time
+held, end = [], time.monotonic() + 3
+while time.monotonic() < end:
+    try:
+        held.append(socket.create_connection(("127.0.0.1", {started.port}), timeout=2))
+    except OSError:
+        pass
+    time.sleep(0.005)
+"""])
+    try:
+        cpu, began, took = time.process_time(), time.monotonic(), []
+        while flood.poll() is None and time.monotonic() - began < 10:
+            took.append(scrape(started, timeout=10)[0])
+            time.sleep(0.3)
+        used = (time.process_time() - cpu) / (time.monotonic() - began)
+        assert len(took) >= 5 and max(took) < 2, took
+        assert used < 0.5, f"the server's process used {used:.0%} of a core"
+    finally:
+        flood.kill()
+        flood.wait()
+        started.stop()
+
+
+def test_a_request_that_breaks_the_encoder_closes_only_its_own_connection(server: MetricsServer) -> None:
+    """prometheus_client raises on ``Accept: text/plain;version=abc``: that connection is closed, and the
+    pass it broke no longer skips the others (before, each byte that client sent stopped a whole pass)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as bad:
+        bad.sendall(b"GET /metrics HTTP/1.1\r\nAccept: text/plain;version=abc\r\n\r\n")
+        began = time.monotonic()
+        assert bad.recv(1) == b""
+        assert time.monotonic() - began < 1  # at once, not at the 2 s idle timeout
+    took, body = scrape(server)
+    assert took < 2 and "fr_info{" in body

@@ -5,8 +5,10 @@ threads whatever connects to it. prometheus_client's own server starts a thread 
 connection and never times an idle one out: 150 idle connections took a rank from 7 to 157
 threads, on an address (``0.0.0.0`` by default) anyone on the network can reach. This one is
 a single thread: a selector over non-blocking sockets, at most :data:`MAX_CONNECTIONS` open
-at once (a new one pushes out the longest idle of those open for :data:`PUSH_OUT_AFTER_S`; while
-all are younger, new ones wait in the listen backlog), each closed after :data:`IDLE_TIMEOUT_S`
+at once (past that, the requests already in are answered, then a new one pushes out the longest
+idle of those open for :data:`PUSH_OUT_AFTER_S`; younger ones, whose requests may be on their
+way, are kept up to twice the cap, beyond which the longest idle goes whatever its age: a burst of
+scrapes is answered, a flood of connections never holds the next scrape back), each closed after :data:`IDLE_TIMEOUT_S`
 without progress, requests capped at :data:`MAX_REQUEST_BYTES`. A request is answered with
 one response, then the connection is closed (Prometheus reconnects each scrape).
 
@@ -37,10 +39,10 @@ __all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsSer
 
 log = logger("fr_otel.agent")
 
-#: Open connections at once; a new one closes the longest idle (a scrape sends its request at once).
+#: Open connections at once (twice that while the newest are younger than PUSH_OUT_AFTER_S).
 MAX_CONNECTIONS = 32
-#: A connection open for less than this is not pushed out: its scrape's request may still be on
-#: its way (a burst of 40 scrapes pushed out each other before any request was read).
+#: A connection open for less than this is not pushed out below twice the cap: its scrape's request
+#: may still be on its way (a burst of 40 scrapes pushed out each other before any was read).
 PUSH_OUT_AFTER_S = 1.0
 #: A connection that neither sends its request nor takes its response for this long is closed.
 IDLE_TIMEOUT_S = 10.0
@@ -90,7 +92,6 @@ class _Loop:
         self.selector.register(listener, selectors.EVENT_READ, None)
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._said: set[str] = set()
-        self._accepting = True
 
     def run(self) -> None:
         try:
@@ -114,38 +115,35 @@ class _Loop:
             pass
 
     def _once(self) -> None:
-        timeout = 1.0 if self._accepting else PUSH_OUT_AFTER_S / 4
-        for key, events in self.selector.select(timeout=timeout):
+        for key, events in self.selector.select(timeout=1.0):
             if key.data == "wake":
                 return
             if key.fileobj is self.listener:
                 self._accept()
-                continue
-            self._progress(key.fd, events)
+            else:
+                self._progress(key, events)
         cutoff = time.monotonic() - self.idle_timeout_s
         for conn in [c for c in self.connections.values() if c.last < cutoff]:
             self._close(conn)
-        if not self._accepting:  # look at the backlog again: a slot may be free or pushable by now
-            self._accepting = True
-            self.selector.register(self.listener, selectors.EVENT_READ, None)
 
-    def _progress(self, fd: int, events: int) -> None:
-        """Read or write as the connection's stage asks: an event taken before a push-out may name an fd
-        that a newly accepted connection now holds."""
-        conn = self.connections.get(fd)
-        if conn is None:
+    def _progress(self, key: selectors.SelectorKey, events: int) -> None:
+        """Read or write as the connection's stage asks. An event taken before a push-out may name an fd
+        a newly accepted connection now holds: it counts only for the connection it was taken for. A
+        connection whose request breaks the answer (a malformed Accept header) is closed alone."""
+        conn = key.data
+        if not isinstance(conn, _Connection) or self.connections.get(key.fd) is not conn:
             return
-        if events & selectors.EVENT_READ and conn.response is None:
-            self._read(conn)
-        elif events & selectors.EVENT_WRITE and conn.response is not None:
-            self._write(conn)
+        try:
+            if events & selectors.EVENT_READ and conn.response is None:
+                self._read(conn)
+            elif events & selectors.EVENT_WRITE and conn.response is not None:
+                self._write(conn)
+        except Exception as exc:  # noqa: BLE001 - one client's request must not stop the others' answers
+            self._say_once(f"/metrics: a request failed ({type(exc).__name__}: {exc}); that connection is closed")
+            self._close(conn)
 
     def _accept(self) -> None:
         while True:
-            if len(self.connections) >= self.max_connections and not self._make_room():
-                self._accepting = False  # the rest wait in the backlog, not in a busy loop
-                self.selector.unregister(self.listener)
-                return
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -154,24 +152,25 @@ class _Loop:
                 self._say_once(f"/metrics cannot accept connections: {exc.strerror or exc}")
                 return
             sock.setblocking(False)
+            if len(self.connections) >= self.max_connections:
+                self._make_room()
             now = time.monotonic()
-            self.connections[sock.fileno()] = _Connection(sock, now, now)
-            self.selector.register(sock, selectors.EVENT_READ, None)
+            conn = _Connection(sock, now, now)
+            self.connections[sock.fileno()] = conn
+            self.selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _make_room(self) -> bool:
-        """Free one slot: answer the requests already waiting, else push out the longest idle of the
-        connections open long enough to have sent theirs; False when every one is too young."""
+    def _make_room(self) -> None:
+        """At the cap: answer the requests already in; then push out the longest idle of the connections
+        open long enough to have sent theirs, or, at twice the cap, the longest idle of all."""
         for key, events in self.selector.select(timeout=0):
-            if key.fileobj is not self.listener and key.data != "wake":
-                self._progress(key.fd, events)
+            if isinstance(key.data, _Connection):
+                self._progress(key, events)
         if len(self.connections) < self.max_connections:
-            return True
+            return
         cutoff = time.monotonic() - PUSH_OUT_AFTER_S
         old_enough = [c for c in self.connections.values() if c.opened <= cutoff]
-        if not old_enough:
-            return False
-        self._close(min(old_enough, key=lambda c: c.last))
-        return True
+        if old_enough or len(self.connections) >= 2 * self.max_connections:
+            self._close(min(old_enough or self.connections.values(), key=lambda c: c.last))
 
     def _read(self, conn: _Connection) -> None:
         try:
@@ -222,7 +221,7 @@ class _Loop:
             head.append(b"Content-Length: " + str(len(body)).encode())
         head += [name + b": " + value for name, value in extra or ()]
         conn.response = memoryview(b"\r\n".join(head) + b"\r\n\r\n" + body)
-        self.selector.modify(conn.sock, selectors.EVENT_WRITE, None)
+        self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
         self._write(conn)
 
     def _write(self, conn: _Connection) -> None:
