@@ -192,3 +192,36 @@ def test_a_leader_sends_no_whole_recorder_once_the_verdict_is_out_and_forgets_th
     assert set(leader.channel.fetch(2, [1])) == {1}
     assert not (folder / "i1").exists() and not (folder / "i2").exists()
     del server
+
+
+class ConcludingStore(CountingStore):
+    """A real store on which the coordinator publishes its verdict (and cleans up) just as a whole recorder is
+    being sent: the interleaving a leader's check before sending cannot see."""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.store, name)
+        if name != "set":
+            return attr
+
+        def set_then_conclude(key: str, value: Any) -> Any:
+            out = attr(key, value)
+            if "/dump/" in key:
+                self.store.set("i/1/result", "{}")
+            return out
+
+        return set_then_conclude
+
+
+def test_a_whole_recorder_sent_as_the_verdict_comes_out_is_taken_back(tmp_path: Path) -> None:
+    """The verdict comes out (and the coordinator's one clean-up runs) while the leader sends rank 1's whole
+    recorder: the leader sees the verdict after sending and deletes what it sent, so nothing stays."""
+    from fr_otel.agent.node_leader import answer_need
+
+    server, port = _store()
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    channel = IncidentChannel(ConcludingStore(dist.PrefixStore("fr_otel/job/", client)), "test")  # type: ignore[arg-type]
+    channel.ask(1, "1")
+    answer_need(channel, 1, {1: b"whole recorder of rank 1"}, time.monotonic() + 2, POLL)
+    assert channel.concluded(1)
+    assert channel.fetch(1, [1]) == {}
+    del server

@@ -223,16 +223,19 @@ def prometheus_url(prometheus: PrometheusServer, scenario: Scenario, hung_job: H
         prometheus.wait_for(f"count(max by (rank) (fr_inflight_collective_age_seconds) >= 10) >= {world - 1}",
                             timeout=30)
     except TimeoutError as exc:
-        pytest.fail(f"{exc}\n{_why_not_scraped(prometheus)}\njob log:\n"
-                    f"{hung_job.log.read_text(errors='replace')[-3000:]}")
+        pytest.fail(f"{exc}\n{_why_not_scraped(prometheus, hung_job.log)}")
     return prometheus.url
 
 
-def _why_not_scraped(prometheus: PrometheusServer) -> str:
+def _why_not_scraped(prometheus: PrometheusServer, job_log: Path) -> str:
     """What a failed wait needs to be understood: each target's health and last error, how many
-    scrapes of the last two minutes succeeded and how many poll samples each rank left."""
-    lines = [f"target {t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError')!r} "
-             f"(last scrape took {t.get('lastScrapeDuration')} s)" for t in prometheus.targets_health()]
+    scrapes of the last two minutes succeeded and how many poll samples each rank left, the job's log.
+    Never raises: a diagnostic must not hide the failure it explains."""
+    try:
+        lines = [f"target {t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError')!r} "
+                 f"(last scrape took {t.get('lastScrapeDuration')} s)" for t in prometheus.targets_health()]
+    except Exception as err:  # noqa: BLE001
+        lines = [f"targets: (failed: {err})"]
     for expr in ("sum_over_time(up[2m])", "count_over_time(fr_agent_polls_total[2m])",
                  "max_over_time(scrape_duration_seconds[2m])"):
         try:
@@ -241,7 +244,11 @@ def _why_not_scraped(prometheus: PrometheusServer) -> str:
             rows, expr = [], f"{expr} (failed: {err})"
         lines.append(f"{expr}: " + ", ".join(f"{r.labels.get('instance')}/{r.labels.get('rank')}={r.value:g}"
                                              for r in rows))
-    return "\n".join(lines) + "\n" + prometheus.log_tail()
+    try:
+        job = job_log.read_text(errors="replace")[-3000:]
+    except OSError as err:
+        job = f"(failed: {err})"
+    return "\n".join(lines) + "\n" + prometheus.log_tail() + "\njob log:\n" + job
 
 
 @pytest.fixture(scope="module")

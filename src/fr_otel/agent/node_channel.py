@@ -4,15 +4,16 @@ A node leader (:mod:`.node_leader`) talks to the job's store for its whole node;
 only to it, through a folder on the node (``/dev/shm`` by default: memory, never a network file
 system, so no call here can block on anything but the local kernel):
 
-- ``board``: written by the leader on every poll: who leads (rank, pid), when it last polled
-  (wall clock), the incidents it knows of, and for each which ranks' recorders it has sent on;
+- ``board``: written by the leader on every poll and before each of its store calls: who leads
+  (rank, pid), when it wrote it (wall clock), until when a store call it is in may last, the
+  incidents it knows of, and for each which ranks' recorders it has sent on;
 - ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll and its training step then),
   which the leader sends on in one heartbeat for the node;
 - ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise.
 
 Files, not sockets: a leader that dies or freezes leaves a board that simply stops changing, and
-its ranks notice within a few polls (:meth:`NodeChannel.board`) and go back to the job's store
-themselves. Every write is atomic (write, then rename), so a reader never sees half of one.
+its ranks notice within a few polls (:meth:`Board.fresh`; later by the bound of a store call the
+board says the leader is in) and go back to the job's store themselves. Every write is atomic (write, then rename), so a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Board:
 
     leader: int
     pid: int
-    polled_ns: int  # wall clock of the leader's last poll
+    polled_ns: int  # wall clock of the leader's last board write (each poll, and before each store call)
     incidents: tuple[tuple[int, dict[str, Any]], ...] = ()  # (k, the raiser's meta), oldest first
     sent: dict[int, tuple[int, ...]] = field(default_factory=dict)  # k -> ranks whose recorders went in its summary
     ended: tuple[int, ...] = ()  # incidents whose verdict the leader saw in the store

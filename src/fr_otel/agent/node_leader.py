@@ -254,16 +254,20 @@ def _stands_out(dumps: dict[int, RankDump]) -> bool:
 def answer_need(channel: IncidentChannel, k: int, payloads: dict[int, bytes], until: float,
                 poll_interval: float, node: NodeChannel | None = None) -> None:
     """Once the coordinator says which ranks it needs whole, send those of ``payloads`` (polls, bounded),
-    unless its verdict is already out: a recorder sent after the coordinator cleaned the store would stay
-    in it. Then the node's copies of the incident's recorders go (``node``)."""
+    unless its verdict is already out; if it came out meanwhile, take back what was sent (the coordinator
+    cleans the store once, after its verdict: a recorder sent later would stay for the job's life). Then
+    the node's copies of the incident's recorders go (``node``)."""
     try:
         while time.monotonic() < until:
             try:
                 asked = channel.asked(k)
                 if asked is not None:
-                    for rank in parse_ranks(f"[{asked}]") or ():
-                        if rank in payloads and not channel.concluded(k):
+                    mine = [r for r in parse_ranks(f"[{asked}]") or () if r in payloads]
+                    if mine and not channel.concluded(k):
+                        for rank in mine:
                             channel.publish_whole(k, rank, payloads[rank])
+                        if channel.concluded(k):
+                            channel.cleanup(k, mine)
                     return
             except StoreUnavailable:
                 pass
