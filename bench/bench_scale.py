@@ -571,6 +571,14 @@ def report(r: dict[str, Any]) -> None:
              ("<= 1 request/s per node", r["ops"] / r["nodes"] <= 1.02),
              ("<= 20k spans", 0 < r["spans"] <= GOAL_SPANS)]
     print("  goals: " + ", ".join(f"{g} {'MET' if ok else 'MISSED'}" for g, ok in goals))
+    if not goals[0][1] and r["trace_s"] is not None and r["coord_s"]:
+        sent = r["sent_all_s"] or 0.0
+        print(f"  why the trace goal is missed: the coordinator used {cpu:.1f} s of CPU in its {r['coord_s']:.1f} s "
+              f"({cpu / r['coord_s']:.0%} of a core: the processes playing {r['nodes']:,} leaders, the store and the "
+              f"probe share this box's {os.cpu_count()} cores, load {r['load'][0]:.1f}); every summary was in "
+              f"{sent:.1f} s after the raise. Estimate with a core of its own (a real rank 0's host): "
+              f"~{max(sent, cpu):.0f} s (its CPU overlaps the arrivals) plus the export. Needed to meet it here: "
+              f"less coordinator CPU per rank (see bench/README.md)")
 
 
 def main() -> int:
