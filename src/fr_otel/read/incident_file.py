@@ -193,12 +193,22 @@ def _rank_entry(doc: Any) -> _RankEntry | None:
 
 
 def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:
-    """Name -> size of the dumps that are files (in ``folder``, when given): what an identity was written for."""
+    """Name -> size of the dumps that are files (in ``folder``, when given): what an identity was written for.
+    A coordinator's compact ranks (from node summaries) are no files; each folder is resolved once (at
+    100k ranks, resolving every rank's path took seconds)."""
     out: dict[str, int] = {}
+    want = folder.resolve() if folder is not None else None
+    resolved: dict[Path, Path] = {}
     for d in dumps.values():
-        path = Path(d.path)
-        if folder is not None and path.parent.resolve() != folder.resolve():
+        if d.compact:
             continue
+        path = Path(d.path)
+        if want is not None:
+            parent = resolved.get(path.parent)
+            if parent is None:
+                parent = resolved[path.parent] = path.parent.resolve()
+            if parent != want:
+                continue
         try:
             out[path.name] = path.stat().st_size
         except OSError:
