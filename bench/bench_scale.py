@@ -75,6 +75,8 @@ from support.scale_job import (  # noqa: E402 - after the path set-up
 
 PROBE_EVERY_S = 0.010
 GOAL_TRACE_S = {16384: 20.0}
+#: The coordinator's FR_OTEL_GATHER_SECONDS here (default 15): see coordinator().
+GATHER_SECONDS = 30.0
 GOAL_TRACE_DEFAULT_S = 60.0
 GOAL_MEM = 2 * 2**30
 GOAL_P99_S = 0.050
@@ -355,16 +357,18 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     from fr_otel.agent.health import HealthTracker
     from fr_otel.agent.host_map import HostMapKeeper
     from fr_otel.agent.incident_rank import IncidentRank
-    from fr_otel.agent.incident_work import coordinate
+    from fr_otel.agent.incident_work import coordinate, incident_budget_s
     from fr_otel.common.ids import trace_id_for
     from fr_otel.otlp.config import resolve_export_config
     from fr_otel.read.rank_process import RankProcess
 
     link = channel(port)
     me = RankProcess(host=host_of(0), pid=10_000, local_rank=0, source="agent")
+    # The agent's defaults but the gathering's bound: two processes standing in for N/8 leaders on this
+    # box send the summaries over ~18 s at 100k (real nodes: a few seconds), past the default 15 s.
     config = AgentConfig(out_dir=out_dir, dump_dir=out_dir, metrics_port=None, poll_interval=poll_interval,
-                         gather_seconds=30)
-    agent = IncidentRank(config, resolve_export_config(endpoint=endpoint, environ={}, timeout_s=60), HealthTracker(),
+                         gather_seconds=GATHER_SECONDS)
+    agent = IncidentRank(config, resolve_export_config(endpoint=endpoint, environ={}), HealthTracker(),
                          link, JOB_ID, 0, world, me, lambda: b"", tuple,
                          HostMapKeeper(link, 0, world, me, leader=False, folders=list))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -378,7 +382,7 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     trace_hex = f"{trace_id_for(JOB_ID, '1'):032x}"
     phases = _time_phases(agent)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + incident_budget_s(agent)  # the agent's own bound for an incident
     gathered, result = coordinate(agent, 1, meta, trace_hex, deadline)  # what flush_incident's owner runs
     agent.channel.set_result(1, result)
     if not gathered.asked:
@@ -576,7 +580,7 @@ def report(r: dict[str, Any]) -> None:
     mib = 2**20
     d, lead = r["data"], r["leader"]
     print(f"\n== {r['world']:,} ranks ({r['layout']}), {r['nodes']:,} nodes: {r['conns']} store connections "
-          f"(load average {r['load'][0]:.1f}) ==")
+          f"(load average {r['load'][0]:.1f}); the agent's defaults but FR_OTEL_GATHER_SECONDS={GATHER_SECONDS:g} ==")
     print(f"  data (made once with the real encoders, {d['made_payloads_s']:.0f} s + {d['made_summaries_s']:.0f} s; "
           f"reused when cached): payload per rank median {d['payload_median']:,.0f} B ({d['payload_bytes'] / mib:.0f} MiB "
           f"in all, never through the store); node summary median {d['summary_median']:,.0f} B, "

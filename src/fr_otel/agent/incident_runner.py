@@ -26,7 +26,7 @@ from ..common.text import one_line
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
-from .incident_work import flush_incident, own_part, publish_final
+from .incident_work import flush_incident, incident_budget_s, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from ..common.gc_pause import gc_paused
@@ -242,7 +242,7 @@ class IncidentRunner:
         if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
             self._covered.add((stalled[0], stalled[1]))
         if deadline is None:
-            deadline = time.monotonic() + self.me.config.gather_seconds + self.me.export_config.timeout_s + 5
+            deadline = time.monotonic() + incident_budget_s(self.me)
         done = threading.Event()
         with self._idle:
             self._pending += 1

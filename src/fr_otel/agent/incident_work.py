@@ -43,7 +43,7 @@ from .store_link import StoreUnavailable
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["CONCLUDE_RESERVE_S", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
+__all__ = ["CONCLUDE_RESERVE_S", "COORDINATOR_S_PER_RANK", "incident_budget_s", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
            "flush_incident", "own_part", "publish_final", "send_part"]
 
 
@@ -97,7 +97,7 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
             me.node.ended_as(k, verdict=True)
         return
     if me.hosts.leader:
-        fetch_files_later(me, k, folder, me.config.gather_seconds + me.export_config.timeout_s + 10)
+        fetch_files_later(me, k, folder, incident_budget_s(me) + 5)
     await_verdict(me, k, deadline)
 
 
@@ -119,6 +119,17 @@ def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, d
 
 #: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
 CONCLUDE_RESERVE_S = 3.0
+#: The coordinator's own work per rank of the job (decoding, the job model, the analysis: 0.31-0.35 ms
+#: on a core of its own from 16k to 100k ranks, bench/README.md), with room for a busy host.
+COORDINATOR_S_PER_RANK = 0.001
+
+
+def incident_budget_s(me: IncidentRank) -> float:
+    """How long one incident's work may take (the gathering, the coordinator's own work, the export, a
+    margin): the bound every rank of it holds its store calls and its wait for the verdict to. It grows with
+    the job: a fixed 30 s cut a 100k-rank coordinator off mid-analysis (its work alone is ~35 s there), so
+    its verdict, files and whole-recorder request never reached the store."""
+    return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5
 
 
 def await_verdict(me: IncidentRank, k: int, deadline: float) -> None:
