@@ -122,10 +122,10 @@ class IncidentRunner:
                 if not self.me.hosts.announced and self.reachable():  # once: where this rank runs
                     with self.me.health.guard("saying where this rank runs"), suppress(StoreUnavailable):
                         self.me.hosts.announce()
-                if self._fresh(stalls):  # rare: then the store itself (the board may lag it)
+                if due := role.due_to_raise(self._fresh(stalls)):  # its leader's turn first
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
-                    self.raise_for(stalls)
+                    self.raise_for(due)
                 return
             if self.reachable():
                 with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):

@@ -40,6 +40,7 @@ from .channel import IncidentChannel, job_digest
 from .config import AgentConfig
 from .node_channel import STALE_POLLS, Board, NodeChannel, node_folder
 from .payload import decode_payload
+from .poller import Stall
 from .store_link import StoreUnavailable
 
 __all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_number", "node_role_for",
@@ -71,6 +72,7 @@ class NodeRole:
         self.number: int | None = None  # the leader's node number in the store
         self._polls = 0
         self._lost_said = False
+        self._stalled_since: dict[tuple[str, int | None], float] = {}  # a member's stalls, first seen (monotonic)
 
     def poll(self, now_ns: int, step: int | None = None) -> str:
         """This poll's part: ``"relayed"`` (a member with a live leader: no store call), ``"owner"`` (look for
@@ -98,6 +100,18 @@ class NodeRole:
                         "store itself", f"(rank {self.board.leader})" if self.board else "", STALE_POLLS, self.rank)
         self.board = None
         return "flat"
+
+    def due_to_raise(self, uncovered: list[Stall]) -> list[Stall]:
+        """A member's stalls that no incident covers after its leader had :data:`STALE_POLLS` polls to raise
+        or join one for them (its board then lists it and the member takes part): those the member raises
+        through the store itself (a stall in a group its leader is not in). In a job-wide hang every rank
+        passes its threshold within a poll: without this wait each of 100k ranks would raise at once, three
+        store requests each, where the node's leader makes one or two for its node."""
+        now = time.monotonic()
+        keys = {(s.group.name, s.group.inflight_seq) for s in uncovered}
+        self._stalled_since = {k: self._stalled_since.get(k, now) for k in keys}
+        grace = STALE_POLLS * self.poll_interval
+        return [s for s in uncovered if now - self._stalled_since[(s.group.name, s.group.inflight_seq)] >= grace]
 
     def relayed(self) -> bool:
         """A member whose leader carries its part (a fresh board)."""
