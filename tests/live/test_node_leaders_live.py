@@ -52,6 +52,7 @@ def test_a_node_leader_sends_its_ranks_recorders_in_one_summary_that_names_the_s
         assert job.wait() == 0, job.output[-4000:]
     out = job.output
     assert "this node's summary sent (4 ranks" in out, out[-4000:]
+    assert out.count("this rank leads its node's agents") == 1  # said once, by the node's leader
     assert "keeps in touch with the job's store itself" not in out  # the leader polled throughout
     boards = list((tmp_path / "node").rglob("board"))
     assert boards == []  # the leader removed its node's folder at exit

@@ -315,6 +315,10 @@ class Agent:
                 log.debug("incidents through %s, job id %s%s", channel.how, job_id,
                           "" if node is None else f"; {'this node leader' if node.leader else 'its node leader'} "
                           f"in {node.node.folder}")
+                if node is not None and node.leader:  # one line per node: the leaders are on, and where
+                    log.info("this rank leads its node's agents: one store request per poll for the node, "
+                             "node folder %s (FR_OTEL_NODE_LEADERS=off goes back to every rank on its own)",
+                             node.node.folder)
         if local_rank() in (0, None):  # one line per host, not one per rank
             with self.health.guard("start-up line"):
                 log.info("%s", self.start_line())
