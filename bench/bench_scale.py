@@ -626,8 +626,8 @@ def report(r: dict[str, Any]) -> None:
         print(f"  why the trace goal is missed: the coordinator used {cpu:.1f} s of CPU in its {r['coord_s']:.1f} s "
               f"({cpu / r['coord_s']:.0%} of a core: the processes playing {r['nodes']:,} leaders, the store and the "
               f"probe share this box's {os.cpu_count()} cores, load {r['load'][0]:.1f}); every summary was in "
-              f"{sent:.1f} s after the raise. With a core of its own (as on a real rank 0's host, the leaders on "
-              f"their own nodes) its per-rank work takes {a['wall']:.0f} s (measured alone, above), so the trace "
+              f"{sent:.1f} s after the raise. With a core of its own (as on the raising rank's host, the leaders "
+              f"on their own nodes) its per-rank work takes {a['wall']:.0f} s (measured alone, above), so the trace "
               f"would come at about that plus the summaries' arrival and the export (modelled, not measured). "
               f"Needed to meet it on this box: a third core, or less coordinator CPU per rank (bench/README.md)")
 
