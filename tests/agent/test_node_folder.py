@@ -80,6 +80,7 @@ def test_removing_a_node_folder_never_follows_a_link_and_leaves_names_it_did_not
     channel = NodeChannel(folder, 0)
     channel.beat(1)
     channel.drop_payload(2, b"mine")
+    channel.drop_waits({"t": 1.0, "h": "host-a", "g": []})
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "rank_0.payload").write_bytes(b"keep")

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import random
+import time
 from datetime import timedelta
 
 import pytest
@@ -198,3 +199,47 @@ def test_a_rank_publishes_the_longest_wait_its_polls_saw_in_the_window(store: ob
         watch.poll(sampler, STATUSES)
         published.append(watch.channel.waits([1])[1]["g"][0][5])  # type: ignore[attr-defined]
     assert published == [8.0] * 6 + [0.0] * 2
+
+
+def test_with_node_leaders_the_waits_ride_in_the_node_heartbeats_and_rank_0_still_sees_everyone(
+        store: object, tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
+    """Six ranks on three nodes of two, each node's rank 0 leading: the members leave their waits in the node
+    folder and make no store request for them, the leaders send them in their heartbeat (no request of its
+    own), and rank 0 reads every rank's and names node1, as through the store. 0.2 requests/s per rank, 20,000
+    a second at 100k ranks, before."""
+    from pathlib import Path
+
+    from fr_otel.agent.node_channel import NodeChannel
+    from fr_otel.agent.node_leader import NodeRole
+    from fr_otel.read.rank_process import RankProcess
+
+    port = store.port  # type: ignore[attr-defined]
+    clock = Clock()
+    wall = [1_700_000_000.0]
+    roles, watches = [], []
+    for r in range(6):
+        channel = _channel(port)
+        role = NodeRole(channel, NodeChannel(Path(str(tmp_path)) / HOSTS[r], r), r,  # type: ignore[arg-type]
+                        RankProcess(host=HOSTS[r], pid=100 + r, local_rank=r % 2), leader=r % 2 == 0,
+                        poll_interval=0.1)
+        roles.append(role)
+        watches.append(SlowWatch(channel, r, 6, HOSTS[r], comparer=r == 0, clock=clock,  # type: ignore[arg-type]
+                                 wall=lambda: wall[0], node=role))
+    for role in roles:  # the leaders' boards are up: their members are relayed
+        if role.leader:
+            role.publish_board()
+    for role in roles:
+        role.poll(time.time_ns())
+    samplers = [_sampler(r) for r in range(6)]
+    for r, w in enumerate(watches):
+        w.poll(samplers[r], STATUSES)
+    for role in roles:
+        if role.leader:
+            role.beat(time.time_ns())
+    assert watches[0].channel.waits(list(range(6))) == {}  # type: ignore[attr-defined]
+    assert {w.rank for w in decode(watches[0].everyone(), wall[0])} == set(range(6))
+    with caplog.at_level(logging.WARNING, logger="fr_otel.agent"):
+        for _ in range(4):
+            clock.t += 5
+            watches[0].judge(decode(watches[0].everyone(), wall[0]), clock.t)
+    assert any(r.getMessage().startswith("node1 (ranks 2-3) has held up default_pg") for r in caplog.records)

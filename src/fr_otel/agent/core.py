@@ -311,7 +311,7 @@ class Agent:
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
                                           stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
-                                          on_holdup=incident_for_holdups(self.incidents))
+                                          on_holdup=incident_for_holdups(self.incidents), node=node)
                 log.debug("incidents through %s, job id %s%s", channel.how, job_id,
                           "" if node is None else f"; {'this node leader' if node.leader else 'its node leader'} "
                           f"in {node.node.folder}")

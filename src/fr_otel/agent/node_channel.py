@@ -9,7 +9,8 @@ system, so no call here can block on anything but the local kernel):
   incidents it knows of, and for each which ranks' recorders it has sent on;
 - ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll and its training step then),
   which the leader sends on in one heartbeat for the node;
-- ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise.
+- ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise;
+- ``w.<rank>``: a rank's recent waits (:mod:`.slow_watch`), which the leader sends on in its heartbeat.
 
 Files, not sockets: a leader that dies or freezes leaves a board that simply stops changing, and
 its ranks notice within a few polls (:meth:`Board.fresh`; later by the bound of a store call the
@@ -39,12 +40,13 @@ STALE_POLLS = 3
 _MAX_ANNOUNCED_NS = 60 * 10**9
 _MAX_BOARD_BYTES = 1 << 20
 _MAX_BEAT_BYTES = 64
+_MAX_WAITS_BYTES = 16 << 10
 _MAX_PAYLOAD_BYTES = 256 << 20
 _KEPT_INCIDENTS = 16
 _FOLDER_MODE = 0o700
 _FILE_MODE = 0o600
 #: The names fr-otel writes in a node folder (and their temporary files): all :meth:`NodeChannel.remove` deletes.
-_OURS = re.compile(r"\.?(board|hb\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
+_OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
 _INCIDENT_FOLDER = re.compile(r"i\d+")
 
 
@@ -167,6 +169,10 @@ class NodeChannel:
         except (OSError, ValueError, RecursionError):
             return None  # missing, planted (a FIFO, a link to /dev/zero), too large, or not a board
 
+    def drop_waits(self, summary: dict[str, Any]) -> None:
+        """This rank's recent waits (what the slow-host watch compares), for its leader to send on."""
+        self._write(f"w.{self.rank}", json.dumps(summary, separators=(",", ":")).encode())
+
     def drop_payload(self, k: int, payload: bytes) -> Path:
         """This rank's recorder for incident ``k``, where its leader collects it."""
         return self._write(f"i{k}/rank_{self.rank}.payload", payload)
@@ -208,6 +214,25 @@ class NodeChannel:
             beat = parse_beat(text)
             if beat is not None:
                 out[int(rank)] = beat
+        return out
+
+    def waits(self) -> dict[int, dict[str, Any]]:
+        """Each local rank's latest waits, from the files its ranks write (unreadable or malformed ones left out)."""
+        out: dict[int, dict[str, Any]] = {}
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return out
+        for name in names:
+            rank = name[2:]
+            if not (name.startswith("w.") and rank.isdigit()):
+                continue
+            try:
+                raw = json.loads(read_regular(self.folder / name, _MAX_WAITS_BYTES, follow_links=False))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if isinstance(raw, dict):
+                out[int(rank)] = raw
         return out
 
     def ready(self, k: int, ranks: list[int]) -> list[int]:

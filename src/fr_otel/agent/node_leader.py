@@ -70,6 +70,7 @@ class NodeRole:
         self.ended: list[int] = []  # the leader's: incidents whose verdict it saw in the store
         self.lost: list[int] = []  # the leader's: incidents it goes on with alone (the store went away)
         self.number: int | None = None  # the leader's node number in the store
+        self.own_waits: dict[str, Any] | None = None  # the leader's: its own latest waits (slow_watch)
         self._polls = 0
         self._lost_said = False
         self._stalled_since: dict[tuple[str, int | None], float] = {}  # a member's stalls, first seen (monotonic)
@@ -124,10 +125,16 @@ class NodeRole:
             self.number = self.channel.register_node()
         beats = dict(sorted(self.node.beats().items())[:MAX_RANKS_PER_NODE])
         beats[self.rank] = (now_ns, step)
-        self.channel.node_heartbeat(self.number, {
+        beat: dict[str, Any] = {
             "host": self.process.host or "", "leader": self.rank, "t": now_ns,
             "ranks": {str(r): t for r, (t, _) in beats.items()},
-            "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}})
+            "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}}
+        waits = dict(sorted(self.node.waits().items())[:MAX_RANKS_PER_NODE])
+        if self.own_waits is not None:
+            waits[self.rank] = self.own_waits
+        if waits:  # the slow-host watch's part rides along: no request of its own (slow_watch)
+            beat["waits"] = {str(r): w for r, w in waits.items()}
+        self.channel.node_heartbeat(self.number, beat)
 
     def publish_board(self, store_call_s: float | None = None) -> None:
         """The leader's board for its ranks (after each poll, once its summary is sent, and before each
