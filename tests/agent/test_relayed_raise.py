@@ -25,11 +25,11 @@ def _stall(group: str, ranks: tuple[int, ...]) -> Stall:
     return Stall(status, 70.0, 60.0)
 
 
-def _pair(tmp_path: Path) -> tuple[object, IncidentRunner, IncidentRunner]:
+def _pair(tmp_path: Path, max_incidents: int = 10) -> tuple[object, IncidentRunner, IncidentRunner]:
     port = unused_tcp_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
-    leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL), ProgressTracker())
-    member = IncidentRunner(node_rank(tmp_path, port, 1, POLL), ProgressTracker())
+    leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL, max_incidents), ProgressTracker())
+    member = IncidentRunner(node_rank(tmp_path, port, 1, POLL, max_incidents), ProgressTracker())
     leader.poll([])
     member.poll([])
     return server, leader, member
@@ -66,4 +66,41 @@ def test_a_stall_its_leader_cannot_see_is_raised_by_the_member_after_three_polls
     assert raised_after is not None and raised_after >= STALE_POLLS * POLL
     owner = leader.me.channel.owner(1)
     assert owner is not None and owner["rank"] == 1
+    del server
+
+
+class _Counting:
+    """A real store that counts the requests made on it."""
+
+    def __init__(self, store: object) -> None:
+        self.store, self.requests = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.store, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            self.requests += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_once_the_job_s_incident_cap_is_reached_a_member_s_new_stall_costs_no_store_request(tmp_path: Path) -> None:
+    """With FR_OTEL_MAX_INCIDENTS=1 spent on the job-wide hang, a new stall of the member's own (group 7) can be
+    covered by no incident: past the 3-poll wait the member makes no store request for it (it made two or
+    three every poll before, on every rank: the herd the wait removes)."""
+    server, leader, member = _pair(tmp_path, max_incidents=1)
+    stall = [_stall("0", (0, 1))]
+    for _ in range(2 * STALE_POLLS):
+        member.poll(stall)
+        leader.poll(stall)
+        time.sleep(POLL)
+    assert member._known == 1
+    counted = _Counting(member.me.channel.store._store)  # type: ignore[attr-defined]
+    member.me.channel.store._store = counted  # type: ignore[attr-defined]
+    for _ in range(3 * STALE_POLLS):
+        member.poll([*stall, _stall("7", (1, 9))])
+        leader.poll(stall)  # its leader keeps polling: the member stays relayed
+        time.sleep(POLL)
+    assert counted.requests == 0
     del server

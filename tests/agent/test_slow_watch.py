@@ -128,7 +128,7 @@ def test_every_rank_publishes_through_the_store_and_rank_0_reads_them_all(store:
     samplers = [_sampler(r) for r in range(6)]
     for r, w in enumerate(watches):
         w.poll(samplers[r], STATUSES)
-    raw = watches[0].channel.waits(list(range(6)))  # type: ignore[attr-defined]
+    raw = watches[0].channel.waits(6)  # type: ignore[attr-defined]
     got = decode(raw, wall[0])
     measured = {r: group_waits(samplers[r], STATUSES)[0] for r in range(6)}
     assert {(w.rank, w.host, w.share, w.per_collective_s, w.completed, w.in_flight_s) for w in got} == {
@@ -145,7 +145,7 @@ def test_a_window_too_short_to_compare_is_not_published(store: object) -> None:
     """Just after start (under 10 s sampled) a rank publishes nothing rather than noise."""
     watch = SlowWatch(_channel(store.port), 3, 6, "node1", comparer=False)  # type: ignore[attr-defined]
     watch.poll(_sampler(3, seconds=4.0), STATUSES)
-    assert watch.channel.waits([3]) == {}  # type: ignore[attr-defined]
+    assert watch.channel.waits(6) == {}  # type: ignore[attr-defined]
 
 
 def test_a_group_stalled_now_is_not_slow_even_with_completions_in_the_window() -> None:
@@ -197,7 +197,7 @@ def test_a_rank_publishes_the_longest_wait_its_polls_saw_in_the_window(store: ob
         clock.t += PUBLISH_EVERY_S
         wall[0] += PUBLISH_EVERY_S
         watch.poll(sampler, STATUSES)
-        published.append(watch.channel.waits([1])[1]["g"][0][5])  # type: ignore[attr-defined]
+        published.append(watch.channel.waits(6)[1]["g"][0][5])  # type: ignore[attr-defined]
     assert published == [8.0] * 6 + [0.0] * 2
 
 
@@ -236,10 +236,63 @@ def test_with_node_leaders_the_waits_ride_in_the_node_heartbeats_and_rank_0_stil
     for role in roles:
         if role.leader:
             role.beat(time.time_ns())
-    assert watches[0].channel.waits(list(range(6))) == {}  # type: ignore[attr-defined]
+    assert watches[0].channel.waits(6) == {}  # type: ignore[attr-defined]
     assert {w.rank for w in decode(watches[0].everyone(), wall[0])} == set(range(6))
     with caplog.at_level(logging.WARNING, logger="fr_otel.agent"):
         for _ in range(4):
             clock.t += 5
             watches[0].judge(decode(watches[0].everyone(), wall[0]), clock.t)
     assert any(r.getMessage().startswith("node1 (ranks 2-3) has held up default_pg") for r in caplog.records)
+
+
+class _Counting:
+    """A real store that counts the requests made on it."""
+
+    def __init__(self, store: object) -> None:
+        self.store, self.requests = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.store, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            self.requests += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_rank_0_reads_a_thousand_ranks_waits_from_their_node_heartbeats_in_a_few_requests(store: object) -> None:
+    """1,024 ranks on 128 nodes whose leaders carry their waits, and 2 ranks (a lost leader's) that publish on
+    their own: rank 0 reads all 1,024 in a handful of requests (the nodes, their heartbeats in batches of 256,
+    the list of own publishers and their keys), never one per rank (it made 1,024 before the list)."""
+    from fr_otel.agent.channel import IncidentChannel
+
+    port = store.port  # type: ignore[attr-defined]
+    wall = 1_700_000_000.0
+    writer = _channel(port)
+    summary = {"t": wall, "h": "h", "g": [["0", "default_pg", 0.5, 0.1, 50, 0.0]]}
+    for n in range(128):
+        number = writer.register_node()  # type: ignore[attr-defined]
+        ranks = [r for r in range(8 * n, 8 * n + 8) if r not in (1000, 1001)]
+        writer.node_heartbeat(number, {"host": f"node{n}", "leader": 8 * n, "t": 1,  # type: ignore[attr-defined]
+                                       "ranks": {}, "waits": {str(r): summary for r in ranks}})
+    for r in (1000, 1001):
+        _channel(port).publish_waits(r, summary)  # type: ignore[attr-defined]
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=3))
+    counted = _Counting(dist.PrefixStore("fr_otel/job/", client))
+    watch = SlowWatch(IncidentChannel(counted, "test"), 0, 1024, "node0", comparer=True)  # type: ignore[arg-type]
+    got = decode(watch.everyone(), wall)
+    assert {w.rank for w in got} == set(range(1024))
+    assert counted.requests <= 8, counted.requests
+
+
+def test_malformed_waits_are_skipped_rank_by_rank_and_never_stop_a_comparison() -> None:
+    """What a buggy or old agent may leave: groups that are not a list, numbers too large for a float, a stamp
+    from the future or of another type, a rank that is not ASCII digits. Each such rank is left out; the
+    others are compared."""
+    wall = 1_700_000_000.0
+    good = {"t": wall, "h": "h", "g": [["0", "g", 0.5, 0.1, 50, 0.0]]}
+    raw = {0: good, 1: {**good, "g": 5}, 2: {**good, "g": [["0", "g", 10**400, None, 50, 0]]},
+           3: {**good, "t": 10**400}, 4: {**good, "t": wall + 3600}, 5: {**good, "t": True},
+           6: {**good, "g": [["0", "g", 0.5, None, 50, float("inf")]]}, 7: good}
+    assert {w.rank for w in decode(raw, wall)} == {0, 7}  # type: ignore[arg-type]

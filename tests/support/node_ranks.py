@@ -24,13 +24,14 @@ def store_channel(port: int) -> IncidentChannel:
     return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
 
 
-def node_rank(tmp_path: Path, port: int, rank: int, poll: float) -> IncidentRank:
+def node_rank(tmp_path: Path, port: int, rank: int, poll: float, max_incidents: int = 10) -> IncidentRank:
     """Rank ``rank`` of node-a in a 4-rank job (rank 0 leads), its node folder under ``tmp_path``."""
     channel = store_channel(port)
     process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank, source="agent")
     role = NodeRole(channel, NodeChannel(tmp_path / "node-a", rank), rank, process, leader=rank == 0,
                     poll_interval=poll)
-    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll)
+    config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll,
+                         max_incidents=max_incidents)
     return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,
                         4, process, lambda: b"", tuple, HostMapKeeper(channel, rank, 4, process, leader=False,
                                                                       folders=list), node=role)

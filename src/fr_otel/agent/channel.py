@@ -97,6 +97,7 @@ class IncidentChannel:
         #: The heartbeats last read (rank -> wall ns): what an incident still knows once the store is gone.
         self.heard: dict[int, int] = {}
         self.steps: dict[int, int] = {}  # each rank's training step at the last heartbeat read
+        self._listed_waits: set[int] = set()  # ranks this channel put on the w/who list
 
     def reachable(self) -> bool:
         """False while the store does not answer or the link backs off (skip the poll's store calls)."""
@@ -223,10 +224,19 @@ class IncidentChannel:
 
     # -- who holds the job up without hanging it ----------------------------------------------
     def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
+        """This rank's recent waits, under its own key; the first time, its rank goes on the list of ranks
+        that publish so (``w/who``): the comparer then reads only keys that exist (a missing key costs a
+        round trip of its own, 100k of them where node leaders carry most ranks' waits)."""
         self.store.set(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
+        if rank not in self._listed_waits:  # listed once its key is there
+            self.store.append("w/who", f"{rank},")
+            self._listed_waits.add(rank)
 
-    def waits(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
-        """What each of ``ranks`` last published of its waits (ranks that have not yet are left out)."""
+    def waits(self, world_size: int) -> dict[int, dict[str, Any]]:
+        """What the ranks that publish their waits under their own keys last published."""
+        raw = _text(self.store.get("w/who")) if self.store.check(["w/who"]) else ""
+        ranks = sorted({int(r) for r in raw.split(",")[: 4 * world_size + 1]
+                        if r.isascii() and r.isdigit() and len(r) < 10 and int(r) < world_size})
         return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
 
     def publish_files(self, k: int, files: bytes) -> None:

@@ -159,7 +159,7 @@ class IncidentRunner:
         meanwhile: another rank saw the same stall first, more often than not), unless it waits on a
         rank that received SIGTERM: that is the job ending, part of the incident that rank was in
         (or of its own SIGTERM incident), never a new one blaming it."""
-        if not self._fresh(stalls):
+        if not self._fresh(stalls) or self._next_number() is None:  # at the job's cap: no store call
             return
         with self._lock:
             self.join_open()

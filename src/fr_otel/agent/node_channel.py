@@ -205,7 +205,7 @@ class NodeChannel:
             return out
         for name in names:
             rank = name[3:]
-            if not (name.startswith("hb.") and rank.isdigit()):
+            if not (name.startswith("hb.") and rank.isascii() and rank.isdigit()):
                 continue
             try:
                 text = read_regular(self.folder / name, _MAX_BEAT_BYTES, follow_links=False).decode("ascii", "replace")
@@ -225,7 +225,7 @@ class NodeChannel:
             return out
         for name in names:
             rank = name[2:]
-            if not (name.startswith("w.") and rank.isdigit()):
+            if not (name.startswith("w.") and rank.isascii() and rank.isdigit()):
                 continue
             try:
                 raw = json.loads(read_regular(self.folder / name, _MAX_WAITS_BYTES, follow_links=False))

@@ -18,7 +18,9 @@ holdup has not been seen for :data:`FORGET_AFTER_S`, one line says it ended.
 Store load: N small ``set``s and 2N/256 round trips per interval, next to the N heartbeats per
 second the incident channel already makes. With node leaders (:mod:`.node_leader`) a node's ranks
 leave their waits in the node's folder and the leader sends them in the node's heartbeat: no
-request of their own (0.2 a second per rank, 20,000 at 100k ranks, before). Every call is bounded (:mod:`.store_link`). Rank 0
+request of their own (0.2 a second per rank, 20,000 at 100k ranks, before); rank 0 reads the node
+heartbeats (2 round trips per 256 nodes) and the keys of the ranks that publish on their own
+(listed in ``w/who``: never a key that is not there). Every call is bounded (:mod:`.store_link`). Rank 0
 spaces its comparisons to at least 200 times the last one's cost: at 16k ranks in 3 groups a
 comparison takes ~0.4 s here, so rank 0 compares every ~80 s and spends 0.5 % of its time on it.
 """
@@ -122,21 +124,28 @@ class SlowWatch:
         node = self.node
         if node is not None and node.leader:
             node.own_waits = summary
-        elif node is not None and node.relayed():
-            node.node.drop_waits(summary)
-        else:
-            self.channel.publish_waits(self.rank, summary)
+            return
+        if node is not None and node.relayed():
+            try:
+                node.node.drop_waits(summary)
+                return
+            except OSError:  # the node folder cannot take it (full, gone): the store can
+                pass
+        self.channel.publish_waits(self.rank, summary)
 
     def everyone(self) -> dict[int, dict[str, Any]]:
         """Every rank's latest waits: those published one by one and those in the node heartbeats (the newer
         of the two where a rank has both: it went from one path to the other)."""
-        raw = self.channel.waits(list(range(self.world_size)))
+        raw: dict[int, dict[str, Any]] = {}
         for beat in self.channel.node_heartbeats().values():
             waits = beat.get("waits") if isinstance(beat, dict) else None
             for key, summary in waits.items() if isinstance(waits, dict) else ():
-                rank = int(key) if isinstance(key, str) and key.isdigit() and len(key) < 10 else -1
+                rank = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 10 else -1
                 if 0 <= rank < self.world_size and isinstance(summary, dict) and _newer(summary, raw.get(rank)):
                     raw[rank] = summary
+        for rank, summary in self.channel.waits(self.world_size).items():
+            if _newer(summary, raw.get(rank)):
+                raw[rank] = summary
         return raw
 
     def judge(self, waits: list[RankWait], now: float) -> list[str]:
@@ -202,9 +211,22 @@ def encode(waits: tuple[GroupWait, ...], ages: dict[str, float], host: str, wall
     return {"t": round(wall_s, 1), "h": host, "g": groups} if groups else None
 
 
+def _fresh_stamp(t: Any, wall_s: float) -> bool:
+    """Published within the last few intervals, and not from the future (a stamp ahead of this clock
+    would keep a rank that stopped publishing compared for good)."""
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        return False
+    try:
+        return -PUBLISH_EVERY_S < wall_s - t < _STALE_AFTER_S
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _newer(summary: dict[str, Any], than: dict[str, Any] | None) -> bool:
     t, other = summary.get("t"), than.get("t") if than is not None else None
-    return than is None or (isinstance(t, (int, float)) and (not isinstance(other, (int, float)) or t > other))
+    if than is None:
+        return True
+    return isinstance(t, (int, float)) and (not isinstance(other, (int, float)) or t > other)
 
 
 def decode(raw: dict[int, dict[str, Any]], wall_s: float) -> list[RankWait]:
@@ -212,19 +234,19 @@ def decode(raw: dict[int, dict[str, Any]], wall_s: float) -> list[RankWait]:
     anything malformed is skipped."""
     out = []
     for rank, d in raw.items():
-        t = d.get("t")
-        if not isinstance(t, (int, float)) or not wall_s - t < _STALE_AFTER_S:
+        if not isinstance(d, dict) or not _fresh_stamp(d.get("t"), wall_s):
             continue
         host = d.get("h")
         host = host if isinstance(host, str) else ""
-        for g in d.get("g") or ():
+        groups = d.get("g")
+        for g in groups if isinstance(groups, list) else ():
             try:
                 name, desc, share, per, done, age = g
                 share, age = float(share), float(age)
                 per = None if per is None else float(per)
-                if not (math.isfinite(share) and isinstance(done, int)):
+                if not (math.isfinite(share) and math.isfinite(age) and type(done) is int):
                     continue
                 out.append(RankWait(rank, host, str(name), str(desc), share, per, done, age))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
     return out

@@ -192,7 +192,7 @@ def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:
         beat_steps: dict[str, Any] = raw_steps if isinstance(raw_steps, dict) else {}
         fresh = now - t <= SILENT_POLLS * _NODE_BEAT_POLLS * period
         for key, ns in beat_ranks.items():
-            if not (isinstance(key, str) and key.isdigit() and type(ns) is int):
+            if not (isinstance(key, str) and key.isascii() and key.isdigit() and type(ns) is int):
                 continue
             rank = int(key)
             if rank >= me.world_size:
