@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from support.counting_store import CountingStore
 from support.scale_job import Fault, host_of, layout_for, payload_for
 
 from fr_otel.agent.channel import IncidentChannel
@@ -19,22 +20,6 @@ from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.rank_process import RankProcess
 
 POLL = 0.05
-
-
-class CountingStore:
-    """A real store that counts the requests made on it."""
-
-    def __init__(self, store: Any) -> None:
-        self.store, self.requests = store, 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.store, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.requests += 1
-            return attr(*args, **kwargs)
-
-        return call
 
 
 def _store() -> tuple[Any, int]:

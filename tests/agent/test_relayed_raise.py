@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
+from support.counting_store import CountingStore
 from support.node_ranks import node_rank
 
 from fr_otel.agent.incident_runner import IncidentRunner
@@ -69,22 +70,6 @@ def test_a_stall_its_leader_cannot_see_is_raised_by_the_member_after_three_polls
     del server
 
 
-class _Counting:
-    """A real store that counts the requests made on it."""
-
-    def __init__(self, store: object) -> None:
-        self.store, self.requests = store, 0
-
-    def __getattr__(self, name: str) -> object:
-        attr = getattr(self.store, name)
-
-        def call(*args: object, **kwargs: object) -> object:
-            self.requests += 1
-            return attr(*args, **kwargs)
-
-        return call
-
-
 def test_once_the_job_s_incident_cap_is_reached_a_member_s_new_stall_costs_no_store_request(tmp_path: Path) -> None:
     """With FR_OTEL_MAX_INCIDENTS=1 spent on the job-wide hang, a new stall of the member's own (group 7) can be
     covered by no incident: past the 3-poll wait the member makes no store request for it (it made two or
@@ -96,7 +81,7 @@ def test_once_the_job_s_incident_cap_is_reached_a_member_s_new_stall_costs_no_st
         leader.poll(stall)
         time.sleep(POLL)
     assert member._known == 1
-    counted = _Counting(member.me.channel.store._store)  # type: ignore[attr-defined]
+    counted = CountingStore(member.me.channel.store._store)  # type: ignore[attr-defined]
     member.me.channel.store._store = counted  # type: ignore[attr-defined]
     for _ in range(3 * STALE_POLLS):
         member.poll([*stall, _stall("7", (1, 9))])

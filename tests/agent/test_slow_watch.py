@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from support.counting_store import CountingStore
 
 from fr_otel.agent.recorder import Counters
 from fr_otel.agent.slow_watch import (
@@ -245,22 +246,6 @@ def test_with_node_leaders_the_waits_ride_in_the_node_heartbeats_and_rank_0_stil
     assert any(r.getMessage().startswith("node1 (ranks 2-3) has held up default_pg") for r in caplog.records)
 
 
-class _Counting:
-    """A real store that counts the requests made on it."""
-
-    def __init__(self, store: object) -> None:
-        self.store, self.requests = store, 0
-
-    def __getattr__(self, name: str) -> object:
-        attr = getattr(self.store, name)
-
-        def call(*args: object, **kwargs: object) -> object:
-            self.requests += 1
-            return attr(*args, **kwargs)
-
-        return call
-
-
 def test_rank_0_reads_a_thousand_ranks_waits_from_their_node_heartbeats_in_a_few_requests(store: object) -> None:
     """1,024 ranks on 128 nodes whose leaders carry their waits, and 2 ranks (a lost leader's) that publish on
     their own: rank 0 reads all 1,024 in a handful of requests (the nodes, their heartbeats in batches of 256,
@@ -279,7 +264,7 @@ def test_rank_0_reads_a_thousand_ranks_waits_from_their_node_heartbeats_in_a_few
     for r in (1000, 1001):
         _channel(port).publish_waits(r, summary)  # type: ignore[attr-defined]
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=3))
-    counted = _Counting(dist.PrefixStore("fr_otel/job/", client))
+    counted = CountingStore(dist.PrefixStore("fr_otel/job/", client))
     watch = SlowWatch(IncidentChannel(counted, "test"), 0, 1024, "node0", comparer=True)  # type: ignore[arg-type]
     got = decode(watch.everyone(), wall)
     assert {w.rank for w in got} == set(range(1024))

@@ -199,40 +199,40 @@ class NodeChannel:
     def beats(self) -> dict[int, tuple[int, int | None]]:
         """Each local rank's last heartbeat and its training step then (None: not counted)."""
         out: dict[int, tuple[int, int | None]] = {}
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return out
-        for name in names:
-            rank = name[3:]
-            if not (name.startswith("hb.") and rank.isascii() and rank.isdigit()):
-                continue
-            try:
-                text = read_regular(self.folder / name, _MAX_BEAT_BYTES, follow_links=False).decode("ascii", "replace")
-            except OSError:
-                continue
-            beat = parse_beat(text)
+        for rank, data in self._rank_files("hb.", _MAX_BEAT_BYTES):
+            beat = parse_beat(data.decode("ascii", "replace"))
             if beat is not None:
-                out[int(rank)] = beat
+                out[rank] = beat
         return out
 
     def waits(self) -> dict[int, dict[str, Any]]:
         """Each local rank's latest waits, from the files its ranks write (unreadable or malformed ones left out)."""
         out: dict[int, dict[str, Any]] = {}
+        for rank, data in self._rank_files("w.", _MAX_WAITS_BYTES):
+            try:
+                raw = json.loads(data)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(raw, dict):
+                out[rank] = raw
+        return out
+
+    def _rank_files(self, prefix: str, limit: int) -> list[tuple[int, bytes]]:
+        """(rank, contents) of the node folder's ``<prefix><rank>`` files: regular files only, never through
+        a link, each bounded; the unreadable left out."""
         try:
             names = os.listdir(self.folder)
         except OSError:
-            return out
+            return []
+        out = []
         for name in names:
-            rank = name[2:]
-            if not (name.startswith("w.") and rank.isascii() and rank.isdigit()):
+            rank = name[len(prefix):]
+            if not (name.startswith(prefix) and rank.isascii() and rank.isdigit() and len(rank) < 10):
                 continue
             try:
-                raw = json.loads(read_regular(self.folder / name, _MAX_WAITS_BYTES, follow_links=False))
-            except (OSError, ValueError, RecursionError):
+                out.append((int(rank), read_regular(self.folder / name, limit, follow_links=False)))
+            except OSError:
                 continue
-            if isinstance(raw, dict):
-                out[int(rank)] = raw
         return out
 
     def ready(self, k: int, ranks: list[int]) -> list[int]:
