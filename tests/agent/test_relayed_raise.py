@@ -89,3 +89,37 @@ def test_once_the_job_s_incident_cap_is_reached_a_member_s_new_stall_costs_no_st
         time.sleep(POLL)
     assert counted.requests == 0
     del server
+
+
+def test_when_the_leader_finds_the_store_gone_its_member_raises_locally_at_once(tmp_path: Path) -> None:
+    """The store's server frozen (SIGSTOP): the leader's call times out and its board says the store is down.
+    A member's stall then goes to a local incident on the member's next poll: no 3-poll wait for the leader
+    (a leader's local incident is not on the board) and no store call of its own to time out first."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = unused_tcp_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import datetime, time, torch.distributed as d\n"
+         f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False,"
+         " timeout=datetime.timedelta(seconds=30))\nprint('ready', flush=True)\ntime.sleep(120)"],
+        stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
+        leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL), ProgressTracker())
+        member = IncidentRunner(node_rank(tmp_path, port, 1, POLL), ProgressTracker())
+        leader.poll([])
+        member.poll([])
+        os.kill(server.pid, signal.SIGSTOP)
+        leader.poll([])  # its store call times out (the link's 5 s): the board it writes says so
+        assert member.me.node is not None and not leader.me.channel.reachable()
+        began = time.monotonic()
+        member.poll([_stall("0", (0, 1))])
+        assert member._known == 1, "the member's stall went to a local incident on its first poll"
+        assert time.monotonic() - began < 2
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()

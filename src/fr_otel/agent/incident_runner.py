@@ -123,7 +123,7 @@ class IncidentRunner:
                     with self.me.health.guard("saying where this rank runs"), suppress(StoreUnavailable):
                         self.me.hosts.announce()
                 if due := role.due_to_raise(self._fresh(stalls)):  # its leader's turn first
-                    if not self.reachable():
+                    if not self.reachable() or role.store_down():
                         raise StoreUnavailable("the job's store does not answer")
                     self.raise_for(due)
                 return

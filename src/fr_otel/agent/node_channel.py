@@ -102,6 +102,7 @@ class Board:
     ended: tuple[int, ...] = ()  # incidents whose verdict the leader saw in the store
     lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
     in_store_call_until_ns: int | None = None  # written just before a store call: the latest it can end
+    store_down: bool = False  # the leader's store link does not answer: its ranks go on without the store
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
         """Written within the last few polls, or in a store call that may still be running (the link bounds
@@ -121,7 +122,7 @@ class Board:
                 "incidents": [[k, meta] for k, meta in self.incidents[-_KEPT_INCIDENTS:]],
                 "sent": {str(k): list(ranks) for k, ranks in sorted(self.sent.items())[-_KEPT_INCIDENTS:]},
                 "ended": list(self.ended[-_KEPT_INCIDENTS:]), "lost": list(self.lost[-_KEPT_INCIDENTS:]),
-                "in_store_call_until_ns": self.in_store_call_until_ns}
+                "in_store_call_until_ns": self.in_store_call_until_ns, "store_down": self.store_down}
 
 
 def _board_from(raw: Any) -> Board | None:
@@ -142,7 +143,7 @@ def _board_from(raw: Any) -> Board | None:
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
     until = raw.get("in_store_call_until_ns")
     return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")),
-                 until if is_exact_int(until) else None)
+                 until if is_exact_int(until) else None, raw.get("store_down") is True)
 
 
 def _numbers(raw: Any) -> tuple[int, ...]:

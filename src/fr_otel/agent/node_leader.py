@@ -108,11 +108,17 @@ class NodeRole:
         through the store itself (a stall in a group its leader is not in). In a job-wide hang every rank
         passes its threshold within a poll: without this wait each of 100k ranks would raise at once, three
         store requests each, where the node's leader makes one or two for its node."""
+        if self.board is not None and self.board.store_down:
+            return uncovered  # the leader raises its own locally, which the board does not list: no wait
         now = time.monotonic()
         keys = {(s.group.name, s.group.inflight_seq) for s in uncovered}
         self._stalled_since = {k: self._stalled_since.get(k, now) for k in keys}
         grace = STALE_POLLS * self.poll_interval
         return [s for s in uncovered if now - self._stalled_since[(s.group.name, s.group.inflight_seq)] >= grace]
+
+    def store_down(self) -> bool:
+        """A member's leader finds the job's store unreachable (its fresh board says so)."""
+        return not self.leader and self.board is not None and self.board.store_down
 
     def relayed(self) -> bool:
         """A member whose leader carries its part (a fresh board)."""
@@ -143,7 +149,8 @@ class NodeRole:
         now = time.time_ns()
         until = now + int(store_call_s * 1e9) if store_call_s is not None else None
         self.node.write_board(Board(self.rank, os.getpid(), now, tuple(self.incidents[-16:]), dict(self.sent),
-                                    tuple(self.ended[-16:]), tuple(self.lost[-16:]), until))
+                                    tuple(self.ended[-16:]), tuple(self.lost[-16:]), until,
+                                    not self.channel.reachable()))
 
     def ended_as(self, k: int, *, verdict: bool) -> None:
         """The leader's word to its ranks on incident ``k``: its verdict is in the store (``verdict``), or the
