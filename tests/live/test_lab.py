@@ -91,8 +91,12 @@ def test_a_partition_blocks_traffic_without_a_reset_and_a_frozen_host_is_thawed_
 
 def test_a_lab_left_by_a_killed_process_is_swept_by_the_next_one(tmp_path: Path) -> None:
     """A lab whose pytest died by SIGKILL (no finally, no atexit) is removed, processes first, by the next lab."""
+    # The pid is printed once the process is in its host's namespace: spawn returns before `ip netns exec`
+    # has entered it, and a sweep that runs meanwhile finds no process there to kill (seen on a loaded box).
     script = ("import sys, time; sys.path.insert(0, sys.argv[1]); from support.lab import Lab\n"
               "lab = Lab(2, log_dir=sys.argv[2]).start(); p = lab.spawn(1, ['sleep', '300'])\n"
+              "t = time.monotonic()\n"
+              "while p.pid not in lab.pids(1) and time.monotonic() - t < 20: time.sleep(0.05)\n"
               "print(lab.prefix, p.pid, flush=True); time.sleep(300)")
     tests = str(Path(__file__).resolve().parents[1])
     owner = subprocess.Popen([sys.executable, "-c", script, tests, str(tmp_path)], stdout=subprocess.PIPE, text=True)
