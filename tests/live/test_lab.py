@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.lab import Lab, lab_unavailable, sweep_stale
+from support.lab import Lab, lab_unavailable, process_state, sweep_stale
 
 from fr_otel.testing.otlp import wait_for
 
@@ -83,7 +83,7 @@ def test_a_partition_blocks_traffic_without_a_reset_and_a_frozen_host_is_thawed_
         sleeper = lab.spawn(0, ["sleep", "300"], name="sleep")
         assert wait_for(lambda: sleeper.pid in lab.pids(0), timeout=10)
         lab.freeze(0)
-        assert wait_for(lambda: _state(sleeper.pid) == "T", timeout=5)
+        assert wait_for(lambda: process_state(sleeper.pid) == "T", timeout=5)
     assert talk.stdout_path.read_text().strip() == "timeout"
     assert sleeper.returncode == -9
     assert lab.leftovers() == []
@@ -108,7 +108,7 @@ def test_a_lab_left_by_a_killed_process_is_swept_by_the_next_one(tmp_path: Path)
     assert prefix in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     removed = sweep_stale()
     assert f"namespace {prefix}n0" in removed and f"link {prefix}b" in removed
-    assert wait_for(lambda: _state(int(pid)) in ("", "Z"), timeout=10)
+    assert wait_for(lambda: process_state(int(pid)) in ("", "Z"), timeout=10)
     assert prefix not in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
 
 
@@ -126,15 +126,6 @@ def test_a_prometheus_on_one_host_scrapes_another_at_its_lab_address_and_answers
     assert [(s.labels["instance"], s.value) for s in samples] == [("10.213.0.2:9740", 42.0)]
     assert node == 0
     assert lab.leftovers() == []
-
-
-def _state(pid: int) -> str:
-    """A process's state letter (R, S, T, Z...), or "" once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat[stat.rindex(")") + 2]
 
 
 def test_a_slow_host_is_held_to_its_cpu_fraction_by_a_cgroup_quota(tmp_path: Path) -> None:

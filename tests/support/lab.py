@@ -324,10 +324,14 @@ class Lab:
         """SIGSTOP every process of host ``node`` (until :meth:`thaw` or close)."""
         t = self._fault(f"freeze {self.hostnames[node]}")
         stopped: set[int] = set()
-        while new := set(self.pids(node)) - stopped:  # again, for any process forked meanwhile
-            kill_pids(sorted(new), signal.SIGSTOP)
-            stopped |= new
-        return t
+        deadline = time.monotonic() + 5
+        while True:  # again, for any process forked meanwhile, until every one shows stopped
+            running = [p for p in self.pids(node) if p not in stopped or process_state(p) not in ("T", "t", "Z", "")]
+            if not running or time.monotonic() > deadline:
+                return t
+            kill_pids(sorted(running), signal.SIGSTOP)
+            stopped |= set(running)
+            time.sleep(0.01)
 
     def thaw(self, node: int) -> float:
         """SIGCONT every process of host ``node``."""
@@ -360,3 +364,12 @@ class Lab:
         written = self._limits[node].set(cpu_fraction, self.pids(node))
         self._fault(f"slow {self.hostnames[node]} to {cpu_fraction:g} CPU ({written})")
         return written
+
+
+def process_state(pid: int) -> str:
+    """A process's state letter (R, S, T, Z...), or "" once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2]
