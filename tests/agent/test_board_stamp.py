@@ -56,20 +56,13 @@ def test_a_slow_store_call_of_the_leader_keeps_its_ranks_relayed(tmp_path: Path)
     Before, the rank saw the board 3 polls old and went to the (slow) store itself."""
     import os
     import signal
-    import subprocess
-    import sys
     import threading
+
+    from support.store_process import store_process
 
     from fr_otel.agent.node_channel import STALE_POLLS
 
-    port = unused_tcp_port()
-    server = subprocess.Popen(
-        [sys.executable, "-c", "import datetime, sys, time, torch.distributed as d\n"
-         f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False,"
-         " timeout=datetime.timedelta(seconds=30))\nprint('ready', flush=True)\ntime.sleep(120)"],
-        stdout=subprocess.PIPE)
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
+    with store_process() as (port, server):
         leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL), ProgressTracker())
         member = node_rank(tmp_path, port, 1, POLL)
         assert member.node is not None
@@ -88,7 +81,3 @@ def test_a_slow_store_call_of_the_leader_keeps_its_ranks_relayed(tmp_path: Path)
         polling.join(10)
         assert not polling.is_alive()
         assert len(modes) >= 6 and set(modes) == {"relayed"}, modes
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()

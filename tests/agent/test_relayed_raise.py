@@ -97,17 +97,10 @@ def test_when_the_leader_finds_the_store_gone_its_member_raises_locally_at_once(
     (a leader's local incident is not on the board) and no store call of its own to time out first."""
     import os
     import signal
-    import subprocess
-    import sys
 
-    port = unused_tcp_port()
-    server = subprocess.Popen(
-        [sys.executable, "-c", "import datetime, time, torch.distributed as d\n"
-         f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False,"
-         " timeout=datetime.timedelta(seconds=30))\nprint('ready', flush=True)\ntime.sleep(120)"],
-        stdout=subprocess.PIPE)
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
+    from support.store_process import store_process
+
+    with store_process() as (port, server):
         leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL), ProgressTracker())
         member = IncidentRunner(node_rank(tmp_path, port, 1, POLL), ProgressTracker())
         leader.poll([])
@@ -119,7 +112,3 @@ def test_when_the_leader_finds_the_store_gone_its_member_raises_locally_at_once(
         member.poll([_stall("0", (0, 1))])
         assert member._known == 1, "the member's stall went to a local incident on its first poll"
         assert time.monotonic() - began < 2
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()
