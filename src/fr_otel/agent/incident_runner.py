@@ -152,7 +152,7 @@ class IncidentRunner:
                     self._take_part(k, meta, owner=meta.get("rank") == self.me.rank)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
-        return [s for s in stalls if (s.group.name, s.group.inflight_seq) not in self._covered]
+        return [s for s in stalls if s.key not in self._covered]
 
     def raise_for(self, stalls: list[Stall]) -> None:
         """Raise an incident for the oldest stall no incident covers yet (after joining those raised

@@ -111,10 +111,9 @@ class NodeRole:
         if self.board is not None and self.board.store_down:
             return uncovered  # the leader raises its own locally, which the board does not list: no wait
         now = time.monotonic()
-        keys = {(s.group.name, s.group.inflight_seq) for s in uncovered}
-        self._stalled_since = {k: self._stalled_since.get(k, now) for k in keys}
+        self._stalled_since = {s.key: self._stalled_since.get(s.key, now) for s in uncovered}
         grace = STALE_POLLS * self.poll_interval
-        return [s for s in uncovered if now - self._stalled_since[(s.group.name, s.group.inflight_seq)] >= grace]
+        return [s for s in uncovered if now - self._stalled_since[s.key] >= grace]
 
     def store_down(self) -> bool:
         """A member's leader finds the job's store unreachable (its fresh board says so)."""

@@ -37,6 +37,11 @@ class Stall:
     age_s: float
     threshold_s: float
 
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """Which stall this is: its group and the collective in flight there (what an incident covers)."""
+        return self.group.name, self.group.inflight_seq
+
 
 class ProgressTracker:
     """Turns successive progress readings (and the occasional full read) into group states."""
