@@ -9,6 +9,9 @@ accepted a connection.
 
 Three calls, in this order:
 
+- **cut off, every node's view**: the folders of several nodes read together hold each node's view; the
+  host that none of the others reached, while they reach each other, is the one cut off, whether or not
+  its own dumps are among them;
 - **cut off**: the analysing node reached none of the other hosts it tried, and every other host's
   ranks are missing: it is the one cut off (its own ranks are the culprits; the others are
   reported, not blamed);
@@ -31,8 +34,8 @@ from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
 from .job import Job
 
-__all__ = ["LOST_STATES", "SILENT_S", "HostFinding", "NetworkCall", "host_findings", "judge_network",
-           "last_step", "silent_before_s"]
+__all__ = ["LOST_STATES", "SILENT_S", "HostFinding", "NetworkCall", "cut_off_by_all", "host_findings",
+           "judge_network", "last_step", "merged_answers", "silent_before_s"]
 
 #: The host states that answer "which node": each with the words a headline says it in.
 LOST_STATES = {"cut_off": "cut off", "store_lost": "lost (it runs the job's store)", "lost": "lost"}
@@ -139,11 +142,17 @@ def judge_network(job: Job) -> NetworkCall:
     """Cut off, store host lost, or lost hosts: what the host map, heartbeats and probes say."""
     hosts = _by_host(job)
     missing = set(job.missing_ranks)
-    if not hosts or not missing:
+    alone = cut_off_by_all(job) if hosts else None
+    if not hosts or not (missing or alone):
         return NetworkCall()
     net = job.network
     gone = {h: r for h, r in hosts.items() if r and set(r) <= missing}  # every rank of it without a dump
-    answered = net.answered if net is not None else {}
+    answered = merged_answers(job) if len(job.network_views) > 1 else (net.answered if net is not None else {})
+    if alone is not None and alone in hosts and alone not in gone:
+        return NetworkCall(cut_off=alone, alive_elsewhere=frozenset(
+            rank for h, ranks in hosts.items() if answered.get(h) for rank in ranks if rank in missing), why={
+            alone: f"none of the other hosts reached {alone} ({', '.join(_tried_by(job, alone)[:6])} did not), "
+                   f"while they reach each other: {alone} is the one cut off"})
     if net is not None and net.seen_from in hosts:
         here = net.seen_from
         others = [h for h in hosts if h != here]
@@ -173,11 +182,46 @@ def judge_network(job: Job) -> NetworkCall:
     return NetworkCall(lost=lost, alive_elsewhere=alive, why=why)
 
 
+def merged_answers(job: Job) -> dict[str, bool]:
+    """Host -> did any other node's agent reach it (every node's view, read together; only hosts probed)."""
+    out: dict[str, bool] = {}
+    for view in job.network_views:
+        for host, ok in view.answered.items():
+            if host != view.seen_from:
+                out[host] = out.get(host, False) or ok
+    return out
+
+
+def _tried_by(job: Job, host: str) -> list[str]:
+    return sorted({v.seen_from for v in job.network_views if host in v.answered and v.seen_from != host})
+
+
+def cut_off_by_all(job: Job) -> str | None:
+    """The one host no other node reached, by the nodes that reached someone (several nodes' views), or None.
+
+    A node that reached no one witnesses nothing (it may be the one cut off); the host's own view, when
+    among them, must agree (it reached none of the others it tried)."""
+    views = {v.seen_from: v for v in job.network_views}
+    if len(views) < 2:
+        return None
+    witnesses = [v for v in views.values() if any(ok for h, ok in v.answered.items() if h != v.seen_from)]
+    probed = {h for v in witnesses for h in v.answered if h != v.seen_from}
+    unreached = sorted(h for h in probed if not any(v.answered.get(h) for v in witnesses if v.seen_from != h))
+    if len(unreached) != 1:
+        return None
+    (host,) = unreached
+    own = views.get(host)
+    if own is not None and any(ok for h, ok in own.answered.items() if h != host):
+        return None
+    return host
+
+
 def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_ns: int | None) -> list[HostFinding]:
     """Every host with a missing rank or a culprit, lost ones first in the order they went silent."""
     hosts = _by_host(job)
     missing = set(job.missing_ranks)
-    answered = job.network.answered if job.network is not None else {}
+    answered = (merged_answers(job) if len(job.network_views) > 1
+                else job.network.answered if job.network is not None else {})
     store_host = job.store_host or (job.network.store_host if job.network is not None else None)
     out: list[HostFinding] = []
     for host, ranks in hosts.items():

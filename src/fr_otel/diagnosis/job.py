@@ -70,6 +70,8 @@ class Job:
     last_step: dict[int, int] = field(default_factory=dict)  # rank -> its training step then
     store_host: str | None = None  # the host that runs the job's store, when known
     network: NetworkFacts | None = None  # the store and other hosts, as the analysing node saw them
+    #: Every node's view, when the folders of several nodes of the incident were read together.
+    network_views: tuple[NetworkFacts, ...] = ()
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
     _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
@@ -276,6 +278,7 @@ def build_job(read: ReadResult) -> Job:
         last_step=dict(read.side.last_step),
         store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
         network=read.side.network,
+        network_views=read.side.views,
     )
 
 

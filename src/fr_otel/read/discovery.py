@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..common.names import host_name
+from .incident_file import INCIDENT_FILE
+from .side_files import read_side_file, side_file_present
 from .sidecars import SIDECARS
 
-__all__ = ["choose_per_rank", "discover", "host_from_name", "rank_from_name"]
+__all__ = ["choose_per_rank", "discover", "host_from_name", "node_folders", "rank_from_name"]
 
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|pt|bin))?$")
 _EXTENSIONS = (".json", ".pkl", ".pickle", ".pt", ".bin")
@@ -114,6 +116,42 @@ def discover(paths: Sequence[str | os.PathLike[str]], prefix: str | None) -> tup
         else:
             problems.append(f"{path}: no such file or directory")
     return found, problems
+
+
+def node_folders(paths: Sequence[str | os.PathLike[str]], prefix: str | None = None) -> list[str | os.PathLike[str]]:
+    """``paths`` with each folder of node folders replaced by those folders: one incident copied off its nodes.
+
+    Each node keeps its own dumps and side files (``ranks.json``, ``steps.json``, ``incident.json``),
+    so copying them into one folder keeps one subfolder per node (``incident/node0/``, ...). A folder is
+    taken as such when it holds no dump of its own and the incident files of its subfolders with dumps
+    all name one trace id; a folder of several incidents (the agent's ``dumps/``) is left as it is, and
+    says which subfolders to pass."""
+    out: list[str | os.PathLike[str]] = []
+    for raw in paths:
+        path = Path(raw)
+        subfolders = _node_subfolders(path, prefix) if path.is_dir() else None
+        out.extend(subfolders if subfolders else [raw])
+    return out
+
+
+def _node_subfolders(path: Path, prefix: str | None) -> list[str] | None:
+    try:
+        with os.scandir(path) as listing:
+            entries = {entry.name: _is_dir(entry) for entry in islice(listing, _MAX_NAMES_READ)}
+    except OSError:
+        return None
+    if any(not is_dir and rank_from_name(n, prefix) is not None and n not in SIDECARS for n, is_dir in entries.items()):
+        return None
+    held = [n for n, _ in _dump_subfolders(path, sorted(n for n, is_dir in entries.items() if is_dir), prefix)]
+    traces: set[object] = set()
+    for name in held:
+        incident = path / name / INCIDENT_FILE
+        if side_file_present(str(incident)):
+            raw = read_side_file(str(incident), [], "ignored")
+            traces.add(raw.get("trace_id") if raw is not None else None)
+    if len(traces) != 1 or None in traces:
+        return None
+    return [str(path / name) for name in held]
 
 
 MAX_NAMES_SHOWN = 6

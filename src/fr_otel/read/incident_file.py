@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,7 +32,7 @@ from .side_files import bounded_attributes, per_rank, read_side_file, side_file_
 __all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE",
            "REASON_ATTRIBUTE",
            "ROOT_ATTRIBUTE_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity", "detected",
-           "dump_file_sizes", "ends_job", "find_identity", "raised_over_s", "read_identity"]
+           "dump_file_sizes", "ends_job", "find_identity", "merge_identities", "raised_over_s", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
@@ -94,6 +94,10 @@ class IncidentIdentity:
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
     path: str = ""
+    #: Every node's view of the network, when several nodes' files of this incident were read together.
+    views: tuple[NetworkFacts, ...] = ()
+    #: The incident files read into this one (one per node folder).
+    sources: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
@@ -105,8 +109,10 @@ class IncidentIdentity:
         them beside an old incident.json), or None when it does or cannot tell."""
         if not self.files:
             return None
+        # A listed file absent is another node's (or not copied); a file not listed is another node's:
+        # only a listed file of another size was overwritten.
         now = dump_file_sizes(dumps)
-        changed = sorted(n for n in set(now) | set(self.files) if now.get(n) != self.files.get(n))
+        changed = sorted(n for n in set(now) & set(self.files) if now[n] != self.files[n])
         return f"the dump files changed since it was written ({', '.join(changed[:3])})" if changed else None
 
     def to_json(self) -> dict[str, Any]:
@@ -132,17 +138,44 @@ class IncidentIdentity:
 
 
 def find_identity(paths: Sequence[str | os.PathLike[str]], problems: list[str]) -> IncidentIdentity | None:
-    """The identity of the dump folder among ``paths`` (a folder, or the folder of its files), if any.
+    """The identity of the dump folders among ``paths`` (a folder, or the folder of its files), if any.
 
-    Anything named ``incident.json`` there is read (a FIFO or a looping link costs a problem
-    line, as a dump would), so a bad one is said, not skipped in silence."""
+    Every node of a job leaves an ``incident.json`` beside its own dumps: read together, those of one
+    incident (one trace id) are one identity (:func:`merge_identities`); files of different incidents
+    cost one problem line and none is used, since no trace id fits all the dumps. Anything named
+    ``incident.json`` there is read (a FIFO or a looping link costs a problem line, as a dump would),
+    so a bad one is said, not skipped in silence."""
     folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
     found = [f / INCIDENT_FILE for f in sorted(folders) if side_file_present(str(f / INCIDENT_FILE))]
-    if len(found) > 1:
-        problems.append(f"{found[0]}: several incident files among the inputs ({', '.join(map(str, found[1:]))}); "
-                        "using none")
+    identities = [i for i in (read_identity(path, problems) for path in found) if i is not None]
+    traces = sorted({i.trace_id for i in identities})
+    if len(traces) > 1:
+        listed = ", ".join(f"{i.path} (trace {i.trace_id})" for i in identities[1:])
+        problems.append(f"{identities[0].path}: several incident files of different incidents among the inputs "
+                        f"(trace {identities[0].trace_id}; {listed}); using none")
         return None
-    return read_identity(found[0], problems) if found else None
+    return merge_identities(identities) if identities else None
+
+
+def merge_identities(identities: Sequence[IncidentIdentity]) -> IncidentIdentity:
+    """Several nodes' incident files of one incident as one: the first that holds a verdict speaks for it
+    (the coordinator's copy, or a node's own part when the store was lost), every node's stacks, failed
+    collectives, dump files and network view are kept."""
+    primary = next((i for i in identities if i.summary), identities[0])
+    merged = replace(primary, stacks=dict(primary.stacks), failed=dict(primary.failed), files=dict(primary.files))
+    views: dict[str, NetworkFacts] = {}
+    for identity in (primary, *identities):
+        for rank, now in identity.stacks.items():
+            merged.stacks.setdefault(rank, now)
+        for rank, marks in identity.failed.items():
+            merged.failed.setdefault(rank, marks)
+        for name, size in identity.files.items():
+            merged.files.setdefault(name, size)
+        for view in identity.views or ((identity.network,) if identity.network is not None else ()):
+            views.setdefault(view.seen_from, view)
+    merged.views = tuple(views.values())
+    merged.sources = tuple(i.path for i in identities)
+    return merged
 
 
 def read_identity(path: str | os.PathLike[str], problems: list[str]) -> IncidentIdentity | None:

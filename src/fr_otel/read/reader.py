@@ -24,7 +24,7 @@ from ..common.cpus import usable_cpus
 from ..common.gc_pause import gc_paused
 from ..common.ranks import compress_ranks
 from ..common.text import printable
-from .discovery import choose_per_rank, discover
+from .discovery import choose_per_rank, discover, node_folders
 from .dump import RankDump
 from .dump_file import load_entries, read_dump_file
 from .safe_pickle import DEFAULT_MAX_FILE_BYTES
@@ -72,7 +72,8 @@ def read_dumps(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    found, problems = discover(list(paths), prefix)
+    paths = node_folders(list(paths), prefix)  # one incident's node folders copied into one: each read as its own
+    found, problems = discover(paths, prefix)
     chosen = choose_per_rank(found, problems)
     result = ReadResult(problems=problems)
     for dump, file_problems in _parse_all(chosen, workers, max_file_bytes, progress):
@@ -80,7 +81,7 @@ def read_dumps(
         if dump is not None:
             result.dumps[dump.rank] = dump
     _check_versions(result)
-    result.side = read_sidecars(list(paths), result.dumps, result.problems)
+    result.side = read_sidecars(paths, result.dumps, result.problems)
     # File names are anyone's bytes: a newline, ESC or lone surrogate in one must not reach a
     # terminal, a log or strict JSON through the problem lines (text, --json, spans alike).
     result.problems[:] = [printable(p) for p in result.problems]

@@ -53,6 +53,8 @@ class SideFacts:
     identity: IncidentIdentity | None = None
     #: The job's store and the other hosts, as the node that analysed the incident saw them.
     network: NetworkFacts | None = None
+    #: Every node's view of the network, when the folders of several nodes of the incident were read together.
+    views: tuple[NetworkFacts, ...] = ()
     #: The host of the job's store (the host map says which rank's host holds it).
     store_host: str | None = None
 
@@ -93,6 +95,7 @@ def read_sidecars(paths: Sequence[str | os.PathLike[str]], dumps: dict[int, Rank
     if identity is not None:
         facts.identity = identity
         facts.network = identity.network
+        facts.views = identity.views
         # The live incident wrote the ranks.json beside it: what it says of each rank is what the
         # agent knew at incident time (the report words a culprit's next step by that).
         facts.processes = {r: replace(p, source=LIVE_INCIDENT_SOURCE) if p.source == RANKS_FILE else p
