@@ -25,6 +25,7 @@ from .kinds import KIND_ORDER, CulpritKind, VerdictWord
 from .mismatch import find_mismatches
 from .mixed_incidents import mixed_incidents
 from .p2p import add_p2p_waits
+from .recorded import adopt_recorded
 from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
 from .stop_order import order_stops
@@ -153,7 +154,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         place = c.node or c.host
         if place:
             by_host.setdefault(place, []).append(c.rank)
-    return Verdict(
+    return adopt_recorded(job, Verdict(
         verdict=verdict,
         culprits=culprits,
         ranks_loaded=len(job.dumps),
@@ -173,7 +174,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         ages=clock.summary(),
         waiting=waiting,
         job_ended=options.ending,
-    )
+    ))
 
 
 def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], evidence: dict[int, list[Evidence]],

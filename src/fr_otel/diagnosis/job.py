@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import not_
+from typing import Any
 
 from ..common.ranks import compress_ranks
 from ..read.discovery import host_from_name
@@ -72,6 +73,9 @@ class Job:
     network: NetworkFacts | None = None  # the store and other hosts, as the analysing node saw them
     #: Every node's view, when the folders of several nodes of the incident were read together.
     network_views: tuple[NetworkFacts, ...] = ()
+    #: The verdict the live incident wrote (incident.json's ``summary``, untrusted) and that file's path.
+    recorded: dict[str, Any] = field(default_factory=dict)
+    recorded_from: str = ""
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
     _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
@@ -279,6 +283,8 @@ def build_job(read: ReadResult) -> Job:
         store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
         network=read.side.network,
         network_views=read.side.views,
+        recorded=read.side.identity.summary if read.side.identity is not None else {},
+        recorded_from=read.side.identity.path if read.side.identity is not None else "",
     )
 
 
