@@ -63,7 +63,8 @@ def partial_folder(job: Job) -> Partial | None:
     if hosts:
         live_missing = {r for h in hosts for r in _ints(h.get("missing"))}
     else:
-        live_missing = {d.get("rank") for d in _docs(summary, "culprits") if d.get("kind") == CulpritKind.MISSING_DUMP}
+        live_missing = {r for d in _docs(summary, "culprits") if d.get("kind") == CulpritKind.MISSING_DUMP
+                        for r in _ints([d.get("rank")])}
     lacking = [r for r in range(job.world_size) if r not in job.dumps and r not in live_missing]
     if not lacking:
         return None
@@ -94,7 +95,7 @@ def adopt_recorded(job: Job, verdict: Verdict) -> Verdict:
         if mine is not None and mine.kind == kind:
             culprits.append(mine)
             continue
-        text = doc.get("evidence") if isinstance(doc.get("evidence"), str) else f"rank {rank}: {kind} (live verdict)"
+        text = _text(doc.get("evidence")) or f"rank {rank}: {kind} (the live verdict)"
         record = culprit_record(job, rank, [Evidence(kind, group, seq, text)])
         step, collective_step = doc.get("step"), doc.get("collective_step")
         culprits.append(replace(record, evidence=text, host=job.hosts.get(rank) or _text(doc.get("host")),
@@ -125,6 +126,6 @@ def _finding(doc: dict[str, Any]) -> HostFinding | None:
                                                           "answered"))
     return HostFinding(host, tuple(_ints(doc.get("ranks"))), tuple(_ints(doc.get("missing"))),
                        tuple(_ints(doc.get("blamed"))), state, heard if type(heard) is int else None,
-                       float(before) if type(before) in (int, float) else None,
+                       float(before) if isinstance(before, (int, float)) and type(before) is not bool else None,
                        answered if type(answered) is bool else None, doc.get("store") is True,
                        step if type(step) is int else None)
