@@ -91,16 +91,15 @@ def adopt_recorded(job: Job, verdict: Verdict) -> Verdict:
         if type(rank) is not int or rank < 0 or kind not in set(CulpritKind):
             continue
         kind = CulpritKind(kind)
-        mine = ours.get(rank)
-        if mine is not None and mine.kind == kind:
-            culprits.append(mine)
-            continue
-        text = _text(doc.get("evidence")) or f"rank {rank}: {kind} (the live verdict)"
-        record = culprit_record(job, rank, [Evidence(kind, group, seq, text)])
         step, collective_step = doc.get("step"), doc.get("collective_step")
-        culprits.append(replace(record, evidence=text, host=job.hosts.get(rank) or _text(doc.get("host")),
-                                step=step if type(step) is int else None,
-                                collective_step=collective_step if type(collective_step) is int else None))
+        mine = ours.get(rank)
+        if mine is None or mine.kind != kind:
+            text = _text(doc.get("evidence")) or f"rank {rank}: {kind} (the live verdict)"
+            mine = replace(culprit_record(job, rank, [Evidence(kind, group, seq, text)]), evidence=text)
+        # What the live verdict knew (every node's steps, through their summaries) wins over this part's.
+        culprits.append(replace(mine, host=mine.host or job.hosts.get(rank) or _text(doc.get("host")),
+                                step=step if type(step) is int else mine.step,
+                                collective_step=collective_step if type(collective_step) is int else mine.collective_step))
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
     by_host: dict[str, list[int]] = {}
     for c in culprits:
