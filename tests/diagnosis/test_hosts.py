@@ -167,3 +167,46 @@ def test_a_lost_hosts_line_says_the_step_its_ranks_were_last_heard_at(tmp_path: 
     assert "at step 12, 0.4 s before" in (out / "incident.html").read_text()
     again = json.loads((out / "ranks.json").read_text())
     assert {int(r): e["last_step"] for r, e in again["ranks"].items()} == steps
+
+
+def _node_folders(tmp_path: Path, views: dict[str, dict[str, bool]]) -> list[Path]:
+    """Every rank in #13, none completed; each host's folder holds its two dumps, the host map and its own
+    incident file (one incident) with ``views[host]``: which other hosts its agent reached."""
+    whole = tmp_path / "all"
+    _job(whole, list(range(6)))
+    folders = []
+    for host, answered in views.items():
+        folder = tmp_path / host
+        folder.mkdir()
+        for path in whole.iterdir():
+            if HOSTS[int(path.name.rsplit("_", 1)[-1].split(".")[0])] == host:
+                path.rename(folder / path.name)
+        _host_map(folder)
+        _network(folder, seen_from=host, answered=answered)
+        folders.append(folder)
+    return folders
+
+
+def test_the_host_no_other_node_reaches_while_they_reach_each_other_is_cut_off(tmp_path: Path) -> None:
+    """Every node's folder read together: node0 and node2 reach each other, nobody reaches node1 and node1 reaches
+    nobody: node1 (ranks 2-3) is the one cut off, though every rank's dump is there and all sit in #13."""
+    folders = _node_folders(tmp_path, {"node0": {"node1": False, "node2": True},
+                                       "node1": {"node0": False, "node2": False},
+                                       "node2": {"node0": True, "node1": False}})
+    verdict = analyze(build_job(read_dumps(folders)))
+    assert verdict.verdict == "hang"
+    assert {(c.rank, c.host) for c in verdict.blamed} == {(2, "node1"), (3, "node1")}
+    assert [(h.host, h.state) for h in verdict.hosts] == [("node1", "cut_off")]
+
+
+def test_a_host_others_cannot_reach_but_that_reaches_them_is_not_called_cut_off(tmp_path: Path) -> None:
+    """node1's own view says it reached node0: one-way probes prove no partition, so nobody is called cut off;
+    and nodes that reached no one at all witness nothing either."""
+    folders = _node_folders(tmp_path, {"node0": {"node1": False, "node2": True},
+                                       "node1": {"node0": True, "node2": False},
+                                       "node2": {"node0": True, "node1": False}})
+    assert not [h for h in analyze(build_job(read_dumps(folders))).hosts if h.state == "cut_off"]
+    folders = _node_folders(tmp_path / "none", {"node0": {"node1": False, "node2": False},
+                                                "node1": {"node0": False, "node2": False},
+                                                "node2": {"node0": False, "node1": False}})
+    assert not [h for h in analyze(build_job(read_dumps(folders))).hosts if h.state == "cut_off"]
