@@ -53,9 +53,8 @@ class IncidentRank:
 
     def network_now(self, silent_hosts: set[str]) -> NetworkFacts | None:
         """The store and the other hosts as this node sees them now (bounded probes, see :mod:`.reachability`)."""
-        known = {p.host for p in self.hosts.processes.values() if p.host}
-        return network_facts(self.process.host, self.config.metrics_port, self.channel.address, self.hosts.store_host,
-                             self.channel.link.unreachable_since_ns, known, silent_hosts)
+        return network_facts(self.process.host, self.hosts.processes, self.config.metrics_port, self.channel.address,
+                             self.hosts.store_host, self.channel.link.unreachable_since_ns, silent_hosts)
 
 
 def dump_root(config: AgentConfig) -> Path:
