@@ -60,17 +60,52 @@ def test_a_partitioned_node_is_named_as_a_lost_host_with_when_it_went_silent(tmp
 
 def test_a_node_that_reaches_no_other_host_calls_itself_cut_off(tmp_path: Path) -> None:
     """From node1's own local incident: the store and both other hosts are silent: node1 is the one cut off;
-    its own ranks are blamed, the others reported, not blamed."""
+    its own ranks are the only culprits, the other hosts' ranks are "unreachable from here", not culprits."""
     _job(tmp_path, [2, 3])
     _host_map(tmp_path, store_host="node0")
     _network(tmp_path, seen_from="node1", store_address="10.0.0.1:29500", store_host="node0",
-             store_silent_since_ns=1, answered={"node0": False, "node2": False})
+             store_silent_since_ns=1, answered={"node0": False, "node2": False},
+             probed={"node0": "10.0.0.1:9400", "node2": "10.0.0.3:9400"})
     verdict = analyze(build_job(read_dumps(tmp_path)))
     assert verdict.verdict == "hang"
-    assert sorted(c.rank for c in verdict.blamed) == [2, 3]
-    assert sorted(c.rank for c in verdict.culprits if not c.blamed) == [0, 1, 4, 5]
+    assert sorted(c.rank for c in verdict.culprits) == [2, 3] == sorted(c.rank for c in verdict.blamed)
     assert [h.host for h in verdict.hosts if h.state == "cut_off"] == ["node1"]
+    away = {h.host: h for h in verdict.hosts if h.state == "unreachable"}
+    assert sorted(away) == ["node0", "node2"] and away["node2"].missing == (4, 5)
+    assert away["node2"].sentence().startswith("node2 (ranks 4-5): unreachable from here")
+    assert "its agent at 10.0.0.3:9400 does not answer" in away["node2"].sentence()
+    assert any("unreachable from here (node1 is cut off), not culprits" in n for n in verdict.notes)
     assert "node1 cut off" in render_verdict(verdict).splitlines()[0]
+
+
+def test_a_host_that_could_not_be_probed_never_makes_a_node_think_itself_cut_off(tmp_path: Path) -> None:
+    """From node1: node0 (the store's host) did not answer, node2 was not probed (no address, its name does not
+    resolve here): node1 is not cut off; node0 is the store's lost host, node2's ranks are not blamed."""
+    _job(tmp_path, [2, 3])
+    _host_map(tmp_path, store_host="node0")
+    _network(tmp_path, seen_from="node1", store_address="10.0.0.1:29500", store_host="node0",
+             store_silent_since_ns=1_764_590_000_000_000_000, answered={"node0": False},
+             probed={"node0": "10.0.0.1:9400"}, not_probed={"node2": "its name does not resolve here"})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert not [h for h in verdict.hosts if h.state == "cut_off"]
+    assert {h.host: h.state for h in verdict.hosts}["node0"] == "store_lost"
+    assert {c.rank for c in verdict.blamed} == {0, 1}
+
+
+def test_a_frozen_hosts_line_says_the_step_its_group_was_in_when_it_went_silent(tmp_path: Path) -> None:
+    """node2's ranks left no dump and no step at their last heartbeat: the step of the collective their peers wait
+    in (step 12, from the peers' step map) is in the host line, its JSON and the culprits' collective step."""
+    stall = _job(tmp_path, [0, 1, 2, 3])
+    _host_map(tmp_path, {0: stall + 9 * 10**9, 1: stall + 9 * 10**9, 2: stall + 9 * 10**9, 3: stall + 9 * 10**9,
+                         4: stall - 4 * 10**8, 5: stall - 4 * 10**8})
+    (tmp_path / "steps.json").write_text(json.dumps({"version": 1, "ranks": {
+        str(r): {"step": 12, "source": "optimizer", "starts": [[11, 1], [12, stall - 10**3]]} for r in range(4)}}))
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    (lost,) = [h for h in verdict.hosts if h.state == "lost"]
+    assert (lost.host, lost.last_step, lost.group_step) == ("node2", None, 12)
+    assert "node2 (ranks 4-5): no dump; in step 12 when it went silent" in lost.sentence()
+    assert lost.to_dict()["group_step"] == 12
+    assert {(c.rank, c.collective_step) for c in verdict.blamed} == {(4, 12), (5, 12)}
 
 
 def test_when_the_stores_host_is_lost_the_survivors_name_it_not_each_other(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ host) cannot happen on one host, so the lab makes hosts: host ``k`` is a network
 its own ``lab0`` interface (a veth to a bridge in the root namespace), its own address in a
 private /24 that exists only inside the lab, and its own hostname (``nodeK``: each process runs
 under ``unshare --uts``). Names resolve inside the lab through ``/etc/netns/<ns>/hosts``; its
-``resolv.conf`` points at the host's own loopback, so no lookup ever leaves it.
+``resolv.conf`` points at the host's own loopback, so no lookup ever leaves it. With
+``resolve_names=False`` a host's file names only itself: the other hosts' names do not resolve
+there, as between many Kubernetes pods (a pod's hostname is no name the others can look up).
 
     with Lab(3, log_dir=tmp_path) as lab:
         job = lab.torchrun(TRAIN_LOOP, nproc_per_node=2, env=env)   # see support.lab_job
@@ -111,7 +113,7 @@ class Lab:
     """N hosts in network namespaces on a bridge; processes, torchrun jobs and faults on them."""
 
     def __init__(self, nodes: int = 3, *, hostnames: Sequence[str] | None = None, subnet: str = "10.213.0",
-                 log_dir: str | os.PathLike[str] | None = None) -> None:
+                 log_dir: str | os.PathLike[str] | None = None, resolve_names: bool = True) -> None:
         if not 1 <= nodes <= 99:
             raise ValueError(f"a lab has 1 to 99 nodes, not {nodes}")
         self.hostnames = list(hostnames) if hostnames is not None else [f"node{k}" for k in range(nodes)]
@@ -122,6 +124,8 @@ class Lab:
         self.namespaces = [f"{self.prefix}n{k}" for k in range(nodes)]
         self.veths = [f"{self.prefix}h{k}" for k in range(nodes)]  # host-side ends, on the bridge
         self.ips = [f"{subnet}.{k + 1}" for k in range(nodes)]
+        #: False: each host's /etc/hosts names only itself (the others' names do not resolve there).
+        self.resolve_names = resolve_names
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
         self.processes: list[LabProcess] = []
         self.jobs: list[LabJob] = []
@@ -159,9 +163,10 @@ class Lab:
             run_ip("link", "add", self.bridge, "type", "bridge")
             self._no_ipv6(self.bridge)
             run_ip("link", "set", self.bridge, "up")
-            hosts = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for ip, name in zip(self.ips, self.hostnames))
             for k, ns in enumerate(self.namespaces):
-                self._make_host(k, ns, hosts)
+                named = range(self.size) if self.resolve_names else [k]
+                self._make_host(k, ns, "127.0.0.1 localhost\n" + "".join(
+                    f"{self.ips[i]} {self.hostnames[i]}\n" for i in named))
         except BaseException:
             self.close()
             raise

@@ -32,8 +32,8 @@ from fr_otel.testing.otlp import wait_for
 from support.lab import Lab
 from support.lab_job import LabJob, fr_otel_run
 
-__all__ = ["CONTROL_EXIT", "FAULTS", "CaseResult", "ControlExit", "Fault", "control_exit_bound", "job_env",
-           "run_case"]
+__all__ = ["CONTROL_EXIT", "FAULTS", "PAUSE_MARGIN_S", "CaseResult", "ControlExit", "Fault", "control_exit_bound",
+           "job_env", "run_case"]
 
 TRAIN_LOOP = Path(importlib.util.find_spec("support.train_loop").origin)  # type: ignore[union-attr,arg-type]
 NPROC = 2
@@ -100,6 +100,8 @@ class CaseResult:
     #: Each incident.json the agents wrote: number, verdict, culprits with the host it names (or None).
     incidents: list[dict[str, object]]
     stacks: dict[str, str]
+    #: The agent's lines (``fr-otel ...``) as each host's torchrun printed them.
+    agent_lines_by_host: dict[str, list[str]] = field(default_factory=dict)
 
     def survivors_exit_s(self) -> float | None:
         """When the last rank that was not at fault exited; None if one never did."""
@@ -120,22 +122,32 @@ def _errors(text: str, n: int = 8) -> list[str]:
     return list(dict.fromkeys(found))[:n]
 
 
+#: How long before the end of the fault step's pause the fault lands (see ``pause_s``).
+PAUSE_MARGIN_S = 1.0
+
+
 def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, step: int = 12,
              cap_s: float = 150, steps: int = 40, stall_seconds: float = 10,
-             agent_env: dict[str, str] | None = None) -> CaseResult:
+             agent_env: dict[str, str] | None = None, resolve_names: bool = True, pause_s: float = 0) -> CaseResult:
     """Run the 3x2 job, inject ``fault`` at ``step``, wait up to ``cap_s`` s after it for every exit;
-    ``agent_env``: more settings of the agent (``FR_OTEL_*``)."""
+    ``agent_env``: more settings of the agent (``FR_OTEL_*``); ``resolve_names`` False: the hosts' names do
+    not resolve between them; ``pause_s``: step ``step``'s data loading lasts that long and the fault lands
+    :data:`PAUSE_MARGIN_S` before its end, so the collective left in flight is surely that step's (with
+    0.05 s steps it may be the next one's) and every node has beaten in that step before it."""
+    pause = pause_s if pause_s > PAUSE_MARGIN_S and "TRAIN_LOOP_STALL_RANK" not in fault.env else 0.0
     env = job_env(TRAIN_LOOP_STEPS=str(steps), TRAIN_LOOP_STALL_STEP=str(step),
-                  TRAIN_LOOP_GLOO_TIMEOUT=f"{gloo_timeout:g}", **fault.env, **(agent_env or {}))
+                  TRAIN_LOOP_GLOO_TIMEOUT=f"{gloo_timeout:g}", **fault.env, **(agent_env or {}),
+                  **({"TRAIN_LOOP_PAUSE_STEP": str(step), "TRAIN_LOOP_PAUSE_SECONDS": f"{pause:g}"} if pause else {}))
     wrap: list[str] = []
     if agent:
         env.update(FR_OTEL_OUT_DIR=str(tmp / "{node}" / "out"), FR_OTEL_NODE_DIR=str(tmp / "{node}" / "node"))
         wrap = fr_otel_run("--stall-seconds", f"{stall_seconds:g}")
-    with Lab(HOSTS, log_dir=tmp) as lab:
+    with Lab(HOSTS, log_dir=tmp, resolve_names=resolve_names) as lab:
         job = lab.torchrun(TRAIN_LOOP, NPROC, env, wrap=wrap)
         job.wait_workers(120)
         if "TRAIN_LOOP_STALL_RANK" not in fault.env:
             job.wait_step(step, 120)
+            time.sleep(max(0.0, pause - PAUSE_MARGIN_S))
         t0 = fault.inject(lab, job)
         at_fault = {rank: s.step for rank, s in job.steps().items()}
         wait_for(lambda: _settled(job, fault), max(0.0, cap_s - (time.time() - t0)), 0.05)
@@ -148,12 +160,13 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
         runs = {lab.hostnames[p.node]: (p.returncode, p.exit_time - t0 if p.exit_time else None)
                 for p in job.launchers}
         outputs = {lab.hostnames[p.node]: p.output() for p in job.launchers}
-    lines = [line for text in outputs.values() for line in text.splitlines() if line.startswith("fr-otel")]
+    by_host = {host: [line for line in text.splitlines() if line.startswith("fr-otel")] for host, text in outputs.items()}
+    lines = [line for host_lines in by_host.values() for line in host_lines]
     files = sorted(str(p.relative_to(tmp)) for p in tmp.glob("node*/out/**/*") if p.is_file())
     return CaseResult(fault.name, agent, cap_s, at_fault, exits, runs,
                       {host: _tail(text) for host, text in outputs.items()},
                       {host: _errors(text) for host, text in outputs.items()}, lines, files, _incidents(tmp, t0),
-                      {host: text for host, text in stacks.items() if text})
+                      {host: text for host, text in stacks.items() if text}, by_host)
 
 
 def _settled(job: LabJob, fault: Fault) -> bool:
@@ -182,6 +195,7 @@ def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
                 "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"), "host": c.get("host")}
                              for c in summary.get("culprits", [])],
                 "hosts": summary.get("hosts", []),
+                "network": raw.get("network"),
                 "html": page.read_text(errors="replace") if page.is_file() else "",
                 "root": {k: v for k, v in root.items()
                          if k.startswith(("fr_otel.culprit", "fr_otel.first_stopped", "fr_otel.lost_hosts",

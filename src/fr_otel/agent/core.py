@@ -39,6 +39,7 @@ from .logs import set_log_rank
 from .node_leader import node_role_for
 from .poller import ProgressTracker
 from .process_identity import this_process
+from .reachability import reachable_at
 from .recorder import (
     GroupInfo,
     Recorder,
@@ -300,6 +301,8 @@ class Agent:
         if self.config.incidents and self.recorder_enabled:
             with self.health.guard("connecting to the job's store (incidents are off)"):
                 channel, job_id = connect_channel(dist, job_identity(self.config.job_id)[0])
+                served = (self.server.addr, self.server.port) if self.server is not None else None
+                self.process = reachable_at(self.process, channel.address, served)  # peers probe it there
                 hosts = HostMapKeeper(channel, rank, world_size, self.process, leader=local_rank() in (0, None),
                                       folders=partial(node_dump_folders, self.config))
                 node = node_role_for(self.config, channel, job_id, rank, world_size, self.process, local_rank(),

@@ -51,11 +51,13 @@ class IncidentRank:
     #: talks to the job's store itself.
     node: NodeRole | None = None
 
-    def network_now(self, silent_hosts: set[str]) -> NetworkFacts | None:
-        """The store and the other hosts as this node sees them now (bounded probes, see :mod:`.reachability`)."""
-        known = {p.host for p in self.hosts.processes.values() if p.host}
-        return network_facts(self.process.host, self.config.metrics_port, self.channel.address, self.hosts.store_host,
-                             self.channel.link.unreachable_since_ns, known, silent_hosts)
+    def network_now(self, silent_hosts: set[str], store_lost_since_ns: int | None = None) -> NetworkFacts | None:
+        """The store and the other hosts as this node sees them now (bounded probes, see :mod:`.reachability`);
+        ``store_lost_since_ns``: the store is known not to answer this node since then, whatever this rank's own
+        link says (a member whose node leader found it gone made no store call of its own to fail)."""
+        since = self.channel.link.unreachable_since_ns or store_lost_since_ns
+        return network_facts(self.process.host, self.hosts.processes, self.config.metrics_port, self.channel.address,
+                             self.hosts.store_host, since, silent_hosts)
 
 
 def dump_root(config: AgentConfig) -> Path:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..common.files import atomic_write, own_folder
 from ..common.ids import trace_id_for
 from ..common.log import logger
+from ..common.ranks import compress_ranks
 from ..common.text import one_line
 from ..incident.sinks import sink_for
 from ..read.failed import FailedCollective
@@ -227,6 +228,9 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
         culprits = f"{'; '.join(gone[:4])}; {culprits}"
     if verdict.stop_order is not None and verdict.stop_order.sentence():
         culprits += f" ({verdict.stop_order.sentence()})"
+    away = [f"{h.host} (ranks {compress_ranks(h.missing)})" for h in verdict.hosts if h.state == "unreachable"]
+    if away:
+        culprits += f"; unreachable from here, not culprits: {', '.join(away[:6])}"
     where = outcome.describe(len(trace.spans), me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     scope = f"local to {me.process.host}, " if local else ""
@@ -238,8 +242,10 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
 
 
 def _brief(c: Culprit) -> str:
-    """``rank 2 (not_enqueued, host vm, step 20) at vm:4242 in time.sleep at train.py:27 in main``."""
-    parts = [c.kind] + ([f"host {c.host}"] if c.host else []) + ([f"step {c.step}"] if c.step is not None else [])
+    """``rank 2 (not_enqueued, host vm, step 20) at vm:4242 in time.sleep at train.py:27 in main``; a rank
+    that counted no step of its own (no dump: lost, frozen) gets the step of the collective it is blamed in."""
+    step = c.step if c.step is not None else c.collective_step
+    parts = [c.kind] + ([f"host {c.host}"] if c.host else []) + ([f"step {step}"] if step is not None else [])
     text = f"rank {c.rank} ({', '.join(parts)})"
     if c.process is not None and c.process.known:
         text += f" at {c.process.address}"

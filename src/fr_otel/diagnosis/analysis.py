@@ -169,7 +169,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         incomplete=incomplete,
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
-        hosts=host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns),
+        hosts=host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns, _group_steps(job, states, culprits)),
         steps=steps,
         ages=clock.summary(),
         waiting=waiting,
@@ -199,10 +199,11 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
             evidence.setdefault(rank, []).insert(0, Evidence(
                 CulpritKind.NOT_COMPLETED, group, seq, f"rank {rank} on {call.cut_off}: {call.why[call.cut_off]}",
                 direct=True))
-        for rank in sorted(missing):
-            report_only(rank, f"rank {rank} on {hosts.get(rank) or 'an unknown host'}: no dump here, cut off from "
-                              f"{call.cut_off}: its state is unknown")
-        return VerdictWord.HANG, (set(here) | missing)
+        if missing:  # not culprits: from a node cut off, nothing is known of them (their hosts say so)
+            away = sorted({hosts.get(r) or "an unknown host" for r in missing})
+            notes.append(f"rank(s) {compress_ranks(sorted(missing))} on {', '.join(away[:6])}: unreachable from "
+                         f"here ({call.cut_off} is cut off), not culprits: their state is unknown")
+        return VerdictWord.HANG, set(here)
     suspects = ([call.store_lost] if call.store_lost is not None else []) + list(call.lost)
     for host in suspects:
         for rank in sorted(r for r in missing if hosts.get(r) == host):
@@ -223,6 +224,21 @@ def _apply_network(job: Job, call: NetworkCall, states: list[GroupState], eviden
         notes.append(f"rank(s) {compress_ranks(behind)} had not yet enqueued what their peers wait in, with no fault "
                      f"of their own: the lost host(s) {', '.join(suspects)} explain the incident")
     return (verdict if verdict.stuck else VerdictWord.HANG), chosen
+
+
+def _group_steps(job: Job, states: list[GroupState], culprits: list[Culprit]) -> dict[str, int | None]:
+    """Per host, the step its ranks' group was in when they went silent: the step of the collective
+    their peers wait in (their culprits' collective, else the oldest one in flight), from the peers'
+    own step maps. A frozen or cut-off host's ranks count no step of their own after that."""
+    flights = [s.in_flight for s in states if s.in_flight is not None and s.in_flight.step is not None]
+    oldest = min(flights, key=lambda f: f.since_ns or 1 << 62, default=None)
+    fallback = oldest.step if oldest is not None else None
+    out: dict[str, int | None] = {}
+    for c in culprits:
+        host = job.hosts.get(c.rank)
+        if host and c.collective_step is not None:
+            out.setdefault(host, c.collective_step)
+    return {h: out.get(h, fallback) for h in {*out, *(h for h in job.hosts.values() if h)}}
 
 
 def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clock) -> dict[int, tuple[int, str]]:

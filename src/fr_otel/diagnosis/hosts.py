@@ -12,9 +12,10 @@ Three calls, in this order:
 - **cut off, every node's view**: the folders of several nodes read together hold each node's view; the
   host that none of the others reached, while they reach each other, is the one cut off, whether or not
   its own dumps are among them;
-- **cut off**: the analysing node reached none of the other hosts it tried, and every other host's
-  ranks are missing: it is the one cut off (its own ranks are the culprits; the others are
-  reported, not blamed);
+- **cut off**: the analysing node reached none of the other hosts it tried (every one of them
+  probed: a host it could not probe, for want of an address, is no evidence), and every other
+  host's ranks are missing: it is the one cut off (its own ranks are the culprits; the others are
+  "unreachable from here", not culprits);
 - **store host lost**: the job's store stopped answering here while another host still answers:
   the store's host is the suspect, and ranks on hosts that answer are alive elsewhere (reported,
   not blamed);
@@ -52,22 +53,28 @@ class HostFinding:
     ranks: tuple[int, ...]  # the job's ranks on it (the host map)
     missing: tuple[int, ...]  # of them, the ones with no dump
     blamed: tuple[int, ...]  # of them, the ones named as culprits
-    state: str  # "lost" | "cut_off" | "store_lost" | "culprit" | "unknown"
+    state: str  # "lost" | "cut_off" | "store_lost" | "culprit" | "unreachable" | "unknown"
     last_heard_ns: int | None = None  # the latest heartbeat of its missing ranks
     silent_before_s: float | None = None  # how long before the others stalled it went silent
     answered: bool | None = None  # did its agent answer the analysing node (None: not tried)
     store: bool = False  # it runs the job's store
     last_step: int | None = None  # the training step of that latest heartbeat (None: not counted)
+    #: The step its group was in when it went silent: the step of the collective its peers wait in.
+    group_step: int | None = None
+    probed: str | None = None  # the ``address:port`` its agent was probed at (None: not probed)
 
     def sentence(self) -> str:
         """``node1 (ranks 2-3): no dump; last heard 13:01:02.5 UTC at step 12, 0.4 s before the others stalled``."""
         who = f"{self.host} ({_ranks_word(self.ranks)})"
         what = {"lost": "no dump", "cut_off": "cut off from every other host",
                 "store_lost": "no dump; it runs the job's store, which stopped answering",
-                "culprit": "culprit", "unknown": "no dump here; alive elsewhere"}.get(self.state, self.state)
+                "culprit": "culprit", "unknown": "no dump here; alive elsewhere",
+                "unreachable": "unreachable from here"}.get(self.state, self.state)
         if self.state in ("lost", "store_lost") and len(self.missing) < len(self.ranks):
             what = f"no dump from {_ranks_word(self.missing)}"
         text = f"{who}: {what}"
+        if self.group_step is not None and self.missing:
+            text += f"; in step {self.group_step} when it went silent (the step its peers wait in)"
         if self.last_heard_ns:
             text += f"; last heard {format_clock(self.last_heard_ns)}"
             if self.last_step is not None:
@@ -76,13 +83,13 @@ class HostFinding:
                 when = "before" if self.silent_before_s >= 0 else "after"
                 text += f", {abs(self.silent_before_s):.1f} s {when} the others stalled"
         if self.answered is False:
-            text += "; its agent does not answer"
+            text += f"; its agent{f' at {self.probed}' if self.probed else ''} does not answer"
         return text
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "ranks": list(self.ranks), "missing": list(self.missing),
                 "blamed": list(self.blamed), "state": self.state, "last_heard_ns": self.last_heard_ns,
-                "last_step": self.last_step,
+                "last_step": self.last_step, "group_step": self.group_step, "probed": self.probed,
                 "silent_before_stall_s": self.silent_before_s, "answered": self.answered, "store": self.store,
                 "sentence": self.sentence()}
 
@@ -157,7 +164,9 @@ def judge_network(job: Job) -> NetworkCall:
         here = net.seen_from
         others = [h for h in hosts if h != here]
         tried = [h for h in others if h in answered]
-        if others and tried and not any(answered[h] for h in tried) and set(gone) >= set(others):
+        unprobed = [h for h in others if h in net.not_probed]  # no evidence either way: never "cut off"
+        if (others and tried and not unprobed and not any(answered[h] for h in tried)
+                and set(gone) >= set(others)):
             return NetworkCall(cut_off=here, why={here: (
                 f"{here} reached none of the other hosts ({', '.join(sorted(tried)[:6])} did not answer) and every "
                 f"rank elsewhere went silent: {here} is the one cut off"
@@ -216,12 +225,15 @@ def cut_off_by_all(job: Job) -> str | None:
     return host
 
 
-def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_ns: int | None) -> list[HostFinding]:
-    """Every host with a missing rank or a culprit, lost ones first in the order they went silent."""
+def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_ns: int | None,
+                  group_step: Mapping[str, int | None] | None = None) -> list[HostFinding]:
+    """Every host with a missing rank or a culprit, lost ones first in the order they went silent;
+    ``group_step``: per host, the step of the collective its peers wait in (its ranks' culprits')."""
     hosts = _by_host(job)
     missing = set(job.missing_ranks)
     answered = (merged_answers(job) if len(job.network_views) > 1
                 else job.network.answered if job.network is not None else {})
+    probed = job.network.probed if job.network is not None else {}
     store_host = job.store_host or (job.network.store_host if job.network is not None else None)
     out: list[HostFinding] = []
     for host, ranks in hosts.items():
@@ -237,11 +249,14 @@ def host_findings(job: Job, blamed: Mapping[int, str], call: NetworkCall, stall_
             state = "lost"
         elif named:
             state = "culprit"
+        elif call.cut_off is not None:
+            state = "unreachable"
         else:
             state = "unknown"
         last, before = silent_before_s(job, gone, stall_ns) if gone else (None, None)
         out.append(HostFinding(host, ranks, gone, named, state, last, before, answered.get(host), host == store_host,
-                               last_step(job, gone) if gone else None))
-    order = {"cut_off": 0, "store_lost": 1, "lost": 2, "culprit": 3, "unknown": 4}
+                               last_step(job, gone) if gone else None, (group_step or {}).get(host),
+                               probed.get(host)))
+    order = {"cut_off": 0, "store_lost": 1, "lost": 2, "culprit": 3, "unreachable": 4, "unknown": 5}
     out.sort(key=lambda f: (order[f.state], f.last_heard_ns or 1 << 62, f.host))
     return out

@@ -3,7 +3,9 @@
 Dumps cannot tell a lost host from one that is cut off: from the inside both look like "every
 peer went silent". The agent that coordinates an incident therefore records what it saw: whether
 the job's store (and on which host it lives) still answered, since when it did not, and which
-other hosts' agents answered a connection attempt. The analysis weighs it
+other hosts' agents answered a connection attempt, at which address each was tried, and which
+could not be tried at all (no address published, a name that does not resolve: "not probed",
+which says nothing about that host). The analysis weighs it
 (:mod:`fr_otel.diagnosis.hosts`); ``incident.json`` keeps it (key ``network``), so an offline
 analysis of the folder says the same. Untrusted data when read back: only well-typed values stay.
 """
@@ -34,6 +36,10 @@ class NetworkFacts:
     store_silent_since_ns: int | None = None
     #: Host -> did its agent answer a connection attempt from ``seen_from`` (only hosts probed).
     answered: dict[str, bool] = field(default_factory=dict)
+    #: Host -> the ``address:port`` it was probed at.
+    probed: dict[str, str] = field(default_factory=dict)
+    #: Host -> why it could not be probed (no address, its name does not resolve): not an answer either way.
+    not_probed: dict[str, str] = field(default_factory=dict)
 
     @property
     def store_lost(self) -> bool:
@@ -41,7 +47,8 @@ class NetworkFacts:
 
     def as_json(self) -> dict[str, Any]:
         return {"seen_from": self.seen_from, "store_address": self.store_address, "store_host": self.store_host,
-                "store_silent_since_ns": self.store_silent_since_ns, "answered": dict(sorted(self.answered.items()))}
+                "store_silent_since_ns": self.store_silent_since_ns, "answered": dict(sorted(self.answered.items())),
+                "probed": dict(sorted(self.probed.items())), "not_probed": dict(sorted(self.not_probed.items()))}
 
 
 def network_from_raw(raw: Any) -> NetworkFacts | None:
@@ -62,4 +69,13 @@ def network_from_raw(raw: Any) -> NetworkFacts | None:
         host_name(raw.get("store_host")),
         since if type(since) is int and 0 < since < 1 << 63 else None,
         probes,
+        _host_texts(raw.get("probed"), 64),
+        {h: why for h, why in _host_texts(raw.get("not_probed"), 200).items() if h not in probes},
     )
+
+
+def _host_texts(raw: Any, limit: int) -> dict[str, str]:
+    """Host -> a short printable text, from untrusted JSON (other entries dropped)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {h: printable(v)[:limit] for h, v in list(raw.items())[:_MAX_PROBES] if host_name(h) and isinstance(v, str)}

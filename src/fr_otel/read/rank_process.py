@@ -6,8 +6,12 @@ spans, the reports and the incident file all say "rank 2 (host vm, pid 4242)" th
 way. Plain data, no torch.
 
 The agent's payload carries it under :data:`PAYLOAD_KEY` as
-``{"host": str, "node": str, "pid": int, "local_rank": int}``; dumps are untrusted, so
-:func:`process_from_raw` keeps only well-typed values.
+``{"host": str, "node": str, "pid": int, "local_rank": int, "address": str, "metrics_port": int}``;
+dumps are untrusted, so :func:`process_from_raw` keeps only well-typed values.
+
+``address`` is the IP address the rank's peers reach its host at (the local end of its route to
+the job's store) and ``metrics_port`` its ``/metrics`` port: a node that lost its peers probes
+them there, because a host name need not resolve on the other hosts (Kubernetes pods).
 
 Host and node names must be host names (:func:`fr_otel.common.names.host_name`): they end up
 in commands people paste (``ssh node7 py-spy dump``), so anything else is read as unknown.
@@ -20,12 +24,13 @@ culprits are grouped by node under that name when it is known.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 from ..common.names import host_name
 
-__all__ = ["PAYLOAD_KEY", "RankProcess", "bad_names", "process_from_raw"]
+__all__ = ["PAYLOAD_KEY", "RankProcess", "bad_names", "ip_address", "process_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) that says where the rank ran.
 PAYLOAD_KEY = "fr_otel_process"
@@ -40,6 +45,13 @@ class RankProcess:
     local_rank: int | None = None
     source: str = ""  # who said so: "agent", ...
     node: str | None = None  # the scheduler's node name (Slurm), when it differs in kind from the socket host
+    ip: str | None = None  # the IP address peers reach its host at (its route to the job's store): JSON "address"
+    metrics_port: int | None = None  # its /metrics port, where peers probe whether its host still answers
+
+    @property
+    def probe_at(self) -> tuple[str, int] | None:
+        """``(address, port)`` a peer probes it at, when it published both."""
+        return (self.ip, self.metrics_port) if self.ip and self.metrics_port else None
 
     @property
     def known(self) -> bool:
@@ -76,6 +88,10 @@ class RankProcess:
             out["pid"] = self.pid
         if self.local_rank is not None:
             out["local_rank"] = self.local_rank
+        if self.ip is not None:
+            out["address"] = self.ip
+        if self.metrics_port is not None:
+            out["metrics_port"] = self.metrics_port
         return out
 
 
@@ -85,8 +101,23 @@ def process_from_raw(info: Any, source: str) -> RankProcess | None:
         return None
     process = RankProcess(host=host_name(info.get("host")), pid=_non_negative(info.get("pid")),
                           local_rank=_non_negative(info.get("local_rank")), source=source,
-                          node=host_name(info.get("node")))
+                          node=host_name(info.get("node")), ip=ip_address(info.get("address")),
+                          metrics_port=_port(info.get("metrics_port")))
     return process if process.known else None
+
+
+def ip_address(value: Any) -> str | None:
+    """``value`` as a canonical IPv4 or IPv6 address literal, else None (never a name: nothing to resolve)."""
+    if type(value) is not str or len(value) > 64:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
+def _port(value: Any) -> int | None:
+    return value if type(value) is int and 0 < value < 1 << 16 else None
 
 
 def bad_names(info: Any) -> int:
