@@ -72,7 +72,7 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
     finding = next(h for h in first["hosts"] if h["host"] == host)
     assert finding["ranks"] == list(truth.ranks) and finding["missing"] == list(truth.ranks)
     assert finding["last_heard_ns"], _story(r)
-    if fault == "partition":  # said with the step its ranks were last heard at (issue 23: "with step")
+    if fault == "partition":  # said with the step its ranks were last heard at
         step = finding["last_step"]
         assert step is not None and step <= FAULT_STEP and f"at step {step}," in finding["sentence"], _story(r)
     assert {c["rank"] for c in first["culprits"] if c["kind"] == "missing_dump"} == set(truth.ranks)
