@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Set up (if needed), type-check src/ (mypy) and run the whole test suite. Extra arguments go to pytest.
+# --fast (first): only the tests that start no real job and no lab (`-m "not gloo"`: every test that starts
+# one is marked gloo, the lab's too), the inner loop of a few minutes; the rest needs the full run.
 set -euo pipefail
+select=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  select=(-m "not gloo")
+fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup-system.sh"  # first: the compiler setup.sh's install builds with
 "$root/scripts/setup.sh"
@@ -20,7 +27,7 @@ set +e
 # On every core (at most 4 workers): the real jobs mostly wait on timeouts, so a second worker runs other
 # tests meanwhile. Tests marked `lab` share one xdist group (tests/conftest.py): one lab at a time.
 # A later `-n 0` among the arguments runs everything in this process.
-"$root/.venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadgroup "$@"
+"$root/.venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadgroup ${select[@]+"${select[@]}"} "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

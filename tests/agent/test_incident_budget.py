@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import torch.distributed as dist
+import pytest
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
+
 from support.node_ranks import flat_rank
 
 from fr_otel.agent.incident_work import incident_budget_s

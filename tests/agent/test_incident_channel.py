@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import torch.distributed as dist
+import pytest
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
 
 from fr_otel.agent.channel import IncidentChannel
 from fr_otel.common.ports import unused_tcp_port

@@ -9,7 +9,8 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
 
 from fr_otel.agent.channel import IncidentChannel
 from fr_otel.agent.config import AgentConfig

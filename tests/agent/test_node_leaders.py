@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch.distributed as dist
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
+
 from support.scale_job import (
     NO_FAULT,
     RANKS_PER_NODE,

@@ -3,12 +3,16 @@ poll, incidents relayed through the board, and a leader that stops polling sends
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
+import pytest
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
+
 from support.counting_store import CountingStore
 from support.scale_job import Fault, host_of, layout_for, payload_for
 
@@ -18,8 +22,13 @@ from fr_otel.agent.node_leader import NodeRole, send_summary, wait_until_sent
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.rank_process import RankProcess
+from fr_otel.testing.otlp import wait_for
 
-POLL = 0.05
+POLL = 0.05  # how fast the tests' loops go
+# The roles' own poll interval: a rank counts as heard, and a board as fresh, for STALE_POLLS of them
+# (3 s), which no pause of a loaded box outlasts (at 0.05 s a 150 ms pause between a rank's poll and
+# its leader's summary once left the rank out).
+AGENT_POLL = 1.0
 
 
 def _store() -> tuple[Any, int]:
@@ -34,7 +43,7 @@ def _channel(port: int) -> tuple[IncidentChannel, CountingStore]:
     return IncidentChannel(counted, "test"), counted  # type: ignore[arg-type]
 
 
-def _roles(folder: Path, port: int, ranks: range, poll: float = POLL) -> list[tuple[NodeRole, CountingStore]]:
+def _roles(folder: Path, port: int, ranks: range, poll: float = AGENT_POLL) -> list[tuple[NodeRole, CountingStore]]:
     out = []
     for rank in ranks:
         channel, counted = _channel(port)
@@ -114,7 +123,7 @@ def test_a_leader_summarises_the_payloads_its_ranks_leave_and_tells_them_it_sent
     assert sorted(node.full) == list(range(8))  # rank 3 stopped early: the node sends its ranks whole
     assert host_of(3) == "node00000" and node.host == "node-a"
     leader.channel.ask(1, "")  # the coordinator needs nothing more: the leader's answering thread ends
-    time.sleep(3 * POLL)
+    _answers_end()
     del server
 
 
@@ -129,7 +138,7 @@ def test_a_rank_its_leader_left_out_sends_its_own_payload_through_the_store(tmp_
     assert leader.sent[1] == (0,)
     assert not wait_until_sent(member, 1, time.monotonic() + 1)
     leader.channel.ask(1, "")
-    time.sleep(3 * POLL)
+    _answers_end()
     del server
 
 
@@ -138,7 +147,8 @@ def test_ranks_wait_for_the_verdict_on_their_leaders_board_with_no_store_request
     and that the store went away during incident 2 (the node then goes on alone); a stale board sends it to
     the store."""
     server, port = _store()
-    roles = _roles(tmp_path / "node-a", port, range(3))
+    poll = 0.5  # its board goes stale after STALE_POLLS of them: the test waits that long
+    roles = _roles(tmp_path / "node-a", port, range(3), poll)
     (leader, _), (member, counted), _ = roles
     for role, _ in roles:
         role.poll(time.time_ns())
@@ -148,7 +158,7 @@ def test_ranks_wait_for_the_verdict_on_their_leaders_board_with_no_store_request
     leader.ended_as(2, verdict=False)
     assert (member.verdict_word(1), member.verdict_word(2), member.verdict_word(3)) == ("verdict", "lost", "waiting")
     assert counted.requests == 0
-    time.sleep((STALE_POLLS + 1) * POLL)  # the leader stops writing its board
+    time.sleep((STALE_POLLS + 1) * poll)  # the leader stops writing its board
     assert member.verdict_word(3) == "ask the store"
     del server
 
@@ -171,13 +181,18 @@ def test_a_leader_sends_no_whole_recorder_once_the_verdict_is_out_and_forgets_th
     leader.channel.ask(1, "1")
     leader.channel.ask(2, "1")
     folder = tmp_path / "node"
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and ((folder / "i1").exists() or (folder / "i2").exists()):
-        time.sleep(POLL)
+    _answers_end()  # each answering thread forgets its incident's copies as it ends
     assert leader.channel.fetch(1, [1]) == {}
     assert set(leader.channel.fetch(2, [1])) == {1}
     assert not (folder / "i1").exists() and not (folder / "i2").exists()
     del server
+
+
+def _answers_end(timeout: float = 60) -> None:
+    """Wait until every leader's answering thread has ended (each polls the store once per AGENT_POLL)."""
+    def answering() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "fr-otel-node-answer" and t.is_alive()]
+    assert wait_for(lambda: not answering(), timeout=timeout, interval=POLL), f"still answering: {answering()}"
 
 
 class ConcludingStore(CountingStore):

@@ -1,4 +1,4 @@
-"""Issue 27, point 6: an error message finishes the job. A command printed after a hint carries
+"""An error message finishes the job. A command printed after a hint carries
 the fix the hint gave (run as printed, it works), a prefix or folder that holds no dump says what
 would, and dumps of two incidents in one folder get one warning."""
 

@@ -1,4 +1,4 @@
-"""Issue 25, item 12: a trace that is lost (a full --out) exits 4, not 3 like a spooled or partly rejected one."""
+"""A trace that is lost (a full --out) exits 4, not 3 like a spooled or partly rejected one."""
 
 from __future__ import annotations
 

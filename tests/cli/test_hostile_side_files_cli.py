@@ -1,4 +1,4 @@
-"""Issue 25's acceptance: every offline command on every hostile side file: no traceback, exit 0, one line."""
+"""Every offline command on every hostile side file: no traceback, exit 0, one line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 25, items 3 and 4: job ids and incident keys are checked wherever they enter, and escaped where shown."""
+"""Job ids and incident keys are checked wherever they enter, and escaped where shown."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run(args: list[str | bytes], env: dict[str, str | bytes] | None = None) -> s
 def test_a_job_id_or_incident_flag_that_is_no_identity_is_a_usage_error(tmp_path: Path, flag: str,
                                                                         value: str | bytes) -> None:
     """A non-UTF-8 byte (a lone surrogate to Python), a control character or 300 characters: exit
-    2 with one line naming the flag, nothing written (the issue: UnicodeEncodeError, the trace lost)."""
+    2 with one line naming the flag, nothing written (never a UnicodeEncodeError and a lost trace)."""
     folder = small_job(tmp_path / "dumps")
     result = run(["export", str(folder), "--out", str(tmp_path / "out"), flag, value])
     assert result.returncode == 2, result.stderr

@@ -1,4 +1,4 @@
-"""Issue 25, items 5 and 12: commands people paste are shell-safe, and print no secrets."""
+"""Commands people paste are shell-safe, and print no secrets."""
 
 from __future__ import annotations
 

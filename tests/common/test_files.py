@@ -1,4 +1,4 @@
-"""Issue 25, item 7: files written into folders fr-otel does not own never write through a planted link."""
+"""Files written into folders fr-otel does not own never write through a planted link."""
 
 from __future__ import annotations
 

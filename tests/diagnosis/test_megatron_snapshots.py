@@ -1,4 +1,4 @@
-"""Issue 24 on a simulated 32-rank Megatron job (TP 2 x PP 4 x DP 4, interleaved 1F1B, distributed
+"""Verdicts on a simulated 32-rank Megatron job (TP 2 x PP 4 x DP 4, interleaved 1F1B, distributed
 optimizer): snapshots are not hangs, cascades are not culprits, stragglers are judged by role, and
 every fault injector is named as its ground truth says. Dumps are made and read in memory
 (``support.megatron``), each scenario once per session.
@@ -141,7 +141,7 @@ def test_a_data_loader_late_among_its_equals_is_a_straggler() -> None:
 
 
 def test_two_equally_slow_ranks_each_get_the_collective_they_slowed_at() -> None:
-    """Issue 28: host 1's two ranks slow down from step 12, each last about half the time: both
+    """A slow host: host 1's two ranks slow down from step 12, each last about half the time: both
     named, each with the first slow all_reduce as its onset."""
     s = scenario("slow_host", steps=36)
     v = verdict_of("slow_host", steps=36)

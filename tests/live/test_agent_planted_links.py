@@ -1,4 +1,4 @@
-"""Issue 25, item 7: the live agent never writes its incident's files through links planted for them."""
+"""The live agent never writes its incident's files through links planted for them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prometheus names a lost node (issue 23): a real 3-host lab job under ``fr-otel run``, a real
+"""Prometheus names a lost node: a real 3-host lab job under ``fr-otel run``, a real
 Prometheus on node0 scraping every rank's agent at its lab address with the shipped rules (only
 FrOtelNodeLost's ``for:`` lowered). Node1 partitioned mid-training, then node2 frozen (node0 and
 its Prometheus go on answering: the survivors wait 120 s in their collective); or node1 crashed

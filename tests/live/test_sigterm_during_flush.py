@@ -1,4 +1,4 @@
-"""Issue 25, item 11: a SIGTERM that reaches a rank during an incident's flush is part of that incident."""
+"""A SIGTERM that reaches a rank during an incident's flush is part of that incident."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_sigterm_to_the_coordinator_while_it_flushes_raises_no_second_incident(t
     ends and training goes on; then rank 1 gets SIGTERM: its main thread waits in the handler for
     the flush, so rank 0 soon waits on it in the next all_reduce, past the 4 s stall threshold
     (not 2: on a loaded box the first all_reduce alone can wait 2 s for a late starter).
-    That wait is the job ending, not a second incident blaming rank 1 (the issue:
-    `not_enqueued … in _flush_sigterm_once`, a second trace). Incident 1 is spooled, once, and
+    That wait is the job ending, not a second incident blaming rank 1
+    (`not_enqueued … in _flush_sigterm_once`, a second trace). Incident 1 is spooled, once, and
     rank 1 dies of SIGTERM when its part is done."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts, never answers
         env = job_env(tmp_path, TRAIN_LOOP_AGENT="early", TRAIN_LOOP_STALL_RANK="0", TRAIN_LOOP_STALL_STEP="5",

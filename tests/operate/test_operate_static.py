@@ -149,7 +149,7 @@ def test_alert_conventions() -> None:
         assert ann["runbook_url"] == RUNBOOK_URL + name.lower(), f"{name}: runbook_url {ann['runbook_url']}"
         assert name.lower() in anchors, f"{name}: no section {name} in docs/runbook.md"
         assert name in header, f"{name}: threshold not documented in the rules file header"
-    # The alerts the issue asks for.
+    # The alerts that say a collective is near its timeout, stalled, or a rank lags.
     exprs = {rule["alert"]: rule["expr"] for rule in alerts}
     assert "fr_inflight_collective_timeout" in exprs["FrOtelCollectiveNearTimeout"]
     assert exprs["FrOtelCollectiveStalled"].strip().startswith("pg:fr_inflight_collective_age_seconds:max >")

@@ -1,6 +1,6 @@
 """Hostile dumps, every field: never a traceback, the healthy ranks always analysed.
 
-The acceptance field-fuzz of issue 11: 24 hostile values x every entry field (in one
+The field fuzz: 24 hostile values x every entry field (in one
 entry, and in all entries) and every top-level path, as pickle and as JSON, each
 through read -> analyse -> text report -> trace -> OTLP encoding -> HTML, in process
 (a few ms a run). A sample of the same files goes through the real CLI to prove the

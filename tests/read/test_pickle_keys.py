@@ -1,4 +1,4 @@
-"""Issue 25, item 9: a pickle whose dict keys all hash alike is refused before loading, in linear time."""
+"""A pickle whose dict keys all hash alike is refused before loading, in linear time."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _dump_with_pg_status(keys: list[bytes]) -> bytes:
 
 
 def hash_flood(n: int = 90_000) -> bytes:
-    """The issue's file: one dict whose int keys all hash to 0 (``k * (2**61 - 1)``), ~1.1 MB."""
+    """A hash flood: one dict whose int keys all hash to 0 (``k * (2**61 - 1)``), ~1.1 MB."""
     keys = []
     for k in range(1, n):
         raw = (k * P).to_bytes((k * P).bit_length() // 8 + 1, "little", signed=True)
@@ -58,7 +58,7 @@ def tuple_flood(bits: int = 17) -> bytes:
 
 @pytest.mark.parametrize("make", [hash_flood, tuple_flood], ids=["k*(2**61-1)", "tuples of -1/-2"])
 def test_a_hash_flooding_dump_is_one_line_in_under_two_seconds(tmp_path: Path, make: Any) -> None:
-    """The issue's 1.1 MB hash flood took 27 s to unpickle: now the file is refused before loading
+    """A 1.1 MB hash flood (27 s to unpickle as such): the file is refused before loading
     (one line), and the other ranks are analysed, all in under 2 s of CPU."""
     folder = small_job(tmp_path)
     victim = folder / "nccl_trace_rank_1"

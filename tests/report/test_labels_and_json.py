@@ -1,4 +1,4 @@
-"""Issue 27, point 5: a group is named one way everywhere (its desc and name, a send/recv group
+"""A group is named one way everywhere (its desc and name, a send/recv group
 said to be one), `related[]` has the shape of `culprits[]`, and what the terminal leaves out says
 where to see it."""
 

@@ -1,4 +1,4 @@
-"""Issue 27, point 4: an honest post-mortem. No age is printed that the dumps cannot support (the
+"""An honest post-mortem. No age is printed that the dumps cannot support (the
 same words in the terminal, the page, the JSON and the trace), the next step is in the terminal
 too and fits a process that is gone, and the stop order is said in short lines."""
 

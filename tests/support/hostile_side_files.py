@@ -1,7 +1,7 @@
 """Hostile files beside the dumps: what someone who can write a shared dump folder can plant there.
 
-Each maker writes one hostile ``ranks.json``, ``steps.json`` or ``incident.json`` (issue 25's
-reproductions) at ``folder / name``; :data:`ANY_SIDE_FILE` apply to all three names, the others
+Each maker writes one hostile ``ranks.json``, ``steps.json`` or ``incident.json`` (each a
+reproduced attack) at ``folder / name``; :data:`ANY_SIDE_FILE` apply to all three names, the others
 to the names they list. :func:`small_job` writes the 4-rank NCCL-shaped job they sit beside.
 """
 

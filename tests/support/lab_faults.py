@@ -262,7 +262,7 @@ def control_exit_bound(fault: str, gloo_timeout: float, slack_s: float = 10.0) -
 
     The measured excess over gloo's timeout is mostly process teardown on a loaded 2-core box
     (it grew ~3 s between runs at load 5 and 7): keep the slack for CI's noise, then add the
-    agent's own exit budget on top when asserting issue 23's "control + budget".
+    agent's own exit budget on top when asserting "the agent's job exits by the control's time plus its budget".
     """
     control = CONTROL_EXIT[fault]
     return (gloo_timeout if control.on_timeout else 0.0) + control.seconds + slack_s

@@ -1,4 +1,4 @@
-"""Issue 25, item 7: `fr-otel watch` never writes through links planted in the folder it watches or in --out."""
+"""`fr-otel watch` never writes through links planted in the folder it watches or in --out."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fr_otel.common.ids import trace_id_for
 def test_watch_replaces_every_planted_link_and_keeps_their_targets(tmp_path: Path) -> None:
     """incident.json, incident.html, ranks.json, the state file and the trace file in --out are
     links to files elsewhere: after `watch --once` each name is a regular file fr-otel wrote and
-    every target still holds what it held (the issue: targets overwritten, mode kept)."""
+    every target still holds what it held (not overwritten, their modes kept)."""
     folder = small_job(tmp_path / "dumps")
     out = tmp_path / "out"
     out.mkdir()
