@@ -32,7 +32,7 @@ def _resolve(host: str) -> str | None:
     def look() -> None:
         try:
             out.append(socket.gethostbyname(host))
-        except OSError:
+        except (OSError, UnicodeError, ValueError):  # not a name the resolver takes (a label over 63 bytes...)
             pass
 
     worker = threading.Thread(target=look, name="fr-otel-resolve", daemon=True)
@@ -68,7 +68,7 @@ def probe(targets: Mapping[str, int], timeout_s: float = 1.0) -> dict[str, bool]
         try:
             with socket.create_connection((host, port), timeout=timeout_s):
                 ok = True
-        except OSError:
+        except (OSError, UnicodeError, ValueError, OverflowError):  # unreachable, or no name or port at all
             ok = False
         with lock:
             results[host] = ok
