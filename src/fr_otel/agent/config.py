@@ -27,6 +27,7 @@ from ..common.names import MAX_IDENTITY, identity_problem
 from ..common.stall import DEFAULT_STALL_S
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
+from .role import FR_OTEL_RANK_PID
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",
@@ -50,6 +51,7 @@ __all__ = [
     "FR_OTEL_NODE_LEADERS",
     "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
+    "FR_OTEL_RANK_PID",
     "FR_OTEL_RECORDER_CAPACITY",
     "FR_OTEL_STALL_SECONDS",
     "FR_OTEL_SUSPECT_SECONDS",

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..agent.config import (
     FR_OTEL_AGENT_PID,
     FR_OTEL_AUTOSTART,
+    FR_OTEL_RANK_PID,
     OPTIONS,
     launch_environment,
 )
@@ -155,6 +156,7 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
     env[FR_OTEL_AUTOSTART] = "1"
     env.pop(FR_OTEL_AGENT_PID, None)
+    env.pop(FR_OTEL_RANK_PID, None)  # a job fr-otel run starts has its own ranks, none marked yet
     return env, problems
 
 
