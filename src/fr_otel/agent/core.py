@@ -166,9 +166,8 @@ class Agent:
 
     # -- the poll -----------------------------------------------------------------------
     def _run(self) -> None:
-        """The poll thread. Each step has its own guard; this one holds the loop itself (its waits and
-        its schedule): whatever escapes is a counted log line and the loop starts again a moment later,
-        so no value, however odd, leaves the job with a dead agent and a traceback on its stderr."""
+        """The poll thread. Each step has its own guard; this one holds the loop itself (its waits and schedule):
+        what escapes is a counted log line and the loop starts again, never a dead agent and a traceback."""
         while not self._stop.is_set():
             with self.health.guard("the poll loop"):
                 self._loop()
