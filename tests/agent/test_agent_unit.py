@@ -314,6 +314,28 @@ def test_a_started_agent_loads_no_grpc_sdk_or_torch_and_flush_stays_a_function()
     assert proc.stdout.split("\n")[:2] == ["True True False", "[]"]
 
 
+def test_a_poll_loop_that_fails_outside_its_steps_is_a_log_line_and_the_agent_lives_on() -> None:
+    """An agent built with a poll interval no clock can wait (1e300 s; the parsers refuse it, a direct
+    AgentConfig does not): its poller thread stays alive, the failure is counted and logged once, no traceback."""
+    proc = _python("""
+        import threading, time, torch.optim
+        from fr_otel.agent.config import AgentConfig
+        from fr_otel.agent.core import Agent
+        from fr_otel.agent.lifecycle import export_config_for
+        from fr_otel.agent.logs import configure_logging
+        configure_logging("info")
+        config = AgentConfig(poll_interval=1e300, metrics_port=None, hooks=(), incidents=False)
+        agent = Agent(config, export_config_for(config))
+        agent.start()
+        time.sleep(1.5)
+        print(agent.running, agent.health.snapshot().errors > 0)
+        agent.stop()
+    """, env={"FR_OTEL_AGENT_PID": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"], proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("agent error in the poll loop") == 1, proc.stderr
+
+
 HOOK_SCRIPT = """
     import os, signal, sys, time
     from fr_otel.agent.hooks import ExitHooks

@@ -16,3 +16,47 @@ def test_every_option_is_a_typed_config_field_and_every_field_but_the_otlp_overr
     assert names[len(OPTIONS):] == ["endpoint", "protocol", "headers", "export_timeout"]
     for option in OPTIONS:
         assert typing.get_type_hints(option.parse)["return"] == hints[option.name], option.name
+
+
+def test_a_number_outside_its_range_is_one_problem_line_and_the_default() -> None:
+    """Every numeric setting has a range: past its top (``1e300`` seconds, a port of 70000), or below its
+    bottom, the variable is refused with a line naming it and its range, and the default is used."""
+    from fr_otel.agent.config import resolve_config
+
+    numeric = [o for o in OPTIONS if o.bounds is not None]
+    assert {o.name for o in numeric} >= {"poll_interval", "stall_seconds", "suspect_seconds", "wait_sample_interval",
+                                         "gather_seconds", "flush_timeout", "max_incidents", "incident_entries",
+                                         "pg_warn_seconds", "recorder_capacity", "metrics_port"}
+    for option in numeric:
+        low, high = option.bounds or (0, 0)
+        for value in (f"{high * 10 + 1:g}", "1e300", *([f"{low / 10:g}"] if low > 0 else [])):
+            config, problems = resolve_config(environ={option.env: value})
+            assert getattr(config, option.name) == option.default, (option.env, value)
+            assert len(problems) == 1 and problems[0].startswith(f"{option.env}: "), problems
+            assert option.allowed.split(",")[0] in problems[0] or "expected" in problems[0], problems
+        assert resolve_config(environ={option.env: f"{high:g}"})[1] == []  # the ends are in the range
+
+
+def test_an_argument_out_of_range_falls_back_to_the_variable() -> None:
+    """start(poll_interval=1e300) with FR_OTEL_POLL_INTERVAL=0.5: the argument is refused (one line), the variable wins."""
+    from fr_otel.agent.config import resolve_config
+
+    config, problems = resolve_config({"poll_interval": 1e300}, {"FR_OTEL_POLL_INTERVAL": "0.5"})
+    assert config.poll_interval == 0.5
+    assert problems == ["argument poll_interval: 1e+300 is out of range (expected 0.01 to 60 s); ignored"]
+
+
+def test_docs_name_every_settings_range() -> None:
+    """docs/agent.md's options table has a range column, and each option's row says what OPTIONS allows."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in docs.splitlines() if line.startswith("| `FR_OTEL_")
+            or line.startswith("| `OTEL_")}
+    header = next(line for line in docs.splitlines() if line.startswith("| variable |"))
+    assert [c.strip() for c in header.split("|")[1:-1]] == ["variable", "`start()` / flag", "default", "range", "meaning"]
+    for option in OPTIONS:
+        assert option.allowed, option.name
+        row = rows.get(option.env)
+        assert row is not None, option.env
+        assert row.split("|")[4].strip() == option.allowed, (option.env, row)

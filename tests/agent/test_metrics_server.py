@@ -250,3 +250,30 @@ def test_a_request_that_breaks_the_encoder_closes_only_its_own_connection(server
         assert time.monotonic() - began < 1  # at once, not at the 2 s idle timeout
     took, body = scrape(server)
     assert took < 2 and "fr_info{" in body
+
+
+def test_a_request_ended_by_bare_line_feeds_is_answered_at_once(server: MetricsServer) -> None:
+    """``GET /metrics`` whose lines end in LF alone (no CR) gets its 200 at once, not the idle timeout's close."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        began = time.monotonic()
+        s.sendall(b"GET /metrics HTTP/1.1\nHost: x\nAccept-Encoding: identity\n\n")
+        got = _response(s)
+        assert time.monotonic() - began < 1.5
+    assert got.startswith(b"HTTP/1.1 200") and b"fr_info{" in got
+
+
+def test_gzip_with_quality_zero_is_not_gzip() -> None:
+    """``gzip;q=0`` means not acceptable: identity; ``gzip``, ``gzip;q=0.5`` and ``*`` are gzip."""
+    from fr_otel.agent.server import gzip_accepted
+
+    assert [gzip_accepted(v) for v in ("gzip;q=0", "gzip; q=0.000, deflate", "identity", "", "gzip;q=nan",
+                                       "*;q=0", "gzip;q=0, *")] == [False] * 7
+    assert [gzip_accepted(v) for v in ("gzip", "GZIP;q=0.5", "deflate, gzip", "*", "x-gzip")] == [True] * 5
+
+
+def test_a_scrape_that_refuses_gzip_gets_plain_text(server: MetricsServer) -> None:
+    """The server follows ``Accept-Encoding: gzip;q=0``: no Content-Encoding, the body readable as it is."""
+    req = urllib.request.Request(server.url, headers={"Accept-Encoding": "gzip;q=0"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.headers["Content-Encoding"] is None
+        assert "fr_info{" in resp.read().decode()

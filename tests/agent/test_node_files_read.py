@@ -77,3 +77,49 @@ def test_a_payload_inflating_past_the_limit_is_refused_without_inflating_it_whol
     problems: list[str] = []
     assert decode_payload(bomb, 3, "rank 3", problems) is None
     assert problems == [f"rank 3: over {1 << 20} bytes inflated; skipped"]
+
+
+def _plant_heartbeats(folder: Path, first: int, count: int) -> None:
+    for rank in range(first, first + count):
+        os.close(os.open(folder / f"hb.{rank}", os.O_WRONLY | os.O_CREAT, 0o600))
+
+
+def test_planted_heartbeats_of_ranks_outside_the_job_are_never_read(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """5,000 ``hb.N`` files of ranks the 8-rank job does not have: names are checked before anything is read,
+    so the leader reads only its real ranks' heartbeats."""
+    from fr_otel.agent import node_channel
+
+    reads: list[str] = []
+    real_read = node_channel.read_regular
+    monkeypatch.setattr(node_channel, "read_regular", lambda path, *a, **k: (reads.append(str(path)),
+                                                                             real_read(path, *a, **k))[1])
+    for rank in range(4):
+        NodeChannel(tmp_path, rank).beat(100 + rank, rank)
+    _plant_heartbeats(tmp_path, 8, 5000)
+    leader = NodeChannel(tmp_path, 0, world_size=8)
+    beats = leader.beats()
+    assert set(beats) <= {0, 1, 2, 3} and len(reads) <= 4, (sorted(beats), len(reads))
+
+
+def test_a_node_folder_crowded_with_planted_files_is_read_bounded_with_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """5,000 planted ``hb.N`` files and no world size to tell them by: the leader stops looking after
+    MAX_SCANNED entries, reads at most MAX_RANKS_PER_NODE files per beat, and says so once."""
+    import logging
+
+    from fr_otel.agent import node_channel
+    from fr_otel.agent.node_channel import MAX_RANKS_PER_NODE
+
+    reads: list[str] = []
+    real_read = node_channel.read_regular
+    monkeypatch.setattr(node_channel, "read_regular", lambda path, *a, **k: (reads.append(str(path)),
+                                                                             real_read(path, *a, **k))[1])
+    _plant_heartbeats(tmp_path, 0, 5000)
+    leader = NodeChannel(tmp_path, 0)
+    with caplog.at_level(logging.WARNING, "fr_otel.agent"):
+        for _ in range(3):
+            leader.beats()
+    assert len(reads) <= 3 * MAX_RANKS_PER_NODE
+    lines = [r.getMessage() for r in caplog.records if "only those are read" in r.getMessage()]
+    assert len(lines) == 1 and str(tmp_path) in lines[0], lines

@@ -3,6 +3,7 @@ and its removal must never reach through a link."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -138,3 +139,63 @@ def test_node_files_are_not_synced_to_disk_and_forgetting_an_incident_follows_no
         channel.forget(k)
     assert sorted(p.name for p in folder.iterdir()) == ["hb.0", "i4"]
     assert (outside / "rank_0.payload").read_bytes() == b"keep"
+
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("planted", ["base", "job", "node", "node-world-writable"])
+def test_a_configured_node_folder_planted_by_another_user_at_any_level_is_refused(
+        tmp_path: Path, planted: str, caplog: pytest.LogCaptureFixture) -> None:
+    """FR_OTEL_NODE_DIR in a world-writable folder, where another user made the base, the job's or the node's
+    folder beforehand (or made the node's world-writable, no sticky bit) and keeps a forged board in it: the
+    rank goes without node leaders (one line naming the folder), the board is never read, nothing is written."""
+    from fr_otel.agent.channel import job_digest
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    base = shared / "nodes"
+    levels = {"base": base, "job": base / job_digest("job"), "node": base / job_digest("job") / "host-a"}
+    levels["node-world-writable"] = levels["node"]
+    target = levels[planted]
+    target.mkdir(parents=True)
+    (target / "board").write_text(json.dumps({"leader": 0, "pid": 1, "polled_ns": 2**62}))
+    for level in (base, levels["job"], levels["node"]):
+        if level.is_dir():
+            os.chmod(level, 0o700)  # ours and private above the planted one: it alone is the problem
+    if planted == "node-world-writable":
+        os.chmod(target, 0o777)
+    else:
+        os.chown(target, NOBODY, NOBODY)
+    before = sorted(p.name for p in target.iterdir())
+    config = AgentConfig(node_leaders="on", node_dir=str(base))
+    channel = IncidentChannel(dist.HashStore(), "job")  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, "fr_otel.agent"):
+        role = node_role_for(config, channel, "job", 1, 8, RankProcess(host="host-a", pid=1, local_rank=1), 1,
+                             {"LOCAL_WORLD_SIZE": "4"})
+    assert role is None
+    lines = [r.getMessage() for r in caplog.records if "node leaders off" in r.getMessage()]
+    assert len(lines) == 1 and str(target) in lines[0], lines
+    assert ("owned by uid 65534" if planted != "node-world-writable" else "others may enter") in lines[0]
+    assert sorted(p.name for p in target.iterdir()) == before
+
+
+def test_a_node_folder_removed_under_the_job_is_made_again_only_inside_folders_of_ours(tmp_path: Path) -> None:
+    """The job's folder gone (systemd's RemoveIPC) and another user's made in its place: the next heartbeat is
+    refused there, not written into theirs; made again whole when the way is clear."""
+    import shutil
+
+    from fr_otel.agent.node_channel import NODE_LEVELS
+
+    folder = node_folder(str(tmp_path / "nodes"), "job", "host-a")
+    channel = NodeChannel(folder, 3, levels=NODE_LEVELS)
+    shutil.rmtree(folder.parent)
+    folder.parent.mkdir(mode=0o700)
+    os.chown(folder.parent, NOBODY, NOBODY)
+    with pytest.raises(OutputRefused, match="owned by uid 65534"):
+        channel.beat(1, 2)
+    assert list(folder.parent.iterdir()) == []
+    shutil.rmtree(folder.parent)
+    channel.beat(1, 2)
+    assert (folder / "hb.3").is_file() and stat.S_IMODE(os.lstat(folder.parent).st_mode) == 0o700

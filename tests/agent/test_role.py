@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -102,3 +103,48 @@ def test_start_in_a_launcher_starts_nothing_and_claims_nothing(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["None", "None"]
     assert "runs torch.distributed.run, a launcher, not a rank" in proc.stderr
+
+
+RANK_THEN_CHILD = """
+import json, os, subprocess, sys, threading
+def me():
+    return {"agent": "fr_otel.agent.core" in sys.modules, "modules": len(sys.modules), "threads": threading.active_count()}
+if os.environ.get("CHILD_OF_RANK"):
+    print(json.dumps(me()))
+    sys.exit(0)
+child_env = {**os.environ, "CHILD_OF_RANK": "1", **json.loads(os.environ.get("CHILD_EXTRA", "{}"))}
+child = subprocess.run([sys.executable, __file__], env=child_env, capture_output=True, text=True, check=True)
+print(json.dumps({"rank": me(), "child": json.loads(child.stdout)}))
+"""
+
+
+def _rank_and_child(tmp_path: Path, rank_env: dict[str, str], child_extra: str = "{}") -> dict[str, dict[str, object]]:
+    """A process under the bootstrap with ``rank_env`` that starts a child before any process group (the
+    child inherits its environment, plus ``child_extra``): what each of them runs."""
+    script = tmp_path / "train.py"
+    script.write_text(RANK_THEN_CHILD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FR_OTEL_") and k not in ("RANK", "LOCAL_RANK",
+                                                                                               "SLURM_PROCID")}
+    env.update(PYTHONPATH=os.pathsep.join([str(BOOTSTRAP_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               FR_OTEL_AUTOSTART="1", FR_OTEL_METRICS_PORT="off", FR_OTEL_HOOKS="none", CHILD_EXTRA=child_extra,
+               **rank_env)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_child_a_rank_starts_before_its_process_group_runs_no_agent(tmp_path: Path) -> None:
+    """A subprocess of a rank (it inherits RANK/LOCAL_RANK before init_process_group) is no rank: the rank
+    runs its agent, the child loads none of it and starts no thread."""
+    got = _rank_and_child(tmp_path, {"RANK": "0", "LOCAL_RANK": "0"})
+    assert got["rank"]["agent"] is True
+    assert got["child"]["agent"] is False and got["child"]["threads"] == 1, got
+    assert int(got["child"]["modules"]) < int(got["rank"]["modules"]) / 2, got
+
+
+def test_a_launchers_worker_with_rank_variables_of_its_own_still_runs_an_agent(tmp_path: Path) -> None:
+    """A process taken for a rank (SLURM_PROCID=0, a launcher fr-otel does not know) whose child gets RANK and
+    LOCAL_RANK of its own, as a launcher's worker does: the child is a rank and runs its agent."""
+    got = _rank_and_child(tmp_path, {"SLURM_PROCID": "0"}, '{"RANK": "1", "LOCAL_RANK": "1"}')
+    assert got["rank"]["agent"] is True and got["child"]["agent"] is True, got

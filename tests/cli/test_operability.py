@@ -57,8 +57,12 @@ HELLO = [sys.executable, "-c", "import os; print('hello', os.environ.get('FR_OTE
     ([], {"FR_OTEL_LOG_LEVEL": "loud", "FR_OTEL_ENABLED": "maybe"}, "FR_OTEL_ENABLED: expected true or false", "unset"),
     ([], {"OTEL_EXPORTER_OTLP_TIMEOUT": "abc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"},
      "OTEL_EXPORTER_OTLP_TIMEOUT: expected a number of seconds, got 'abc'; using the default (10 s)", "unset"),
+    ([], {"FR_OTEL_STALL_SECONDS": "1e300"}, "FR_OTEL_STALL_SECONDS: '1e300' is out of range (expected 0.1 to 604800 s)",
+     "unset"),
+    (["--poll-interval", "1e300"], {}, "--poll-interval: '1e300' is out of range (expected 0.01 to 60 s)", "unset"),
 ], ids=["bad-variable", "bad-flag", "bad-flag-good-variable", "good-flag-bad-variable", "two-bad", "bad-protocol",
-        "unknown-flag", "flag-without-value", "bad-otel-variable", "bad-level-and-bool", "bad-otel-timeout"])
+        "unknown-flag", "flag-without-value", "bad-otel-variable", "bad-level-and-bool", "bad-otel-timeout",
+        "variable-out-of-range", "flag-out-of-range"])
 def test_bad_settings_warn_once_and_still_run_the_command(
         args: list[str], env: dict[str, str], warning: str | None, stall: str) -> None:
     """A bad flag or FR_OTEL_*/OTEL_* value is one warning line; the command runs, and gets only
@@ -203,7 +207,7 @@ def test_run_help_shows_every_default_from_the_options_table() -> None:
     for option in OPTIONS:
         if option.default is not None:
             assert f"default: {_default_text(option.default)}; sets ${option.env}" in text, option.flag
-    assert f"(default: ./{DEFAULT_OUT_DIR}; sets $FR_OTEL_OUT_DIR)" in text
+    assert f"(a folder; default: ./{DEFAULT_OUT_DIR}; sets $FR_OTEL_OUT_DIR)" in text
     import fr_otel.agent.config as config
 
     restated = [line for line in Path(config.__file__).read_text().splitlines()

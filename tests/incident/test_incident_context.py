@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -115,6 +118,42 @@ def test_live_stack_names_the_collective_the_main_thread_is_in() -> None:
     now = LiveStacks(1, (ThreadStack("MainThread", 1, frames, "work.wait()"),), collective_of(list(frames)))
     assert now.in_collective == "all_reduce"
     assert now.describe() == "in all_reduce at /job/train.py:31 in train_step"
+
+
+SIGTERMED_JOB = """
+import json, os, signal, sys, threading, time
+from fr_otel.agent.hooks import ExitHooks
+from fr_otel.agent.stack_capture import capture_stacks
+
+def flush():  # what the agent does on SIGTERM: a moment later (the main thread is in the handler by then), capture
+    time.sleep(0.5)
+    main = capture_stacks().main
+    print(json.dumps([[f.name, f.filename, f.line] for f in main.frames]), main.code, sep="\\n", flush=True)
+
+def train_step():
+    time.sleep(30)  # the user's code the rank sits in
+
+hooks = ExitHooks(("sigterm",), lambda: None, lambda exc: None, flush)
+hooks.install()
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+train_step()
+"""
+
+
+def test_a_stack_taken_while_the_main_thread_runs_the_agents_sigterm_handler_starts_in_the_users_code(
+        tmp_path: Path) -> None:
+    """SIGTERM to a rank in time.sleep: its main thread runs fr-otel's handler (waiting for the flush) when the
+    stacks are taken; the stack leaves the agent's frames out and starts at the user's time.sleep."""
+    script = tmp_path / "job.py"
+    script.write_text(SIGTERMED_JOB)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr  # still dies of SIGTERM, after the flush
+    frames_json, code = proc.stdout.splitlines()[:2]
+    frames = json.loads(frames_json)
+    assert frames[0][:2] == ["train_step", str(script)] and code == "time.sleep(30)  # the user's code the rank sits in"
+    assert not any("/fr_otel/agent/" in filename for _, filename, _ in frames), frames
+    assert LiveStacks(1, (ThreadStack("MainThread", 1, tuple(Frame(*f) for f in frames), code),)).describe() == (
+        f"in time.sleep at {script}:{frames[0][2]} in train_step")
 
 
 @pytest.mark.parametrize("raw", [None, [], {"threads": "x"}, {"threads": [{"frames": [{"line": "1"}]}]},

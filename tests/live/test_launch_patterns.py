@@ -93,10 +93,11 @@ def _torchrun(bin_dir: Path, *args: str) -> list[str]:
 
 def test_fr_otel_run_around_torchrun_starts_one_agent_per_rank_even_with_start_in_the_script(
         tmp_path: Path, jobs: list[Job]) -> None:
-    """`fr-otel run -- torchrun` whose script also calls fr_otel.start(): one agent per worker, none in torchrun."""
+    """`fr-otel run -- torchrun` whose script also calls fr_otel.start(): one agent per worker, none in torchrun,
+    and none in the multiprocessing (spawn) child each worker starts before init_process_group."""
     base = free_port_block(NPROC)
     bin_dir = installed_bin(tmp_path / "bin")
-    env = _launch_env(tmp_path, base, TRAIN_LOOP_AGENT="late")
+    env = _launch_env(tmp_path, base, TRAIN_LOOP_AGENT="late", TRAIN_LOOP_CHILD="spawn")
     jobs.append(job := Job([str(bin_dir / "fr-otel"), "run", "--", *_torchrun(bin_dir)], env, tmp_path))
     _check_one_agent_per_rank(job, tmp_path, _local_urls(base))
 
@@ -122,10 +123,11 @@ def test_the_shipped_sbatch_script_starts_an_agent_in_every_rank_and_none_in_tor
 
 
 def test_srun_one_task_per_rank_runs_an_agent_in_each_task(tmp_path: Path, jobs: list[Job]) -> None:
-    """`srun --ntasks=2 fr-otel run -- python train.py` (no torchrun): each task is a rank by SLURM_PROCID."""
+    """`srun --ntasks=2 fr-otel run -- python train.py` (no torchrun): each task is a rank by SLURM_PROCID; the
+    subprocess each task starts before init_process_group is none."""
     base = free_port_block(NPROC)
     env = _launch_env(tmp_path, base, **allocation(tmp_path), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(unused_tcp_port()))
+                      MASTER_PORT=str(unused_tcp_port()), TRAIN_LOOP_CHILD="subprocess")
     srun = Path(env["PATH"].split(":")[0]) / "srun"
     cmd = [str(srun), f"--ntasks={NPROC}", "fr-otel", "run", "--", sys.executable, str(TRAIN_LOOP)]
     jobs.append(job := Job(cmd, env, tmp_path))

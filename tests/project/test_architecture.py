@@ -23,8 +23,10 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "fr_otel"
 
 #: Modules allowed over ~400 lines, each with the one concept that needs the room.
-#: None today; an entry whose module is back under 400 lines fails the test (the list stays honest).
-LARGE_MODULES: dict[str, str] = {}
+#: An entry whose module is back under 400 lines fails the test (the list stays honest).
+LARGE_MODULES: dict[str, str] = {
+    "fr_otel.agent.config": "the options table: every setting's variable, flag, parser, help and range in one place",
+}
 
 #: Lower layers first; a module may import its own layer and the layers listed before it.
 LAYERS = ["common", "read", "diagnosis", "report", "trace", "otlp", "incident"]

@@ -38,6 +38,9 @@ TRAIN_LOOP_MARKERS         folder for ``pid_rank_<r>``, ``step_rank_<r>`` (``{"s
                            the step it last entered), ``stall_start.json``, ``done_rank_<r>`` (optional)
 TRAIN_LOOP_HOLD            a file: after the last step every rank waits (at most 120 s) until it
                            exists, so a test can look at a running job as long as it needs
+TRAIN_LOOP_CHILD           ``subprocess`` or ``spawn``: before ``init_process_group`` each rank runs one
+                           child Python process (a subprocess, or a multiprocessing ``spawn`` child)
+                           that inherits its environment and exits at once (default: none)
 =========================  ================================================================
 
 SIGUSR1 prints every thread's Python stack to stderr (``faulthandler``): where a hung rank sits.
@@ -79,6 +82,25 @@ def _mark(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _child() -> None:
+    """What a helper process of the training script does: nothing, at once."""
+
+
+def _start_child(how: str) -> None:
+    """One child process of this rank, before its process group exists, run to its end."""
+    if how == "subprocess":
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    elif how == "spawn":
+        import multiprocessing
+
+        child = multiprocessing.get_context("spawn").Process(target=_child)
+        child.start()
+        child.join(60)
+
+
 def main() -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     agent_mode = _env("AGENT", "")
@@ -90,6 +112,7 @@ def main() -> int:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    _start_child(_env("CHILD", ""))
     timeout = timedelta(seconds=float(_env("GLOO_TIMEOUT", "120")))
     if not os.environ.get("RANK") and os.environ.get("SLURM_PROCID"):  # srun: one task per rank
         dist.init_process_group("gloo", timeout=timeout, rank=int(os.environ["SLURM_PROCID"]),

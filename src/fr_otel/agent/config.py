@@ -10,7 +10,9 @@ Export settings are the standard ``OTEL_EXPORTER_OTLP_*`` variables, resolved by
 are only explicit overrides of them.
 
 A bad value never stops training: :func:`resolve_config` returns the default for it and a
-line saying why, which the agent logs once. No torch import here.
+line saying why, which the agent logs once. Every number has a range (:attr:`Option.bounds`):
+one outside it (``FR_OTEL_POLL_INTERVAL=1e300``, a wait no clock can hold) is a bad value
+like any other. No torch import here.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..common.names import identity_problem
+from ..common.names import MAX_IDENTITY, identity_problem
 from ..common.stall import DEFAULT_STALL_S
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
+from .role import FR_OTEL_RANK_PID
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",
@@ -48,6 +51,7 @@ __all__ = [
     "FR_OTEL_NODE_LEADERS",
     "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
+    "FR_OTEL_RANK_PID",
     "FR_OTEL_RECORDER_CAPACITY",
     "FR_OTEL_STALL_SECONDS",
     "FR_OTEL_SUSPECT_SECONDS",
@@ -260,7 +264,7 @@ _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(AgentConfig)}
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One setting: its ``start()`` keyword, variable, ``fr-otel run`` flag and parser."""
+    """One setting: its ``start()`` keyword, variable, ``fr-otel run`` flag, parser and range."""
 
     name: str
     env: str
@@ -269,59 +273,92 @@ class Option:
     help: str
     #: What the value is, for ``--help`` (e.g. ``SECONDS``).
     metavar: str = "VALUE"
+    #: The values it may take, in words (``--help`` and docs/agent.md's options table say it).
+    allowed: str = ""
+    #: A number's inclusive range (``off``/unset, None, is outside the question); None: not a number.
+    bounds: tuple[float, float] | None = None
 
     @property
     def default(self) -> Any:
         """Its :class:`AgentConfig` field's default."""
         return _DEFAULTS[self.name]
 
+    def parse_in_range(self, value: Any) -> Any:
+        """``parse``, then the range: a value outside it is refused (ValueError) like a malformed one, so
+        nothing downstream meets a wait of 1e300 seconds or a recorder of 10**12 entries."""
+        parsed = self.parse(value)
+        if self.bounds is not None and isinstance(parsed, (int, float)) and not isinstance(parsed, bool):
+            low, high = self.bounds
+            if not low <= parsed <= high:
+                raise ValueError(f"{value!r} is out of range (expected {self.allowed})")
+        return parsed
+
+
+def _range(low: float, high: float, unit: str, *, off: bool = False) -> dict[str, Any]:
+    """An option's ``allowed`` text and ``bounds`` for a number from ``low`` to ``high``."""
+    return {"allowed": f"{low:g} to {high:g}{unit}" + (", or off" if off else ""), "bounds": (low, high)}
+
+
+_WEEK_S = 7 * 24 * 3600.0
+_SECONDS = " s"
+
 
 #: The table behind ``start(**options)``, the variables and ``fr-otel run``'s flags.
 OPTIONS: tuple[Option, ...] = (
-    Option("enabled", FR_OTEL_ENABLED, "--enabled", _bool, "false: do nothing at all", "BOOL"),
+    Option("enabled", FR_OTEL_ENABLED, "--enabled", _bool, "false: do nothing at all", "BOOL", "true or false"),
     Option("poll_interval", FR_OTEL_POLL_INTERVAL, "--poll-interval", _positive,
-           "seconds between cheap reads of the recorder's progress counters", "SECONDS"),
+           "seconds between cheap reads of the recorder's progress counters", "SECONDS",
+           **_range(0.01, 60, _SECONDS)),
     Option("stall_seconds", FR_OTEL_STALL_SECONDS, "--stall-seconds", _positive,
-           "in flight longer than min(this, half its timeout): incident", "SECONDS"),
+           "in flight longer than min(this, half its timeout): incident", "SECONDS", **_range(0.1, _WEEK_S, _SECONDS)),
     Option("suspect_seconds", FR_OTEL_SUSPECT_SECONDS, "--suspect-seconds", _positive,
-           "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS"),
+           "in flight this long: one full recorder read (op, timeout, exact age)", "SECONDS",
+           **_range(0.1, _WEEK_S, _SECONDS)),
     Option("wait_sample_interval", FR_OTEL_WAIT_SAMPLE_INTERVAL, "--wait-sample-interval", _interval_or_off,
            "mean seconds between samples of the progress counters that measure each rank's wait in collectives "
-           "(the slow-rank signal); off disables", "SECONDS"),
+           "(the slow-rank signal); off disables", "SECONDS", **_range(0.001, 60, _SECONDS, off=True)),
     Option("metrics_port", FR_OTEL_METRICS_PORT, "--metrics-port", _port,
-           "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT"),
+           "base port of /metrics (rank serves base + LOCAL_RANK); off disables", "PORT",
+           **_range(0, 65535, "", off=True)),
     Option("metrics_addr", FR_OTEL_METRICS_ADDR, "--metrics-addr", _text,
-           "address /metrics binds", "ADDR"),
+           "address /metrics binds", "ADDR", "an address of this host"),
     Option("recorder_capacity", FR_OTEL_RECORDER_CAPACITY, "--recorder-capacity", _optional_count,
-           "recorder entries, set as TORCH_FR_BUFFER_SIZE when started before the process group (default: torch's)", "N"),
+           "recorder entries, set as TORCH_FR_BUFFER_SIZE when started before the process group (default: torch's)", "N",
+           **_range(0, 100_000, " entries")),
     Option("enable_recorder", FR_OTEL_ENABLE_RECORDER, "--enable-recorder", _bool,
-           "turn an off recorder on when started before the process group", "BOOL"),
+           "turn an off recorder on when started before the process group", "BOOL", "true or false"),
     Option("incidents", FR_OTEL_INCIDENTS, "--incidents", _bool,
-           "raise and join cross-rank incidents through the job's store", "BOOL"),
+           "raise and join cross-rank incidents through the job's store", "BOOL", "true or false"),
     Option("dump_dir", FR_OTEL_DUMP_DIR, "--dump-dir", _text,
-           "folder for per-incident dump files (default: OUT/dumps)", "DIR"),
+           "folder for per-incident dump files (default: OUT/dumps)", "DIR", "a folder"),
     Option("out_dir", OUT_DIR_ENV, "--out", _text,
-           f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR"),
+           f"folder for embedded trace files and spools (default: ./{DEFAULT_OUT_DIR})", "DIR", "a folder"),
     Option("job_id", JOB_ID_ENV, "--job-id", _identity,
-           "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID"),
+           "job identity for trace ids (default: torchelastic/Slurm run id, else agreed via the store)", "ID",
+           f"printable text, at most {MAX_IDENTITY} characters"),
     Option("gather_seconds", FR_OTEL_GATHER_SECONDS, "--gather-seconds", _positive,
-           "how long the coordinator waits for the other ranks' recorders", "SECONDS"),
+           "how long the coordinator waits for the other ranks' recorders", "SECONDS", **_range(0.1, 3600, _SECONDS)),
     Option("flush_timeout", FR_OTEL_FLUSH_TIMEOUT, "--flush-timeout", _positive,
-           "bound on a flush at exit / exception / SIGTERM", "SECONDS"),
+           "bound on a flush at exit / exception / SIGTERM", "SECONDS", **_range(0.1, 3600, _SECONDS)),
     Option("max_incidents", FR_OTEL_MAX_INCIDENTS, "--max-incidents", _count,
-           "incidents one job may raise", "N"),
+           "incidents one job may raise", "N", **_range(0, 1000, "")),
     Option("incident_entries", FR_OTEL_INCIDENT_ENTRIES, "--incident-entries", _count,
-           "entries per group each rank sends the coordinator, besides those in flight", "N"),
+           "entries per group each rank sends the coordinator, besides those in flight", "N",
+           **_range(0, 100_000, "")),
     Option("pg_warn_seconds", FR_OTEL_PG_WARN_SECONDS, "--pg-warn-seconds", _positive,
-           "no process group this long after the agent started: one warning (never in a launcher)", "SECONDS"),
+           "no process group this long after the agent started: one warning (never in a launcher)", "SECONDS",
+           **_range(0.1, _WEEK_S, _SECONDS)),
     Option("hooks", FR_OTEL_HOOKS, "--hooks", _hooks,
-           "comma list of atexit,excepthook,sigterm, or none", "HOOKS"),
+           "comma list of atexit,excepthook,sigterm, or none", "HOOKS", "a comma list of atexit, excepthook, sigterm; or none"),
     Option("log_level", FR_OTEL_LOG_LEVEL, "--log-level", _log_level,
-           "the agent's stderr log level: debug, info, warning (problems only) or error", "LEVEL"),
+           "the agent's stderr log level: debug, info, warning (problems only) or error", "LEVEL",
+           "debug, info, warning or error"),
     Option("node_leaders", FR_OTEL_NODE_LEADERS, "--node-leaders", _node_leaders,
-           "auto: one agent per node talks to the job's store in multi-node jobs; on or off force it", "MODE"),
+           "auto: one agent per node talks to the job's store in multi-node jobs; on or off force it", "MODE",
+           "auto, on or off"),
     Option("node_dir", FR_OTEL_NODE_DIR, "--node-dir", _text,
-           "node-local folder a node's ranks share with their leader (default: /dev/shm)", "DIR"),
+           "node-local folder a node's ranks share with their leader (default: /dev/shm)", "DIR",
+           "a folder of yours that no one else may enter"),
 )
 
 #: Every ``FR_OTEL_*`` variable the agent reads (besides the standard OTEL_* ones).
@@ -338,7 +375,7 @@ def _first_valid(option: Option, candidates: list[tuple[str, Any]], problems: li
     one line in ``problems`` per candidate that does not."""
     for i, (source, candidate) in enumerate(candidates):
         try:
-            return i, option.parse(candidate)
+            return i, option.parse_in_range(candidate)
         except (TypeError, ValueError) as exc:
             problems.append(f"{source}: {exc}; ignored")
     return -1, option.default

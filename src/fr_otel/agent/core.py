@@ -67,6 +67,8 @@ _ARM_POLL_S = 0.05
 #: How long after start the poll thread looks for torch.optim that often; later, once per poll
 #: (a job that never imports torch.optim must not pay 20 wake-ups a second for its whole life).
 _ARM_WINDOW_S = 120.0
+#: After a failure of the poll loop itself (outside a step's guard): start it again this much later.
+_LOOP_RETRY_S = 1.0
 
 
 class Agent:
@@ -165,6 +167,15 @@ class Agent:
 
     # -- the poll -----------------------------------------------------------------------
     def _run(self) -> None:
+        """The poll thread. Each step has its own guard; this one holds the loop itself (its waits and schedule):
+        what escapes is a counted log line and the loop starts again, never a dead agent and a traceback."""
+        while not self._stop.is_set():
+            with self.health.guard("the poll loop"):
+                self._loop()
+                return
+            self._stop.wait(_LOOP_RETRY_S)
+
+    def _loop(self) -> None:
         interval = self.config.poll_interval
         next_poll = next_sample = time.monotonic() + interval
         arm_fast_until = time.monotonic() + _ARM_WINDOW_S
@@ -374,11 +385,13 @@ class Agent:
 
     def _on_exception(self, exc: BaseException) -> None:
         if self.incidents is not None:
-            self.incidents.at_exception(exc, self.exit_deadline())
+            with self.health.guard("the uncaught exception's flush"):
+                self.incidents.at_exception(exc, self.exit_deadline())
 
     def _on_sigterm(self) -> None:
         if self.incidents is not None:
-            self.incidents.at_sigterm(self.exit_deadline())
+            with self.health.guard("the SIGTERM flush"):
+                self.incidents.at_sigterm(self.exit_deadline())
 
 
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever

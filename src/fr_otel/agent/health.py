@@ -12,14 +12,14 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..common.log import logger
 from ..common.text import one_line
 from .state import Health
 
-__all__ = ["LOG_EVERY_S", "HealthTracker"]
+__all__ = ["LOG_EVERY_S", "HealthTracker", "run_guarded"]
 
 LOG_EVERY_S = 60.0
 
@@ -76,6 +76,13 @@ class HealthTracker:
             yield
         except Exception as exc:  # noqa: BLE001 - the whole point: nothing reaches training
             self.error(where, exc, level=level)
+
+
+def run_guarded(health: HealthTracker, where: str, target: Callable[..., Any], *args: Any) -> None:
+    """A thread's whole body under the guard (``threading.Thread(target=run_guarded, ...)``): whatever
+    escapes ``target`` is a counted log line, not a traceback on the job's stderr and a silently dead thread."""
+    with health.guard(where):
+        target(*args)
 
 
 def _replace(h: Health, **changes: Any) -> Health:

@@ -28,14 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.files import OutputRefused, atomic_write, file_kind, own_folder, read_regular
+from ..common.files import OutputRefused, atomic_write, file_kind, read_regular
 from ..common.json_types import is_exact_int
+from ..common.log import logger
 from .channel import beat_text, parse_beat
 
-__all__ = ["STALE_POLLS", "Board", "NodeChannel", "node_folder"]
+__all__ = ["MAX_RANKS_PER_NODE", "MAX_SCANNED", "NODE_LEVELS", "STALE_POLLS", "Board", "NodeChannel", "node_folder",
+           "private_folder"]
 
 #: A board (or a rank's heartbeat) this many polls old: its writer is presumed lost.
 STALE_POLLS = 3
+#: A node heartbeat carries at most this many ranks (no real node runs more processes).
+MAX_RANKS_PER_NODE = 1024
+#: Entries of a node folder looked at per read: a real one holds two files per rank, the board and a few
+#: incident folders and temporary files.
+MAX_SCANNED = 2 * MAX_RANKS_PER_NODE + 64
 #: The longest store call a board may announce (a larger one is malformed: the stale window holds).
 _MAX_ANNOUNCED_NS = 60 * 10**9
 _MAX_BOARD_BYTES = 1 << 20
@@ -48,6 +55,10 @@ _FILE_MODE = 0o600
 #: The names fr-otel writes in a node folder (and their temporary files): all :meth:`NodeChannel.remove` deletes.
 _OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
 _INCIDENT_FOLDER = re.compile(r"i\d+")
+#: The folders above a node folder that fr-otel makes and checks: its job's and the base.
+NODE_LEVELS = 2
+
+log = logger("fr_otel.agent")
 
 
 def node_folder(configured: str | None, job_digest: str, host: str, shared_root: Path | None = None,
@@ -55,39 +66,45 @@ def node_folder(configured: str | None, job_digest: str, host: str, shared_root:
     """``<node dir>/<job>/<host>[.node<n>]``, made (0o700) and checked: node-local memory by default
     (``/dev/shm``), per user and job. The host is in the path because hosts may share a disk
     (containers, the test lab); the node's number in the job (``node``) because one host may run
-    two of its nodes (``torchrun --nnodes 2`` twice on one machine), each with its own leader. The default base, ``fr-otel-<uid>``, has a name anyone can guess
-    in a folder anyone can write: it must be a real directory of ours that no one else may enter,
-    else :class:`OutputRefused` (a planted folder or link would hand our ranks' recorders and
-    board to its owner). ``shared_root``: where the base goes (default ``/dev/shm``, else the
-    temporary folder). Raises OSError when the folders cannot be made."""
+    two of its nodes (``torchrun --nnodes 2`` twice on one machine), each with its own leader. The default
+    base, ``fr-otel-<uid>``, has a name anyone can guess in a folder anyone can write, and a configured
+    one may sit in such a folder too: the base, the job's folder and the node's must each be a real
+    directory of ours that no one else may enter (:func:`private_folder`), else :class:`OutputRefused`.
+    ``shared_root``: where the default base goes (default ``/dev/shm``, else the temporary folder).
+    Raises OSError when the folders cannot be made."""
     if configured:
-        base = own_folder(configured, _FOLDER_MODE)
+        Path(configured).parent.mkdir(parents=True, exist_ok=True)  # above the base: the person's own folders
+        base = Path(configured)
     else:
         shm = Path("/dev/shm")
         root = shared_root or (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir()))
-        base = _private_base(root / f"fr-otel-{os.getuid()}")
+        base = root / f"fr-otel-{os.getuid()}"
     safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:200] or "unknown-host"
     if node.isascii() and node.isdigit() and len(node) < 10:
         safe_host += f".node{int(node)}"
-    return own_folder(own_folder(base / job_digest, _FOLDER_MODE) / safe_host, _FOLDER_MODE)
+    return private_folder(base / job_digest / safe_host, NODE_LEVELS)
 
 
-def _private_base(base: Path) -> Path:
-    """``base`` made 0o700 if missing; refused unless it is a directory (not a link) of this user's
-    that no one else can read or write."""
+def private_folder(folder: Path, above: int = 0) -> Path:
+    """``folder`` made 0o700 if missing (after the ``above`` levels over it, each made and checked the same way);
+    refused (:class:`OutputRefused`) unless it is a directory (not a link) of this user's that no one
+    else may enter. Every level, configured or default: another user's folder planted at any of them
+    (a world-writable ``FR_OTEL_NODE_DIR``) would hand our ranks' recorders and board to its owner."""
+    if above > 0:  # top down: nothing is made inside a level before that level is known to be ours
+        private_folder(folder.parent, above - 1)
     try:
-        os.mkdir(base, _FOLDER_MODE)
+        os.mkdir(folder, _FOLDER_MODE)
     except FileExistsError:
         pass
-    st = os.lstat(base)
+    st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
-        raise OutputRefused(f"{base}: is {kind}, not a directory")
+        raise OutputRefused(f"{folder}: is {kind}, not a directory")
     if st.st_uid != os.getuid():
-        raise OutputRefused(f"{base}: owned by uid {st.st_uid}, not this user ({os.getuid()})")
+        raise OutputRefused(f"{folder}: owned by uid {st.st_uid}, not this user ({os.getuid()})")
     if st.st_mode & 0o077:
-        raise OutputRefused(f"{base}: mode {stat.S_IMODE(st.st_mode):o}: others may enter it (want 700)")
-    return base
+        raise OutputRefused(f"{folder}: mode {stat.S_IMODE(st.st_mode):o}: others may enter it (want 700)")
+    return folder
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +171,15 @@ def _numbers(raw: Any) -> tuple[int, ...]:
 class NodeChannel:
     """One rank's end of its node's folder (the leader's end too)."""
 
-    def __init__(self, folder: Path, rank: int) -> None:
+    def __init__(self, folder: Path, rank: int, *, levels: int = 0, world_size: int | None = None) -> None:
         self.folder = folder
         self.rank = rank
+        #: Folders above ``folder`` made again (and checked) when it is gone: :data:`NODE_LEVELS` for a
+        #: :func:`node_folder` (a folder removed under the job is remade whole, never inside a stranger's).
+        self.levels = levels
+        #: Ranks at or above it are no rank of this job: their files are not read (None: not known).
+        self.world_size = world_size
+        self._crowded_said = False
 
     # -- every rank -----------------------------------------------------------------------
     def beat(self, now_ns: int, step: int | None = None) -> None:
@@ -181,10 +204,10 @@ class NodeChannel:
     def _write(self, name: str, data: bytes) -> Path:
         """``name`` (0o600) under this node's folder, its folders (0o700; remade if a leader that left
         removed them) refused if a link or not a directory."""
-        folder = own_folder(self.folder, _FOLDER_MODE)
+        folder = private_folder(self.folder, self.levels)
         if "/" in name:
             sub, name = name.split("/")
-            folder = own_folder(folder / sub, _FOLDER_MODE)
+            folder = private_folder(folder / sub)
         # Not synced: nothing here means anything after a crash, and on a disk (no /dev/shm) a sync per
         # heartbeat per rank per poll would be I/O for nothing.
         return atomic_write(folder / name, data, mode=_FILE_MODE, durable=False)
@@ -221,20 +244,42 @@ class NodeChannel:
     def _rank_files(self, prefix: str, limit: int) -> list[tuple[int, bytes]]:
         """(rank, contents) of the node folder's ``<prefix><rank>`` files: regular files only, never through
         a link, each bounded; the unreadable left out."""
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return []
         out = []
-        for name in names:
-            rank = name[len(prefix):]
-            if not (name.startswith(prefix) and rank.isascii() and rank.isdigit() and len(rank) < 10):
-                continue
+        for name in self._names(prefix):
             try:
-                out.append((int(rank), read_regular(self.folder / name, limit, follow_links=False)))
+                out.append((int(name[len(prefix):]), read_regular(self.folder / name, limit, follow_links=False)))
             except OSError:
                 continue
         return out
+
+    def _names(self, prefix: str) -> list[str]:
+        """The ``<prefix><rank>`` names of the node folder, found before any is read: at most
+        :data:`MAX_SCANNED` entries looked at (``os.scandir``, stopped there) and :data:`MAX_RANKS_PER_NODE`
+        names kept, a rank outside the job's skipped; one log line when the folder holds more than that
+        (50,000 planted ``hb.N`` files cost a leader 0.7 s a beat when each was read)."""
+        names: list[str] = []
+        scanned = 0
+        crowded = False
+        try:
+            with os.scandir(self.folder) as entries:
+                for entry in entries:
+                    scanned += 1
+                    if scanned > MAX_SCANNED or len(names) >= MAX_RANKS_PER_NODE:
+                        crowded = True
+                        break
+                    rank = entry.name[len(prefix):]
+                    if not (entry.name.startswith(prefix) and rank.isascii() and rank.isdigit() and len(rank) < 10):
+                        continue
+                    if self.world_size is not None and int(rank) >= self.world_size:
+                        continue
+                    names.append(entry.name)
+        except OSError:
+            return names
+        if crowded and not self._crowded_said:
+            self._crowded_said = True
+            log.warning("the node folder %s holds more than %d entries (or %d %s files): only those are read; "
+                        "files planted there?", self.folder, MAX_SCANNED, MAX_RANKS_PER_NODE, prefix + "N")
+        return names
 
     def ready(self, k: int, ranks: list[int]) -> list[int]:
         """Those of ``ranks`` whose recorder for incident ``k`` is here."""

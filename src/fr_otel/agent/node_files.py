@@ -23,6 +23,7 @@ from ..common.text import one_line
 from ..incident.files import INCIDENT_FILE, REPORT_FILE
 from ..read.rank_map import RANKS_FILE
 from ..read.steps import STEPS_FILE
+from .health import run_guarded
 from .incident_rank import IncidentRank
 from .node_leader import local_world_size
 from .store_link import StoreUnavailable
@@ -61,8 +62,8 @@ def publish_files(me: IncidentRank, k: int, folder: Path) -> None:
 
 def fetch_files_later(me: IncidentRank, k: int, folder: Path, wait_s: float) -> None:
     """On a daemon thread: wait (at most ``wait_s``) for the coordinator's files, write them into ``folder``."""
-    threading.Thread(target=_fetch, args=(me, k, folder, time.monotonic() + wait_s), name="fr-otel-files",
-                     daemon=True).start()
+    threading.Thread(target=run_guarded, args=(me.health, f"incident {k}: fetching its files", _fetch, me, k, folder,
+                                               time.monotonic() + wait_s), name="fr-otel-files", daemon=True).start()
 
 
 def _fetch(me: IncidentRank, k: int, folder: Path, until: float) -> None:

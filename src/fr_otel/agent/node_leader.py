@@ -38,7 +38,7 @@ from ..read.pg_meta import parse_ranks
 from ..read.rank_process import RankProcess
 from .channel import IncidentChannel, job_digest
 from .config import AgentConfig
-from .node_channel import STALE_POLLS, Board, NodeChannel, node_folder
+from .node_channel import MAX_RANKS_PER_NODE, NODE_LEVELS, STALE_POLLS, Board, NodeChannel, node_folder
 from .payload import decode_payload
 from .poller import Stall
 from .store_link import StoreUnavailable
@@ -48,8 +48,6 @@ __all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", 
 
 log = logging.getLogger("fr_otel.agent")
 
-#: A node heartbeat carries at most this many ranks (no real node runs more processes).
-MAX_RANKS_PER_NODE = 1024
 _WAIT_POLL_S = 0.05
 
 
@@ -208,7 +206,8 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
         log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
                     rank, exc.strerror or exc)
         return None
-    return NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=local_rank == 0,
+    return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
+                    leader=local_rank == 0,
                     poll_interval=config.poll_interval)
 
 

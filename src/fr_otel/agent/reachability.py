@@ -43,7 +43,7 @@ def _lookup(host: str) -> str | None:
     """``host``'s IPv4 address, looked up on the calling thread; None when it does not resolve."""
     try:
         return socket.gethostbyname(host)
-    except OSError:
+    except (OSError, UnicodeError, ValueError):  # not a name the resolver takes (a label over 63 bytes...)
         return None
 
 
@@ -165,7 +165,7 @@ def probe(targets: list[Probe], timeout_s: float = 1.0) -> tuple[dict[str, bool]
         try:
             with socket.create_connection((ip, target.port), timeout=timeout_s):
                 ok = True
-        except OSError:
+        except (OSError, UnicodeError, ValueError, OverflowError):  # unreachable, or no name or port at all
             ok = False
         with lock:
             answered[target.host] = ok

@@ -8,7 +8,13 @@ workers. The environment alone cannot tell them apart, so two rules work togethe
   ``python -m torch.distributed.run``/``launch``) before anything is imported, or later the
   launcher modules it has imported (a wrapper calling ``torch.distributed.run.main()``);
 - a process *owns* an agent only once it has a process group (see ``Agent._on_ready``), so
-  a launcher that was not recognised never claims the environment its workers inherit.
+  a launcher that was not recognised never claims the environment its workers inherit;
+- a process the bootstrap starts an agent in is *marked* at once (:data:`FR_OTEL_RANK_PID`: its pid
+  and a checksum of its rank variables). A child it starts before its process group exists (a
+  ``subprocess`` or ``multiprocessing`` child) inherits the mark with the very same rank variables:
+  it is a rank's child, not a rank, and starts no agent. A launcher's worker differs: the launcher
+  gave it rank variables of its own (``RANK``, ``LOCAL_RANK``, torchrun's per-worker error file), so
+  even the workers of a launcher that was taken for a rank at first start theirs.
 
 Standard library only: the bootstrap imports this in every process that looks like a rank.
 """
@@ -18,14 +24,22 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Container, Mapping, Sequence
+import zlib
+from collections.abc import Container, Mapping, MutableMapping, Sequence
 
-__all__ = ["LAUNCHER_MODULES", "RANK_VARIABLES", "in_launcher", "launcher_name", "rank_variables", "rank_words"]
+__all__ = ["FR_OTEL_RANK_PID", "LAUNCHER_MODULES", "RANK_VARIABLES", "child_of_a_rank", "in_launcher", "launcher_name",
+           "mark_rank", "rank_variables", "rank_words"]
 
 log = logging.getLogger("fr_otel.agent")
 
 #: Set by launchers in the processes they start, one value per rank (or by Slurm per task).
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+
+#: Set by the bootstrap in a process it starts an agent in: ``<pid> <checksum of its rank variables>``.
+FR_OTEL_RANK_PID = "FR_OTEL_RANK_PID"
+#: What a launcher sets per worker besides the rank variables (torchrun: its node's rank, each worker's
+#: error file, the run and its restart), all in the checksum: a worker of a launcher never matches it.
+_WORKER_VARIABLES = ("GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE")
 
 #: Modules that make a process a launcher: it starts the ranks, it is not one (torchrun, the
 #: old launch script, ``elastic_launch``). Training code imports none of them; the elastic
@@ -46,6 +60,26 @@ _OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 def rank_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """The rank variables set (non-empty) in ``environ``: a process with none is no rank."""
     return {name: environ[name].strip() for name in RANK_VARIABLES if environ.get(name, "").strip()}
+
+
+def _rank_checksum(environ: Mapping[str, str]) -> str:
+    """A checksum of what makes this process the rank it is (its rank variables and the launcher's per-worker ones)."""
+    words = "\0".join(f"{name}={environ.get(name, '')}" for name in (*RANK_VARIABLES, *_WORKER_VARIABLES))
+    return f"{zlib.crc32(words.encode('utf-8', 'replace')):08x}"
+
+
+def child_of_a_rank(environ: Mapping[str, str], pid: int | None = None) -> bool:
+    """True in a process that inherited a rank's mark (:data:`FR_OTEL_RANK_PID`) with that rank's very
+    rank variables: a child the rank started, which is no rank of its own."""
+    marked_pid, _, checksum = environ.get(FR_OTEL_RANK_PID, "").strip().partition(" ")
+    if not marked_pid or marked_pid == str(os.getpid() if pid is None else pid):
+        return False
+    return checksum == _rank_checksum(environ)
+
+
+def mark_rank(environ: MutableMapping[str, str], pid: int | None = None) -> None:
+    """Mark this process as the rank its variables say (its children inherit the mark: :func:`child_of_a_rank`)."""
+    environ[FR_OTEL_RANK_PID] = f"{os.getpid() if pid is None else pid} {_rank_checksum(environ)}"
 
 
 def _main_of(argv: Sequence[str]) -> tuple[str, str] | None:

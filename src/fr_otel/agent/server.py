@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import selectors
 import socket
 import threading
@@ -29,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from ..common.log import logger
 
-__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsServer", "local_rank", "port_for",
-           "PUSH_OUT_AFTER_S", "start_metrics_server"]
+__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsServer", "gzip_accepted", "local_rank",
+           "port_for", "PUSH_OUT_AFTER_S", "start_metrics_server"]
 
 log = logger("fr_otel.agent")
 
@@ -49,6 +50,9 @@ IDLE_TIMEOUT_S = 10.0
 #: Request line and headers; Prometheus sends a few hundred bytes.
 MAX_REQUEST_BYTES = 16 << 10
 _PATHS = (b"/metrics", b"/")
+#: The end of a request's head: a blank line, CRLF or bare LF (RFC 9112 lets a server take LF alone).
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_LINE_END = re.compile(rb"\r?\n")
 
 
 def local_rank(environ: dict[str, str] | None = None) -> int | None:
@@ -183,17 +187,20 @@ class _Loop:
             self._close(conn)
             return
         conn.last = time.monotonic()
+        # Only the new bytes (and the 3 before them, a split line end) are searched: a slow client's
+        # byte at a time must not cost a pass over its whole request each.
+        start = max(len(conn.request) - 3, 0)
         conn.request += data
-        end = conn.request.find(b"\r\n\r\n")
-        if end < 0:
+        end = _HEAD_END.search(conn.request, start)
+        if end is None:
             if len(conn.request) > MAX_REQUEST_BYTES:
                 self._respond(conn, b"431 Request Header Fields Too Large", b"text/plain", b"request too large\n")
             return
-        self._respond(conn, *self._answer(bytes(conn.request[:end])))
+        self._respond(conn, *self._answer(bytes(conn.request[:end.start()])))
 
     def _answer(self, head: bytes) -> tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]]:
         """Status, content type, body and extra headers for one request."""
-        lines = head.split(b"\r\n")
+        lines = _LINE_END.split(head)
         parts = lines[0].split(b" ")
         if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
             return b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n", []
@@ -250,6 +257,25 @@ class _Loop:
         if message not in self._said:
             self._said.add(message)
             log.warning("%s", message)
+
+
+def gzip_accepted(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` value accepts gzip: named (or ``*``) with a quality above 0;
+    ``gzip;q=0`` says it is not acceptable (RFC 9110 12.5.3), which prometheus_client's test ignores."""
+    quality: dict[str, float] = {}
+    for item in accept_encoding.split(","):
+        name, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+                q = q if 0.0 <= q <= 1.0 else 0.0  # nan or out of range: not a yes
+        quality.setdefault(name.lower(), q)
+    return quality.get("gzip", quality.get("x-gzip", quality.get("*", 0.0))) > 0
 
 
 @dataclass(slots=True)

@@ -5,11 +5,17 @@ incident can say where the culprit's training thread *is*, not only where its la
 was. Bounded (threads, frames, characters of source); the agent's own threads are left out.
 The result is plain data (:class:`fr_otel.read.live_stack.LiveStacks`) that travels in the
 payload and ``incident.json``.
+
+The agent's own code also runs on the user's threads: its SIGTERM handler on the main thread (which
+waits there while the watcher thread flushes), its exit hooks, the optimizer step hook. Those frames,
+and whatever they call, are the agent's, not where the user's code is: each thread's stack starts at
+its outermost agent frame's caller (:func:`without_agent_frames`).
 """
 
 from __future__ import annotations
 
 import linecache
+import os
 import sys
 import threading
 import time
@@ -18,12 +24,14 @@ from types import FrameType
 from ..read.frame import Frame, is_user_frame
 from ..read.live_stack import MAX_FRAMES, MAX_TEXT, MAX_THREADS, LiveStacks, ThreadStack
 
-__all__ = ["AGENT_THREAD_PREFIX", "capture_stacks", "collective_of"]
+__all__ = ["AGENT_THREAD_PREFIX", "capture_stacks", "collective_of", "without_agent_frames"]
 
 #: Every thread the agent starts is named with this prefix, so a capture can leave them out.
 AGENT_THREAD_PREFIX = "fr-otel-"
 _COLLECTIVE_FILE = "distributed_c10d.py"
 _WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
+#: The agent's package folder: a frame whose file is in it is the agent's own (hooks, handlers, bootstrap).
+_AGENT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) -> LiveStacks:
@@ -40,7 +48,7 @@ def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES)
         if name.startswith(AGENT_THREAD_PREFIX):
             continue
         stack: list[Frame] = []
-        f: FrameType | None = frames[tid]
+        f: FrameType | None = without_agent_frames(frames[tid])
         while f is not None and len(stack) < max_frames:
             code = f.f_code
             stack.append(Frame(code.co_name[:MAX_TEXT], code.co_filename[-MAX_TEXT:], f.f_lineno or 0))
@@ -54,6 +62,21 @@ def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES)
             break
     del frames
     return LiveStacks(time.time_ns(), tuple(threads), in_collective, time.perf_counter() - t0)
+
+
+def without_agent_frames(frame: FrameType | None) -> FrameType | None:
+    """The caller of the outermost agent frame on this stack (the agent's frames and all they call
+    left out), or ``frame`` itself when none is the agent's or nothing but the agent's is there (a
+    thread at interpreter exit runs only the atexit hook: its stack is better than none)."""
+    outermost = None
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename.startswith(_AGENT_DIR):
+            outermost = f
+        f = f.f_back
+    if outermost is None or outermost.f_back is None:
+        return frame
+    return outermost.f_back
 
 
 def collective_of(stack: list[Frame]) -> str | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..agent.config import (
     FR_OTEL_AGENT_PID,
     FR_OTEL_AUTOSTART,
+    FR_OTEL_RANK_PID,
     OPTIONS,
     launch_environment,
 )
@@ -53,12 +54,13 @@ def _default_text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _option_help(text: str, default: object, env: str) -> str:
-    """``text (default: X; sets $ENV)``; a text that names its own default keeps it."""
+def _option_help(text: str, default: object, env: str, allowed: str = "") -> str:
+    """``text (allowed; default: X; sets $ENV)``; a text that names its own default keeps it."""
     if text.endswith(")") and "(default: " in text:
-        return f"{text[:-1]}; sets ${env})"
+        head, _, named = text[:-1].rpartition("(default: ")
+        return f"{head}({allowed + '; ' if allowed else ''}default: {named}; sets ${env})"
     shown = "" if default is None else f"default: {_default_text(default)}; "
-    return f"{text} ({shown}sets ${env})"
+    return f"{text} ({allowed + '; ' if allowed else ''}{shown}sets ${env})"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,7 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     for option in OPTIONS:
         parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
-                            help=_option_help(option.help, option.default, option.env))
+                            help=_option_help(option.help, option.default, option.env, option.allowed))
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint for incident traces (default: "
                         f"$OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else a local file; sets ${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT})")
     parser.add_argument("--protocol", metavar="{" + ",".join(PROTOCOLS) + "}",
@@ -154,6 +156,7 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
     env[FR_OTEL_AUTOSTART] = "1"
     env.pop(FR_OTEL_AGENT_PID, None)
+    env.pop(FR_OTEL_RANK_PID, None)  # a job fr-otel run starts has its own ranks, none marked yet
     return env, problems
 
 

@@ -6,8 +6,11 @@ Python imports ``sitecustomize`` at start-up in every process of the job. This o
 1. runs the ``sitecustomize`` it shadows, if any (the next one on ``sys.path``);
 2. starts the agent only in what may be a rank: ``RANK``, ``LOCAL_RANK`` or ``SLURM_PROCID``
    set; not a launcher (``torchrun`` under ``srun`` has ``SLURM_PROCID`` too: see
-   :mod:`fr_otel.agent.role`), and not a child of a rank whose agent already owns it (data
-   loader workers, subprocesses: ``FR_OTEL_AGENT_PID`` is someone else's).
+   :mod:`fr_otel.agent.role`), and not a child of a rank: one whose agent already owns it (data
+   loader workers, subprocesses: ``FR_OTEL_AGENT_PID`` is someone else's), or one started before
+   the rank had a process group (``FR_OTEL_RANK_PID`` is someone else's, with the same rank
+   variables: :func:`fr_otel.agent.role.child_of_a_rank`). A process it starts the agent in is marked
+   so at once.
 
 ``fr_otel.agent.start()`` imports no torch: the agent waits for the script's own
 ``init_process_group``, and only then claims ``FR_OTEL_AGENT_PID``. Nothing here may
@@ -41,7 +44,10 @@ def _is_rank(env: os._Environ[str]) -> bool:
     if owner and owner != str(os.getpid()):
         return False  # a child of a rank that runs an agent
     role = _role()
-    return bool(role.rank_variables(env)) and role.launcher_name() is None
+    if not role.rank_variables(env) or role.launcher_name() is not None or role.child_of_a_rank(env):
+        return False
+    role.mark_rank(env)
+    return True
 
 
 def _role() -> types.ModuleType:
