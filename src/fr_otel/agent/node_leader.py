@@ -36,7 +36,7 @@ from ..read.dump import RankDump
 from ..read.node_summary import encode_node_summary
 from ..read.pg_meta import parse_ranks
 from ..read.rank_process import RankProcess
-from .channel import IncidentChannel, job_digest
+from .channel import MAX_RANKS_PER_NODE, IncidentChannel, job_digest
 from .config import AgentConfig
 from .node_channel import STALE_POLLS, Board, NodeChannel, node_folder
 from .payload import decode_payload
@@ -48,8 +48,6 @@ __all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", 
 
 log = logging.getLogger("fr_otel.agent")
 
-#: A node heartbeat carries at most this many ranks (no real node runs more processes).
-MAX_RANKS_PER_NODE = 1024
 _WAIT_POLL_S = 0.05
 
 
@@ -57,8 +55,9 @@ class NodeRole:
     """This rank's part on its node: the leader's, or a rank its leader relays for."""
 
     def __init__(self, channel: IncidentChannel, node: NodeChannel, rank: int, process: RankProcess, *,
-                 leader: bool, poll_interval: float) -> None:
+                 leader: bool, poll_interval: float, world_size: int) -> None:
         self.channel = channel
+        self.world_size = world_size
         self.node = node
         self.rank = rank
         self.process = process
@@ -127,7 +126,7 @@ class NodeRole:
         """The node's heartbeat: when each of its ranks last polled, and in which training step (a node
         counts once in the store)."""
         if self.number is None:
-            self.number = self.channel.register_node()
+            self.number = self.channel.register_node(self.rank, self.world_size)
         beats = dict(sorted(self.node.beats().items())[:MAX_RANKS_PER_NODE])
         beats[self.rank] = (now_ns, step)
         beat: dict[str, Any] = {
@@ -209,7 +208,7 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
                     rank, exc.strerror or exc)
         return None
     return NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=local_rank == 0,
-                    poll_interval=config.poll_interval)
+                    poll_interval=config.poll_interval, world_size=world_size)
 
 
 def wait_until_sent(role: NodeRole, k: int, until: float) -> bool:
