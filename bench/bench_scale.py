@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,7 @@ def _retried(call: Any, tries: int = 5) -> Any:
 # --------------------------------------------------------------------------- roles
 
 def nodes_sim(idx: int, firsts: list[int], folder: str, conns: int, poll_interval: float, delay_s: float, port: int,
-              clock: Any, out: Any) -> None:
+              clock: Any, out: Any, world: int) -> None:
     """Play the node leaders of ``firsts``: one store request per node per poll (incident check and node
     heartbeat in turn); on noticing the incident, the node's summary after ``delay_s``; then polls for the
     coordinator's request (once per poll interval) and answers it with whole payloads."""
@@ -266,7 +267,7 @@ def nodes_sim(idx: int, firsts: list[int], folder: str, conns: int, poll_interva
     payloads = _read_blobs(Path(folder) / "payloads.bin", wanted)
     with ThreadPoolExecutor(16) as ex:
         chans = list(ex.map(lambda _: channel(port), range(conns)))
-    numbers = {f: _retried(chans[i % conns].register_node) for i, f in enumerate(firsts)}
+    numbers = {f: _retried(partial(chans[i % conns].register_node, f, world)) for i, f in enumerate(firsts)}
     out.put({"role": "ready"})
     _wait_start(clock)
     n = len(firsts)
@@ -503,7 +504,7 @@ def run(world: int, args: argparse.Namespace) -> dict[str, Any]:
     with OtlpGrpcReceiver() as rx:
         for i in range(args.procs):
             procs.append(ctx.Process(target=nodes_sim, args=(i, firsts[i::args.procs], str(folder), args.conns,
-                                                             args.poll_interval, delay, port, clock, out)))
+                                                             args.poll_interval, delay, port, clock, out, world)))
         procs.append(ctx.Process(target=probe, args=(port, clock, out)))
         procs.append(ctx.Process(target=coordinator, args=(port, world, clock, rx.url, tmp, args.poll_interval, out)))
         for p in procs:

@@ -63,7 +63,7 @@ def test_the_coordinator_learns_each_ranks_step_at_its_last_heartbeat_through_le
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
     folder = tmp_path / "node-a"
     roles = [NodeRole(_channel(port), NodeChannel(folder, r), r, RankProcess(host="node-a", pid=100 + r, local_rank=r),
-                      leader=r == 0, poll_interval=POLL) for r in (0, 1)]
+                      leader=r == 0, poll_interval=POLL, world_size=2) for r in (0, 1)]
     before = time.time_ns()
     roles[1].poll(time.time_ns(), 7)  # a member: its heartbeat file, for the leader to send on
     roles[0].poll(time.time_ns(), 8)  # the leader's first poll checks for incidents ...

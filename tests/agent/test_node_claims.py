@@ -38,7 +38,7 @@ def test_a_node_heartbeat_from_the_future_counts_as_now_and_ranks_outside_the_jo
     me, server = _rank_zero(tmp_path)
     hour = 3600 * 10**9
     ahead = time.time_ns() + hour
-    n = me.channel.register_node()
+    n = me.channel.register_node(2, WORLD)
     me.channel.node_heartbeat(n, {"host": "node1", "leader": 2, "t": ahead,
                                   "ranks": {"2": ahead, "3": ahead, str(WORLD + 5): ahead}})
     before = time.time_ns()

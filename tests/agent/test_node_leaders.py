@@ -104,7 +104,7 @@ def by_nodes(store: Store, world: int, fault: Fault, sent: dict[int, bytes], tmp
     now = time.time_ns()
     stats: dict[str, Any] = {"summary_bytes": 0, "whole_nodes": 0}
     for first in range(0, world, RANKS_PER_NODE):
-        n = ch.register_node()
+        n = ch.register_node(first, world)
         t = now - 60 * 10**9 if first in lost_ranks(fault) else now
         ch.node_heartbeat(n, {"host": host_of(first), "leader": first, "t": t,
                               "ranks": {str(r): t for r in node_of(first)},

@@ -49,7 +49,7 @@ def _roles(folder: Path, port: int, ranks: range, poll: float = AGENT_POLL) -> l
         channel, counted = _channel(port)
         process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank)
         out.append((NodeRole(channel, NodeChannel(folder, rank), rank, process, leader=rank == ranks[0],
-                             poll_interval=poll), counted))
+                             poll_interval=poll, world_size=len(ranks)), counted))
     return out
 
 
@@ -69,10 +69,10 @@ def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_
         time.sleep(POLL)
     _, counted = roles[0]
     assert modes[0] == ["owner", "beat"] * 10
-    assert counted.requests == 20 + 1  # one per poll, plus registering the node once
+    assert counted.requests == 20 + 2  # one per poll, plus registering the node once (its number, claimed)
     assert all(set(modes[r]) == {"relayed"} for r in (1, 2, 3))
     assert all(c.requests == 0 for _, c in roles[1:])
-    beat = roles[1][0].channel.node_heartbeats()
+    beat = roles[1][0].channel.node_heartbeats(4)
     assert list(beat) == [1] and beat[1]["host"] == "node-a" and set(beat[1]["ranks"]) == {"0", "1", "2", "3"}
     del server
 
@@ -116,7 +116,7 @@ def test_a_leader_summarises_the_payloads_its_ranks_leave_and_tells_them_it_sent
     assert sent == tuple(range(8))
     assert all(wait_until_sent(role, 1, time.monotonic() + 1) for role, _ in roles[1:])
     assert leader.channel.arrived(1) == 8
-    (blob,) = leader.channel.summaries(1).values()
+    (blob,) = leader.channel.summaries(1, 8).values()
     node = decode_node_summary(blob, "node summary", problems := [])
     assert node is not None and not problems and sorted(node.dumps) == list(range(8))
     assert all(d.compact for d in node.dumps.values())

@@ -222,7 +222,7 @@ def test_with_node_leaders_the_waits_ride_in_the_node_heartbeats_and_rank_0_stil
         channel = _channel(port)
         role = NodeRole(channel, NodeChannel(Path(str(tmp_path)) / HOSTS[r], r), r,  # type: ignore[arg-type]
                         RankProcess(host=HOSTS[r], pid=100 + r, local_rank=r % 2), leader=r % 2 == 0,
-                        poll_interval=0.1)
+                        poll_interval=0.1, world_size=6)
         roles.append(role)
         watches.append(SlowWatch(channel, r, 6, HOSTS[r], comparer=r == 0, clock=clock,  # type: ignore[arg-type]
                                  wall=lambda: wall[0], node=role))
@@ -257,7 +257,7 @@ def test_rank_0_reads_a_thousand_ranks_waits_from_their_node_heartbeats_in_a_few
     writer = _channel(port)
     summary = {"t": wall, "h": "h", "g": [["0", "default_pg", 0.5, 0.1, 50, 0.0]]}
     for n in range(128):
-        number = writer.register_node()  # type: ignore[attr-defined]
+        number = writer.register_node(8 * n, 1026)  # type: ignore[attr-defined]
         ranks = [r for r in range(8 * n, 8 * n + 8) if r not in (1000, 1001)]
         writer.node_heartbeat(number, {"host": f"node{n}", "leader": 8 * n, "t": 1,  # type: ignore[attr-defined]
                                        "ranks": {}, "waits": {str(r): summary for r in ranks}})

@@ -29,7 +29,7 @@ def node_rank(tmp_path: Path, port: int, rank: int, poll: float, max_incidents: 
     channel = store_channel(port)
     process = RankProcess(host="node-a", pid=100 + rank, local_rank=rank, source="agent")
     role = NodeRole(channel, NodeChannel(tmp_path / "node-a", rank), rank, process, leader=rank == 0,
-                    poll_interval=poll)
+                    poll_interval=poll, world_size=4)
     config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll,
                          max_incidents=max_incidents)
     return IncidentRank(config, resolve_export_config(environ={}, timeout_s=5), HealthTracker(), channel, "job", rank,

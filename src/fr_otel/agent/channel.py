@@ -10,6 +10,7 @@ known to exist; never a blocking ``get``/``wait`` on a key that may never come.
 
 Keys, under ``fr_otel/<hash of the job identity>/``::
 
+    i/<k>/by/<rank>     set by a raiser just before its claim: no owner key is joined without it
     i/<k>/owner         compare_set claim of incident k: JSON {rank, reason, ...} of the raiser
     i/<k>/dump/<rank>   that rank's recorder for incident k (see :mod:`.payload`)
     i/<k>/arrived       add() counter of ranks that sent theirs
@@ -22,6 +23,8 @@ Keys, under ``fr_otel/<hash of the job identity>/``::
     term/<rank>         the incident (number) that rank was part of when SIGTERM came, "0" if none
     w/<rank>            JSON: the rank's recent waits per group, every few seconds (see :mod:`.slow_watch`)
     nodes               add() counter of node leaders; each takes the next number n once
+    nclaim/<n>          the leader that took number n (compare_set): a counter forged past the world size
+                        sends later leaders to the free numbers below it, from the top
     nhb/<n>             node n's heartbeat, from its leader: JSON {host, leader, t, ranks: {rank: last heard},
                         steps: {rank: its training step then}}
     i/<k>/nodes         add() counter of node summaries sent for incident k
@@ -34,6 +37,11 @@ request per node per poll interval, and one summary per node at an incident.
 Incident numbers start at 1; an agent learns of incident k by ``check``-ing its owner key
 on each poll (one round trip per second per rank, like the NCCL watchdog's own polling).
 The trace id of incident k is ``trace_id_for(job_id, str(k))``: every rank computes it.
+
+The store has no authentication: anything that reaches its port can write these keys. So every count
+read from it is bounded by the world size (a job of W ranks has at most W nodes and W node summaries
+per incident), a node heartbeat naming more than :data:`MAX_RANKS_PER_NODE` ranks is dropped, and each
+kind of forgery is said once (:mod:`.store_trust`), never once per key.
 """
 
 from __future__ import annotations
@@ -47,11 +55,14 @@ from datetime import timedelta
 from typing import Any
 
 from ..common.log import logger
-from .store_link import STORE_TIMEOUT_S, StoreLink
+from .store_link import STORE_TIMEOUT_S, LinkedStore, StoreLink
+from .store_trust import Forgeries
 
-__all__ = ["IncidentChannel", "beat_text", "connect_channel", "job_digest", "parse_beat"]
+__all__ = ["MAX_RANKS_PER_NODE", "IncidentChannel", "beat_text", "connect_channel", "job_digest", "parse_beat"]
 
 _FETCH_BATCH = 256  # payloads per multi_get (~5 MB at ~20 KB each)
+#: A node heartbeat carries at most this many ranks (no real node runs more processes); one naming more is dropped.
+MAX_RANKS_PER_NODE = 1024
 
 log = logger("fr_otel.agent")
 
@@ -69,35 +80,27 @@ def parse_beat(text: str) -> tuple[int, int | None] | None:
     return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
-class _LinkedStore:
-    """A store whose every method call goes through a :class:`StoreLink` (bounded; same results)."""
-
-    def __init__(self, store: Any, link: StoreLink) -> None:
-        self._store, self._link = store, link
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._link.call(lambda: attr(*args, **kwargs), name)
-
-        return call
-
-
 class IncidentChannel:
     """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
 
     def __init__(self, store: Any, how: str, link: StoreLink | None = None, address: str = "") -> None:
         self.link = link if link is not None else StoreLink()
-        self.store = _LinkedStore(store, self.link)
+        self.store = LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
         self.address = address  # the job's store as host:port ("" when it is not a TCPStore)
         #: The heartbeats last read (rank -> wall ns): what an incident still knows once the store is gone.
         self.heard: dict[int, int] = {}
         self.steps: dict[int, int] = {}  # each rank's training step at the last heartbeat read
         self._listed_waits: set[int] = set()  # ranks this channel put on the w/who list
+        #: Says each kind of forgery found in the store once: ``forged(kind, detail)``.
+        self.forged = Forgeries()
+
+    def _count(self, key: str, bound: int, kind: str) -> int:
+        """The ``add`` counter ``key``, read as at most ``bound`` (the job's shape allows no more)."""
+        n = int(self.store.add(key, 0))
+        if not 0 <= n <= bound:
+            self.forged(kind, f"{key} reads {n}, the job has {bound} ranks; read as {max(0, min(n, bound))}")
+        return max(0, min(n, bound))
 
     def reachable(self) -> bool:
         """False while the store does not answer or the link backs off (skip the poll's store calls)."""
@@ -105,8 +108,12 @@ class IncidentChannel:
 
     # -- incidents ----------------------------------------------------------------------
     def claim(self, k: int, meta: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-        """Try to raise incident ``k``; returns (we raised it, the raiser's meta)."""
-        mine = json.dumps(meta, sort_keys=True)
+        """Try to raise incident ``k``; returns (we raised it, the raiser's meta). The raiser's mark goes
+        first (``i/<k>/by/<rank>``: a token its claim also carries): an owner key that no mark matches was
+        not written by a raiser of this job (:meth:`raised_by`)."""
+        token = uuid.uuid4().hex
+        self.store.set(f"i/{k}/by/{meta['rank']}", token)
+        mine = json.dumps({**meta, "claim": token}, sort_keys=True)
         got = _text(self.store.compare_set(_owner(k), "", mine))
         return got == mine, _json(got)
 
@@ -116,6 +123,13 @@ class IncidentChannel:
         if not self.store.check([key]):
             return None
         return _json(_text(self.store.get(key)))
+
+    def raised_by(self, k: int, meta: dict[str, Any]) -> bool:
+        """The rank that incident ``k``'s owner record ``meta`` names marked itself, with that record's
+        token, before claiming it (see :meth:`claim`)."""
+        rank, token = meta.get("rank"), meta.get("claim")
+        key = f"i/{k}/by/{rank}"
+        return isinstance(token, str) and bool(self.store.check([key])) and _text(self.store.get(key)) == token
 
     def publish(self, k: int, rank: int, payload: bytes) -> None:
         self.store.set(f"i/{k}/dump/{rank}", payload)
@@ -187,17 +201,39 @@ class IncidentChannel:
                 self.steps[rank] = step
 
     # -- node leaders --------------------------------------------------------------------
-    def register_node(self) -> int:
-        """This node's number: its leader's heartbeats go under it."""
-        return int(self.store.add("nodes", 1))
+    def register_node(self, rank: int, world_size: int) -> int:
+        """This node's number, at most ``world_size`` (its leader's heartbeats go under it; readers read no
+        further). The next number of the counter, claimed; past the world size (a forged counter, or
+        leftovers of restarts) the highest free number below it."""
+        token = f"{rank} {uuid.uuid4().hex}"
+        n = int(self.store.add("nodes", 1))
+        if 1 <= n <= world_size and _text(self.store.compare_set(f"nclaim/{n}", "", token)) == token:
+            return n
+        self.forged("node counter", f"nodes gave number {n} to a job of {world_size} ranks")
+        first = world_size - rank % world_size  # leaders' ranks differ: so do their first tries
+        for i in range(world_size):
+            n = (first - 1 - i) % world_size + 1
+            if _text(self.store.compare_set(f"nclaim/{n}", "", token)) == token:
+                return n
+        raise RuntimeError(f"no node number left among {world_size}: every one is claimed")
 
     def node_heartbeat(self, n: int, beat: dict[str, Any]) -> None:
         self.store.set(f"nhb/{n}", json.dumps(beat, sort_keys=True))
 
-    def node_heartbeats(self) -> dict[int, dict[str, Any]]:
-        """Every registered node's latest heartbeat (nodes that never beat are left out)."""
-        count = int(self.store.add("nodes", 0))
-        return {n: _json(_text(v)) for n, v in self._fetch([(n, f"nhb/{n}") for n in range(1, count + 1)]).items()}
+    def node_heartbeats(self, world_size: int) -> dict[int, dict[str, Any]]:
+        """Every registered node's latest heartbeat (nodes that never beat are left out), of at most
+        ``world_size`` nodes; one naming more than :data:`MAX_RANKS_PER_NODE` ranks is dropped."""
+        count = self._count("nodes", world_size, "node counter")
+        out = {}
+        for n, v in self._fetch([(n, f"nhb/{n}") for n in range(1, count + 1)]).items():
+            beat = _json(_text(v))
+            ranks = beat.get("ranks")
+            if isinstance(ranks, dict) and len(ranks) > MAX_RANKS_PER_NODE:
+                self.forged("node heartbeat", f"nhb/{n} names {len(ranks)} ranks, a node runs at most "
+                            f"{MAX_RANKS_PER_NODE}")
+                continue
+            out[n] = beat
+        return out
 
     def publish_summary(self, k: int, summary: bytes, ranks: int) -> None:
         """One node's summary for incident ``k``, covering ``ranks`` ranks' recorders."""
@@ -205,9 +241,9 @@ class IncidentChannel:
         self.store.set(f"i/{k}/node/{j}", summary)
         self.store.add(f"i/{k}/arrived", ranks)
 
-    def summaries(self, k: int, skip: int = 0) -> dict[int, bytes]:
-        """The node summaries of incident ``k`` there now, past the first ``skip``."""
-        count = int(self.store.add(f"i/{k}/nodes", 0))
+    def summaries(self, k: int, world_size: int, skip: int = 0) -> dict[int, bytes]:
+        """The node summaries of incident ``k`` there now, past the first ``skip`` (at most one per rank)."""
+        count = self._count(f"i/{k}/nodes", world_size, "node summary counter")
         return self._fetch([(j, f"i/{k}/node/{j}") for j in range(skip + 1, count + 1)])
 
     def ask(self, k: int, ranks: str) -> None:
@@ -235,8 +271,11 @@ class IncidentChannel:
     def waits(self, world_size: int) -> dict[int, dict[str, Any]]:
         """What the ranks that publish their waits under their own keys last published."""
         raw = _text(self.store.get("w/who")) if self.store.check(["w/who"]) else ""
-        ranks = sorted({int(r) for r in raw.split(",")[: 4 * world_size + 1]
-                        if r.isascii() and r.isdigit() and len(r) < 10 and int(r) < world_size})
+        listed = raw.split(",", 4 * world_size + 1)[: 4 * world_size + 1]
+        ranks = sorted({int(r) for r in listed if r.isascii() and r.isdigit() and len(r) < 10 and int(r) < world_size})
+        if len(listed) > 4 * world_size:  # each rank lists itself once (once more per restart)
+            self.forged("list of ranks publishing their waits", f"w/who holds over {4 * world_size} entries "
+                        f"for {world_size} ranks; the first {4 * world_size} read")
         return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
 
     def publish_files(self, k: int, files: bytes) -> None:

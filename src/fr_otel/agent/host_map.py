@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..common.log import logger
 from ..read.rank_map import RANKS_FILE, read_host_map, write_host_map
-from ..read.rank_process import RankProcess, process_from_raw
+from ..read.rank_process import RankProcess, bad_names, process_from_raw
 from .channel import IncidentChannel
 from .reachability import holds_address
 
@@ -99,6 +99,8 @@ class HostMapKeeper:
         """Fetch where every rank (of ``ranks``) not known yet runs (one bounded round trip per 256 ranks)."""
         missing = [r for r in (range(self.world_size) if ranks is None else ranks) if r not in self.processes]
         for rank, raw in self.channel.hosts(missing).items():
+            if bad_names(raw):
+                self.channel.forged("host record", f"host/{rank} names a host that is no host name (read as unknown)")
             process = process_from_raw(raw, "agent")
             if process is not None:
                 self.processes[rank] = process

@@ -3,18 +3,21 @@
 Incident numbers are agreed through the store (:mod:`.channel`): the first rank to claim
 number k raises it, every other rank sees it on its next poll and takes part. The work
 itself (dump file, copy to the coordinator, and on the raiser the verdict and the trace:
-:mod:`.incident_work`) runs on one daemon worker thread, so neither the poll nor the
-training thread waits for it unless it asks to (:meth:`IncidentRunner.flush`, bounded).
+:mod:`.incident_work`) runs on one daemon worker thread (:mod:`.incident_queue`), so neither the poll
+nor the training thread waits for it unless it asks to (:meth:`IncidentRunner.flush`, bounded).
 The runner knows of the agent only what an incident needs
 (:class:`~.incident_work.IncidentRank`) and the tracker, to tell a stall an incident
 already covers from a new one.
+
+Owner records a raiser of this job did not write are skipped, never joined (:mod:`.store_trust`);
+incidents are capped (``max_incidents``) however joined; a join waits for its verdict only until other
+work is queued (a forged incident's verdict never comes: it must not hold up the next one).
 """
 
 from __future__ import annotations
 
 import logging
 import pickle
-import queue
 import threading
 import time
 from contextlib import suppress
@@ -26,6 +29,7 @@ from ..common.text import one_line
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
 from .incident_rank import IncidentRank
+from .incident_queue import IncidentQueue
 from .incident_work import flush_incident, incident_budget_s, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
@@ -33,6 +37,7 @@ from ..common.gc_pause import gc_paused
 from .step_counter import COUNTER
 from .store_gather import read_heartbeats
 from .store_link import StoreUnavailable
+from .store_trust import describe_owner, owner_problem, stall_detail
 
 __all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
 
@@ -48,7 +53,10 @@ SEQUEL_WINDOW_S = 10.0
 #: A peer that received SIGTERM this recently is the job ending, not a new hang to blame it for.
 ENDING_WINDOW_S = 60.0
 
-_Job = tuple[int, dict[str, Any], bool, bool, float, threading.Event]  # k, meta, owner, local, deadline, done
+#: Incident numbers skipped (forged or stale owner records) in one look, or claims lost to them in one raise:
+#: a store full of forged owners costs a bounded number of round trips per poll.
+MAX_SKIPPED_PER_LOOK = 64
+
 
 
 class IncidentRunner:
@@ -61,12 +69,10 @@ class IncidentRunner:
         self._known = 0  # highest incident number handled
         self._covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
         self._cap_warned = False
+        self._taken = 0  # incidents this rank took part in (what max_incidents caps)
         self._last_taken_part = float("-inf")  # monotonic time this rank last took part in one
         self._terminating_since: dict[int, float] = {}  # rank -> when this rank first saw its SIGTERM
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._pending = 0
-        self._idle = threading.Condition()
+        self._work = IncidentQueue()
         #: Collectives a failure ended, that the backend recorded as completed (see :mod:`.failure`).
         self.failed: tuple[FailedCollective, ...] = ()
 
@@ -80,12 +86,35 @@ class IncidentRunner:
         way out, within the exit path's ``deadline``."""
         done: list[threading.Event] = []
         with self._lock:
-            while True:
+            skipped = 0
+            while skipped < MAX_SKIPPED_PER_LOOK and not self._capped(self._known + 1):
                 k = self._known + 1
                 meta = self.me.channel.owner(k)
                 if meta is None:
-                    return done
-                done.append(self._take_part(k, meta, owner=meta.get("rank") == self.me.rank, deadline=deadline))
+                    break
+                if not self._joinable(k, meta):
+                    self._known, skipped = k, skipped + 1
+                    continue
+                done.append(self._take_part(k, meta, owner=False, deadline=deadline))
+        return done
+
+    def _joinable(self, k: int, meta: dict[str, Any], *, store: bool = True) -> bool:
+        """Incident ``k``'s owner record is a raiser's of this job, still open (each kind of forgery said once);
+        ``store=False``: shape only (a board's incidents come from this node's leader, who checked the store)."""
+        problem = owner_problem(k, meta, self.me.rank, self.me.world_size, self.me.channel if store else None)
+        if problem is not None and problem[0]:
+            self.me.channel.forged(problem[0], f"{problem[1]}; incident {k} is not joined")
+        return problem is None
+
+    def _capped(self, k: int) -> bool:
+        """This rank took part in ``max_incidents`` incidents already: no more, raised or joined (said once)."""
+        if self._taken < self.me.config.max_incidents:
+            return False
+        if not self._cap_warned:
+            self._cap_warned = True
+            log.warning("this job reached FR_OTEL_MAX_INCIDENTS=%d: no more incidents are raised or joined "
+                        "(the next would be %d)", self.me.config.max_incidents, k)
+        return True
 
     def poll(self, stalls: list[Stall], now_ns: int | None = None) -> None:
         """One poll's incident work: through the store while it answers (or, with node leaders, through
@@ -142,14 +171,16 @@ class IncidentRunner:
                     role.publish_board()
         fresh = self._fresh(stalls)
         if fresh:
-            self.raise_locally("stall", _stall_detail(fresh))
+            self.raise_locally("stall", stall_detail(fresh))
 
     def join_board(self, incidents: tuple[tuple[int, dict[str, Any]], ...]) -> None:
         """Take part in the incidents this node's leader saw in the store since the last look (no store call)."""
         with self._lock:
             for k, meta in incidents:
-                if k == self._known + 1:
-                    self._take_part(k, meta, owner=meta.get("rank") == self.me.rank)
+                if k <= self._known or self._capped(k):
+                    continue
+                if k == self._known + 1 and self._joinable(k, meta, store=False):
+                    self._take_part(k, meta, owner=False)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
         return [s for s in stalls if s.key not in self._covered]
@@ -179,18 +210,12 @@ class IncidentRunner:
                 fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
                 if not fresh:
                     return
-            self.raise_incident("stall", _stall_detail(fresh))
+            self.raise_incident("stall", stall_detail(fresh))
 
     def _next_number(self) -> int | None:
         """The next incident number, or None once the job's cap is reached (said once)."""
         k = self._known + 1
-        if k > self.me.config.max_incidents:
-            if not self._cap_warned:
-                self._cap_warned = True
-                log.warning("this job reached FR_OTEL_MAX_INCIDENTS=%d: no more incidents are raised",
-                            self.me.config.max_incidents)
-            return None
-        return k
+        return None if self._capped(k) else k
 
     def _terminating(self, ranks: list[int]) -> dict[int, int]:
         """Ranks among ``ranks`` that announced SIGTERM less than :data:`ENDING_WINDOW_S` ago (as this
@@ -208,14 +233,19 @@ class IncidentRunner:
         """Raise the next incident (or join the one someone raised first); None when capped."""
         with self._lock:
             self.join_open(deadline)
-            k = self._next_number()
-            if k is None:
-                return None
-            meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
-            won, owner_meta = self.me.channel.claim(k, meta)
-            if won:
-                log.warning("rank %s raises incident %d: %s", self.me.rank, k, _describe(meta))
-            return self._take_part(k, owner_meta, owner=won, deadline=deadline)
+            for _ in range(MAX_SKIPPED_PER_LOOK):
+                k = self._next_number()
+                if k is None:
+                    return None
+                meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
+                won, owner_meta = self.me.channel.claim(k, meta)
+                if won:
+                    log.warning("rank %s raises incident %d: %s", self.me.rank, k, describe_owner(meta))
+                    return self._take_part(k, owner_meta, owner=True, deadline=deadline)
+                if self._joinable(k, owner_meta):  # another rank raised it first: join
+                    return self._take_part(k, owner_meta, owner=False, deadline=deadline)
+                self._known = k  # a forged or stale number: the next one
+            return None
 
     def raise_locally(self, reason: str, detail: dict[str, Any] | None = None,
                       deadline: float | None = None) -> threading.Event | None:
@@ -226,12 +256,13 @@ class IncidentRunner:
         meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
         log.warning("rank %s takes part in incident %d without the job's store (%s has not answered for %.0f s): "
                     "%s; this node reports its own part", self.me.rank, k, self.me.channel.address or "the store",
-                    self.me.channel.link.unreachable_for_s(), _describe(meta))
+                    self.me.channel.link.unreachable_for_s(), describe_owner(meta))
         return self._take_part(k, meta, owner=False, deadline=deadline, local=True)
 
     def _take_part(self, k: int, meta: dict[str, Any], owner: bool, deadline: float | None = None, *,
                    local: bool = False) -> threading.Event:
         self._known = max(self._known, k)
+        self._taken += 1
         self._last_taken_part = time.monotonic()
         if self.me.node is not None and not local:
             self.me.node.incidents.append((k, meta))
@@ -243,29 +274,13 @@ class IncidentRunner:
             self._covered.add((stalled[0], stalled[1]))
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
-        done = threading.Event()
-        with self._idle:
-            self._pending += 1
-        self._jobs.put((k, meta, owner, local, deadline, done))
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name="fr-otel-flush", daemon=True)
-            self._worker.start()
-        return done
+        at = deadline
 
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            k, meta, owner, local, deadline, done = job
-            try:
-                with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(deadline):
-                    self._part(k, meta, owner, local, deadline)
-            finally:
-                done.set()
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+        def work() -> None:
+            with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(at):
+                self._part(k, meta, owner, local, at)
+        # The raiser's own incident, or this node's without the store, before queued joins.
+        return self._work.put(work, 0 if owner or local else 1)
 
     def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> None:
         """This rank's part in incident ``k``: through the store while it answers; when it fails during
@@ -279,7 +294,7 @@ class IncidentRunner:
         self.me.health.incident(trace_hex)
         if not local:
             try:
-                flush_incident(self.me, k, meta, owner, deadline, part)
+                flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
                 return
             except StoreUnavailable as exc:
                 log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
@@ -292,8 +307,7 @@ class IncidentRunner:
     # -- asked for: flush, the exit hooks -----------------------------------------------
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no incident work is pending; False on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, max(timeout, 0.0))
+        return self._work.wait_idle(timeout)
 
     def flush(self, reason: str, timeout: float | None = None, *, raise_new: bool = True,
               deadline: float | None = None) -> bool:
@@ -305,15 +319,15 @@ class IncidentRunner:
             deadline = time.monotonic() + (self.me.config.flush_timeout if timeout is None else timeout)
         with self.me.health.guard(f"flush ({reason})"), self.me.channel.link.deadline(deadline):
             if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
-                before = self._known
+                before = self._taken  # forged owners skipped meanwhile are no incident joined
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
                     self.join_open(deadline)
-                    if raise_new and self._known == before:
+                    if raise_new and self._taken == before:
                         self.raise_incident(reason, deadline=deadline)
                 except StoreUnavailable:
-                    if raise_new and self._known == before:
+                    if raise_new and self._taken == before:
                         self.raise_locally(reason, deadline=deadline)
                 finally:
                     self._lock.release()
@@ -377,24 +391,5 @@ class IncidentRunner:
 
     def stop(self, timeout: float) -> None:
         """End the worker thread (after the work already queued)."""
-        if self._worker is not None:
-            self._jobs.put(None)
-            if self._worker is not threading.current_thread():
-                self._worker.join(timeout)
-            self._worker = None
+        self._work.stop(timeout)
 
-
-def _stall_detail(fresh: list[Stall]) -> dict[str, Any]:
-    """The incident's detection record for the oldest of ``fresh`` stalls."""
-    s = max(fresh, key=lambda s: s.age_s)
-    g = s.group
-    return {"pg_name": g.name, "pg_desc": g.desc, "seq": g.inflight_seq, "op": g.op, "age_s": round(s.age_s, 3),
-            "threshold_s": round(s.threshold_s, 3)}
-
-
-def _describe(meta: dict[str, Any]) -> str:
-    """An incident's owner record as a sentence for the log."""
-    if "pg_name" in meta:
-        return (f"{meta.get('op') or 'collective'} #{meta.get('seq')} on group {meta.get('pg_name')} "
-                f"({meta.get('pg_desc', '')}) in flight {meta.get('age_s')} s (threshold {meta.get('threshold_s')} s)")
-    return str(meta.get("reason", ""))

@@ -73,10 +73,11 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
 
 
 def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   part: tuple[bytes, bool]) -> None:
+                   part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> None:
     """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
     coordinator's too when ``owner``. Raises :class:`~.store_link.StoreUnavailable` when the store fails before
-    the verdict: the caller then reports this node's part without it (:mod:`.local_incident`)."""
+    the verdict: the caller then reports this node's part without it (:mod:`.local_incident`). A member
+    stops waiting for the verdict once ``preempted()`` says other incident work waits."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     payload, written = part
     try:
@@ -99,7 +100,7 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
         return
     if me.hosts.leader:
         fetch_files_later(me, k, folder, incident_budget_s(me) + 5)
-    await_verdict(me, k, deadline)
+    await_verdict(me, k, deadline, preempted)
 
 
 def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
@@ -133,17 +134,19 @@ def incident_budget_s(me: IncidentRank) -> float:
     return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5
 
 
-def await_verdict(me: IncidentRank, k: int, deadline: float) -> None:
+def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable[[], bool] | None = None) -> None:
     """Wait (one ``check`` per poll interval, until :data:`CONCLUDE_RESERVE_S` before ``deadline``) for
     the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
     its node may run, alive until the verdict exists (a rank of the store's node that exits at once
     takes the store with it), and it is how a rank learns the store went away mid-incident (the
     call raises :class:`~.store_link.StoreUnavailable`) while its node can still report its own part.
     A member whose node leader answers waits on its board instead (no store call: a node counts once in
-    the store): the leader says when it saw the verdict, or that the store went away."""
+    the store): the leader says when it saw the verdict, or that the store went away. It stops waiting
+    when ``preempted()`` (another incident's work is queued: its part here is sent, and an incident whose
+    verdict never comes, forged or its raiser gone, must not hold the next one up for its whole budget)."""
     until = deadline - CONCLUDE_RESERVE_S
     role = me.node
-    while time.monotonic() < until:
+    while time.monotonic() < until and not (preempted is not None and preempted()):
         word = role.verdict_word(k) if role is not None else "ask the store"
         if word == "lost":
             raise StoreUnavailable("this node's leader found the job's store gone during the incident")

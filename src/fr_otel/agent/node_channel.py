@@ -31,15 +31,13 @@ from typing import Any
 from ..common.files import OutputRefused, atomic_write, file_kind, read_regular
 from ..common.json_types import is_exact_int
 from ..common.log import logger
-from .channel import beat_text, parse_beat
+from .channel import MAX_RANKS_PER_NODE, beat_text, parse_beat
 
 __all__ = ["MAX_RANKS_PER_NODE", "MAX_SCANNED", "NODE_LEVELS", "STALE_POLLS", "Board", "NodeChannel", "node_folder",
            "private_folder"]
 
 #: A board (or a rank's heartbeat) this many polls old: its writer is presumed lost.
 STALE_POLLS = 3
-#: A node heartbeat carries at most this many ranks (no real node runs more processes).
-MAX_RANKS_PER_NODE = 1024
 #: Entries of a node folder looked at per read: a real one holds two files per rank, the board and a few
 #: incident folders and temporary files.
 MAX_SCANNED = 2 * MAX_RANKS_PER_NODE + 64

@@ -5,7 +5,9 @@ dumps on its own node. A user who looks at another node's dump folder (the one t
 or the one a node-local watcher reads) must find them there too. So the coordinator puts them
 in the store (``i/<k>/files``, zlib'd JSON), and each other node's first local rank fetches them,
 bounded, on a daemon thread of its own, and writes them beside its node's dumps. A node whose
-folder already has them (a shared file system) writes nothing.
+folder already has them (a shared file system) writes nothing. What it fetches is inflated through the one
+bounded inflate (:mod:`fr_otel.common.inflate`): a few hundred KB in the store (anyone may write it) must
+not become gigabytes in a rank's memory or on its disk.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import zlib
 from pathlib import Path
 
+from ..common.inflate import InflatedTooLarge, inflate
 from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.text import one_line
@@ -28,7 +31,7 @@ from .incident_rank import IncidentRank
 from .node_leader import local_world_size
 from .store_link import StoreUnavailable
 
-__all__ = ["FILES", "MAX_FILES_BYTES", "fetch_files_later", "publish_files"]
+__all__ = ["FILES", "MAX_FILES_BYTES", "MAX_FILES_INFLATED", "fetch_files_later", "publish_files"]
 
 #: What every node gets, in the order written (incident.json last: its presence means "all here").
 FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
@@ -36,6 +39,8 @@ FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
 #: files times 12,500 nodes) they stay on the coordinator's node, and the others are told where.
 MAX_FILES_BYTES = 16 << 20
 MAX_FILES_BYTES_ALL_NODES = 1 << 30
+#: ... and inflated, at most this: what a node inflates (a rank's memory for a moment) and writes.
+MAX_FILES_INFLATED = 32 << 20
 _KEPT_ON = "fr_otel_kept_on"  # the files' place when they stay on the coordinator's node
 
 log = logger("fr_otel.agent")
@@ -49,10 +54,11 @@ def publish_files(me: IncidentRank, k: int, folder: Path) -> None:
             files[name] = (folder / name).read_text(encoding="utf-8")
         except OSError:
             continue
-    blob = zlib.compress(json.dumps(files).encode("utf-8"), 6)
+    text = json.dumps(files).encode("utf-8")
+    blob = zlib.compress(text, 6)
     per_node = local_world_size(os.environ) or 1
     nodes = max(len({p.host for p in me.hosts.processes.values() if p.host}), me.world_size // per_node, 1)
-    if len(blob) > MAX_FILES_BYTES or len(blob) * nodes > MAX_FILES_BYTES_ALL_NODES:
+    if len(text) > MAX_FILES_INFLATED or len(blob) > MAX_FILES_BYTES or len(blob) * nodes > MAX_FILES_BYTES_ALL_NODES:
         where = f"{me.process.host or '?'}:{folder}"
         log.info("incident %d: its files (%d bytes compressed, for %d nodes) stay on this node: %s", k, len(blob),
                  nodes, where)
@@ -85,7 +91,16 @@ def _fetch(me: IncidentRank, k: int, folder: Path, until: float) -> None:
 
 def _write(k: int, folder: Path, blob: bytes) -> None:
     try:
-        files = json.loads(zlib.decompress(blob))
+        files = json.loads(inflate(blob, MAX_FILES_INFLATED))
+    except InflatedTooLarge:
+        log.warning("incident %d: its files in the store inflate to over %d bytes (no coordinator sends that: "
+                    "forged?); none written into %s", k, MAX_FILES_INFLATED, folder)
+        return
+    except (ValueError, RecursionError, zlib.error) as exc:
+        log.warning("incident %d: its files in the store are not readable (%s); none written into %s", k,
+                    one_line(exc, 200), folder)
+        return
+    try:
         if isinstance(files, dict) and isinstance(files.get(_KEPT_ON), str):
             log.info("incident %d: its verdict and report stay on the coordinator's node, at %s", k,
                      one_line(files[_KEPT_ON], 300))

@@ -55,8 +55,9 @@ class NodeRole:
     """This rank's part on its node: the leader's, or a rank its leader relays for."""
 
     def __init__(self, channel: IncidentChannel, node: NodeChannel, rank: int, process: RankProcess, *,
-                 leader: bool, poll_interval: float) -> None:
+                 leader: bool, poll_interval: float, world_size: int) -> None:
         self.channel = channel
+        self.world_size = world_size
         self.node = node
         self.rank = rank
         self.process = process
@@ -125,7 +126,7 @@ class NodeRole:
         """The node's heartbeat: when each of its ranks last polled, and in which training step (a node
         counts once in the store)."""
         if self.number is None:
-            self.number = self.channel.register_node()
+            self.number = self.channel.register_node(self.rank, self.world_size)
         beats = dict(sorted(self.node.beats().items())[:MAX_RANKS_PER_NODE])
         beats[self.rank] = (now_ns, step)
         beat: dict[str, Any] = {
@@ -207,8 +208,7 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
                     rank, exc.strerror or exc)
         return None
     return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
-                    leader=local_rank == 0,
-                    poll_interval=config.poll_interval)
+                    leader=local_rank == 0, poll_interval=config.poll_interval, world_size=world_size)
 
 
 def wait_until_sent(role: NodeRole, k: int, until: float) -> bool:

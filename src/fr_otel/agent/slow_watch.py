@@ -137,7 +137,7 @@ class SlowWatch:
         """Every rank's latest waits: those published one by one and those in the node heartbeats (the newer
         of the two where a rank has both: it went from one path to the other)."""
         raw: dict[int, dict[str, Any]] = {}
-        for beat in self.channel.node_heartbeats().values():
+        for beat in self.channel.node_heartbeats(self.world_size).values():
             waits = beat.get("waits") if isinstance(beat, dict) else None
             for key, summary in waits.items() if isinstance(waits, dict) else ():
                 rank = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 10 else -1

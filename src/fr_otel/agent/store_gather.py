@@ -137,7 +137,7 @@ class _Summaries:
 
     def take(self) -> bool:
         """Fetch and decode the summaries sent since the last look; False when none was new."""
-        new = {j: b for j, b in self.me.channel.summaries(self.k, self.upto).items() if j not in self.done}
+        new = {j: b for j, b in self.me.channel.summaries(self.k, self.me.world_size, self.upto).items() if j not in self.done}
         for j, blob in sorted(new.items()):
             self.done.add(j)
             self.last = max(self.last, j)
@@ -184,7 +184,7 @@ def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:
     period = me.config.poll_interval * 1e9
     hosts: dict[int, str] = {}
     relayed: set[int] = set()
-    for beat in me.channel.node_heartbeats().values():
+    for beat in me.channel.node_heartbeats(me.world_size).values():
         host, t, beat_ranks = host_name(beat.get("host")), beat.get("t"), beat.get("ranks")
         if not isinstance(beat_ranks, dict) or type(t) is not int:
             continue

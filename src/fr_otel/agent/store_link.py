@@ -32,7 +32,7 @@ from typing import Any
 from ..common.log import logger
 from ..common.text import one_line
 
-__all__ = ["STORE_TIMEOUT_S", "StoreBackoff", "StoreLink", "StoreUnavailable", "connection_lost"]
+__all__ = ["STORE_TIMEOUT_S", "LinkedStore", "StoreBackoff", "StoreLink", "StoreUnavailable", "connection_lost"]
 
 #: How long one store call may take before the store counts as not answering.
 STORE_TIMEOUT_S = 5.0
@@ -222,3 +222,20 @@ class StoreLink:
     def close(self) -> None:
         """Let the worker end after the calls already queued (it may be stuck: it is never joined)."""
         self._calls.put(None)
+
+
+class LinkedStore:
+    """A store whose every method call goes through a :class:`StoreLink` (bounded; same results)."""
+
+    def __init__(self, store: Any, link: StoreLink) -> None:
+        self._store, self._link = store, link
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._link.call(lambda: attr(*args, **kwargs), name)
+
+        return call
