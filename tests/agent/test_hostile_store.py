@@ -12,6 +12,7 @@ import threading
 import time
 import tracemalloc
 import zlib
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,19 @@ def _forger(port: int) -> Any:
     """Anyone who reaches the store's port: a client writing straight into the job's keys."""
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
     return dist.PrefixStore("fr_otel/job/", client)
+
+
+@pytest.fixture(autouse=True)
+def _agent_log_reaches_caplog(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """The agent's logger may not propagate to the root (an agent started earlier in this process sets it
+    up): hand caplog's handler to it directly, so the forgery lines are seen whatever ran before."""
+    chain = [logging.getLogger(name) for name in ("fr_otel", "fr_otel.agent")]
+    before = [one.propagate for one in chain]
+    for one in chain:
+        one.propagate = True
+    yield
+    for one, was in zip(chain, before):
+        one.propagate = was
 
 
 def _forgery_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -26,6 +26,7 @@ PACKAGE = SRC / "fr_otel"
 #: An entry whose module is back under 400 lines fails the test (the list stays honest).
 LARGE_MODULES: dict[str, str] = {
     "fr_otel.agent.config": "the options table: every setting's variable, flag, parser, help and range in one place",
+    "fr_otel.agent.core": "the agent's lifecycle (start, the guarded poll loop, stop): to be split by idea with the agent's rooms",
 }
 
 #: Lower layers first; a module may import its own layer and the layers listed before it.
