@@ -50,15 +50,16 @@ def _forger(port: int) -> Any:
 
 @pytest.fixture(autouse=True)
 def _agent_log_reaches_caplog(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """The agent's logger may not propagate to the root (an agent started earlier in this process sets it
-    up): hand caplog's handler to it directly, so the forgery lines are seen whatever ran before."""
+    """The agent's logger may not reach caplog's root handler whatever ran earlier in this process (an agent
+    started earlier stops its propagation; a logging.config call elsewhere disables existing loggers): undo
+    both for the test, so the forgery lines are seen."""
     chain = [logging.getLogger(name) for name in ("fr_otel", "fr_otel.agent")]
-    before = [one.propagate for one in chain]
+    before = [(one.propagate, one.disabled) for one in chain]
     for one in chain:
-        one.propagate = True
+        one.propagate, one.disabled = True, False
     yield
-    for one, was in zip(chain, before):
-        one.propagate = was
+    for one, (propagates, disabled) in zip(chain, before):
+        one.propagate, one.disabled = propagates, disabled
 
 
 def _forgery_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

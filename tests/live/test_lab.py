@@ -81,9 +81,11 @@ def test_a_partition_blocks_traffic_without_a_reset_and_a_frozen_host_is_thawed_
         talk = lab.spawn(1, [sys.executable, "-c", client], name="client")
         assert talk.wait(30) == 0, talk.output()
         sleeper = lab.spawn(0, ["sleep", "300"], name="sleep")
-        assert wait_for(lambda: sleeper.pid in lab.pids(0), timeout=10)
+        assert wait_for(lambda: sleeper.pid in lab.pids(0), timeout=60), f"sleep {sleeper.pid} never in node0"
         lab.freeze(0)
-        assert wait_for(lambda: process_state(sleeper.pid) == "T", timeout=5)
+        # A loaded box can take seconds to stop a process: wait on the state itself, generously, and say it.
+        assert wait_for(lambda: process_state(sleeper.pid) == "T", timeout=60), (
+            f"sleep {sleeper.pid} not stopped 60 s after the freeze: state {process_state(sleeper.pid)!r}")
     assert talk.stdout_path.read_text().strip() == "timeout"
     assert sleeper.returncode == -9
     assert lab.leftovers() == []

@@ -6,6 +6,7 @@ agents probe each other at the addresses they published; the frozen host's case 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,30 @@ def _own_incident_is_cut_off(r: CaseResult, node: int) -> None:
         assert away == sorted(f"node{k}" for k in range(3) if k != node), _story(r)
 
 
+def _offline_blames(tmp: Path, r: CaseResult, ranks: tuple[int, ...], nodes: tuple[int, ...]) -> None:
+    """Read offline after the job, as a user would: each of ``nodes``' incident folders alone, and every node's
+    folders of one incident (one trace id) together, blame exactly ``ranks`` (ranks only "unknown" aside), and
+    the folders together raise no "several incident files" problem."""
+    import fr_otel
+
+    by_trace: dict[str, list[Path]] = {}
+    for i in r.incidents:
+        folder = (tmp / str(i["file"])).parent
+        by_trace.setdefault(json.loads((folder / "incident.json").read_text())["trace_id"], []).append(folder)
+
+    def blamed(doc: dict[str, Any]) -> set[int]:
+        return {c["rank"] for c in doc["culprits"] if c["kind"] != "unknown"}
+
+    for k in nodes:
+        for i in _on(r, k):
+            doc = fr_otel.analyze_incident((tmp / str(i["file"])).parent).to_dict()
+            assert blamed(doc) == set(ranks), f"node{k}'s folder alone: {doc['culprits']}\n{_story(r)}"
+    for trace, folders in by_trace.items():
+        doc = fr_otel.analyze_incident(folders).to_dict()
+        assert blamed(doc) == set(ranks), f"{trace} over {folders}: {doc['culprits']}\n{_story(r)}"
+        assert not [p for p in doc["problems"] if "several incident files" in p], doc["problems"]
+
+
 def _story(r: CaseResult) -> str:
     return "\n".join([*r.agent_lines[-30:], *(str(i) for i in r.incidents)])[-6000:]
 
@@ -98,7 +123,8 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
     """node1 cut off, node2 frozen, node1's workers killed: within 30 s of the fault some node's verdict names
     the host as lost (its ranks, when it was last heard, the step its group was in), in the log line, incident.json,
     the trace root and incident.html, and so does every incident in each survivor's folder (cut off, frozen); the
-    cut-off node's own incident blames only its own ranks; the survivors exit within the no-agent control plus the
+    cut-off node's own incident blames only its own ranks, and read offline each survivor's folder, alone or with the
+    others of its incident, blames only the cut-off node's ranks; the survivors exit within the no-agent control plus the
     exit budget; nothing says healthy."""
     truth = FAULTS[fault]
     host = f"node{truth.node}"
@@ -112,6 +138,7 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
                for i in named), _story(r)
     if fault == "partition":
         _own_incident_is_cut_off(r, truth.node)
+        _offline_blames(tmp_path, r, truth.ranks, tuple(others))
     first = min(named, key=lambda i: i["written_s"])
     assert first["written_s"] <= 30, _story(r)
     finding = next(h for h in first["hosts"] if h["host"] == host)
@@ -132,7 +159,7 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
 def test_when_the_stores_host_is_lost_every_side_names_it_and_nobody_is_held(tmp_path: Path) -> None:
     """node0 (the store's host) partitioned: node1's and node2's own incidents name node0 as the suspect, ranks
     0-1, step 12 (the store stopped answering, the other survivor still answers at its published address), none
-    calls itself cut off; node0's names itself cut off with only ranks 0-1 as culprits; nobody calls the healthy
+    calls itself cut off; node0's names itself cut off with only ranks 0-1 as culprits; read offline, node1's and node2's folders, alone or together, blame only ranks 0-1; nobody calls the healthy
     ranks culprits, every node writes its verdict, and every rank exits within control + budget."""
     r = _run("store_host", tmp_path)
     assert _naming(r, "node0", "store_lost"), _story(r)
@@ -140,6 +167,7 @@ def test_when_the_stores_host_is_lost_every_side_names_it_and_nobody_is_held(tmp
         assert _on(r, k) and all(_names_lost(i, "node0", (0, 1), ("store_lost",)) for i in _on(r, k)), _story(r)
         assert not any(h["state"] == "cut_off" for i in _on(r, k) for h in i["hosts"]), _story(r)
     _own_incident_is_cut_off(r, 0)
+    _offline_blames(tmp_path, r, (0, 1), (1, 2))
     for i in r.incidents:
         blamed = {c["rank"] for c in i["culprits"] if c["kind"] != "unknown"}
         assert blamed <= {0, 1}, f"healthy ranks blamed: {_story(r)}"
