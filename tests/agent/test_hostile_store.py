@@ -31,12 +31,17 @@ from fr_otel.common.ids import trace_id_for
 from fr_otel.common.ports import unused_tcp_port
 
 WORLD = 4
+_USED_PORTS: set[int] = set()
 
 
 @pytest.fixture
 def port() -> Any:
-    """A real TCPStore server on loopback, its port (the server lives as long as the test)."""
+    """A real TCPStore server on loopback, its port: one no earlier test of this process used (a TCPStore
+    server of an earlier test can outlive it on its port, and a client could reach that one's keys)."""
     port = unused_tcp_port()
+    while port in _USED_PORTS:
+        port = unused_tcp_port()
+    _USED_PORTS.add(port)
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
     yield port
     del server
@@ -48,49 +53,38 @@ def _forger(port: int) -> Any:
     return dist.PrefixStore("fr_otel/job/", client)
 
 
+class _Lines(logging.Handler):
+    """The agent logger's records, kept here: the agent's set-up stops that logger's propagation, and pytest's
+    caplog swaps its handler per test phase, so neither sees every line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+_AGENT_LINES = _Lines()
+
+
 @pytest.fixture(autouse=True)
-def _agent_log_reaches_caplog(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """The agent's logger may not reach caplog's root handler whatever ran earlier in this process (an agent
-    started earlier stops its propagation; a logging.config call elsewhere disables existing loggers): undo
-    both for the test, so the forgery lines are seen."""
-    chain = [logging.getLogger(name) for name in ("fr_otel", "fr_otel.agent")]
-    before = [(one.propagate, one.disabled) for one in chain]
-    for one in chain:
-        one.propagate, one.disabled = True, False
+def _agent_lines() -> Iterator[None]:
+    agent_log = logging.getLogger("fr_otel.agent")
+    _AGENT_LINES.lines.clear()
+    agent_log.addHandler(_AGENT_LINES)
     yield
-    for one, (propagates, disabled) in zip(chain, before):
-        one.propagate, one.disabled = propagates, disabled
+    agent_log.removeHandler(_AGENT_LINES)
 
 
 def _forgery_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "forged or stale" in r.getMessage()]
+    return [line for line in _AGENT_LINES.lines if "forged or stale" in line]
 
 
 def _counted(me: IncidentRank) -> CountingStore:
     counted = CountingStore(me.channel.store._store)  # type: ignore[attr-defined]
     me.channel.store._store = counted  # type: ignore[attr-defined]
     return counted
-
-
-def test_a_forged_node_counter_reads_no_more_nodes_than_the_job_has_and_a_later_leader_is_still_heard(
-        tmp_path: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
-    """``nodes`` bumped by 20,000 in a 4-rank job: reading the node heartbeats takes a few requests (not one
-    per forged number), a leader that registers afterwards gets a number within the job and its ranks are
-    heard, and two reads say the forgery once."""
-    caplog.set_level(logging.WARNING, logger="fr_otel.agent")
-    _forger(port).add("nodes", 20_000)
-    leader = node_rank(tmp_path, port, 0, poll=0.2)
-    assert leader.node is not None
-    leader.node.beat(time.time_ns(), 3)  # the leader's node heartbeat: registers its number first
-    assert leader.node.number is not None and 1 <= leader.node.number <= WORLD
-    me = flat_rank(tmp_path, port, 2, world=WORLD)
-    counted = _counted(me)
-    hosts, relayed = read_heartbeats(me)
-    read_heartbeats(me)
-    assert relayed == {0} and hosts == {0: "node-a"}
-    assert counted.requests < 50, counted.requests  # 20,000 node keys: thousands of round trips
-    lines = [line for line in _forgery_lines(caplog) if "nodes reads" in line]  # the leader's own line aside
-    assert len(lines) == 1 and "node counter" in lines[0], lines
 
 
 def test_a_node_heartbeat_naming_a_hundred_thousand_ranks_is_dropped_whole(
@@ -119,6 +113,27 @@ def _bomb(inflated: int) -> bytes:
     parts.append(deflater.compress(b'"}'))
     parts.append(deflater.flush())
     return b"".join(parts)
+
+
+def test_a_forged_node_counter_reads_no_more_nodes_than_the_job_has_and_a_later_leader_is_still_heard(
+        tmp_path: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """``nodes`` bumped by 20,000 in a 4-rank job: reading the node heartbeats takes a few requests (not one
+    per forged number), a leader that registers afterwards gets a number within the job and its ranks are
+    heard, and two reads say the forgery once."""
+    caplog.set_level(logging.WARNING, logger="fr_otel.agent")
+    _forger(port).add("nodes", 20_000)
+    leader = node_rank(tmp_path, port, 0, poll=0.2)
+    assert leader.node is not None
+    leader.node.beat(time.time_ns(), 3)  # the leader's node heartbeat: registers its number first
+    assert leader.node.number is not None and 1 <= leader.node.number <= WORLD
+    me = flat_rank(tmp_path, port, 2, world=WORLD)
+    counted = _counted(me)
+    hosts, relayed = read_heartbeats(me)
+    read_heartbeats(me)
+    assert relayed == {0} and hosts == {0: "node-a"}
+    assert counted.requests < 50, counted.requests  # 20,000 node keys: thousands of round trips
+    lines = [line for line in _forgery_lines(caplog) if "nodes reads" in line]  # the leader's own line aside
+    assert len(lines) == 1 and "node counter" in lines[0], lines
 
 
 def test_a_zlib_bomb_as_an_incident_s_files_inflates_no_further_than_the_bound_and_leaves_no_file(
