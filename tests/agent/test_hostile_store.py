@@ -31,17 +31,12 @@ from fr_otel.common.ids import trace_id_for
 from fr_otel.common.ports import unused_tcp_port
 
 WORLD = 4
-_USED_PORTS: set[int] = set()
 
 
 @pytest.fixture
 def port() -> Any:
-    """A real TCPStore server on loopback, its port: one no earlier test of this process used (a TCPStore
-    server of an earlier test can outlive it on its port, and a client could reach that one's keys)."""
+    """A real TCPStore server on loopback, its port (the server lives as long as the test)."""
     port = unused_tcp_port()
-    while port in _USED_PORTS:
-        port = unused_tcp_port()
-    _USED_PORTS.add(port)
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
     yield port
     del server
@@ -51,6 +46,14 @@ def _forger(port: int) -> Any:
     """Anyone who reaches the store's port: a client writing straight into the job's keys."""
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
     return dist.PrefixStore("fr_otel/job/", client)
+
+
+def _plant(forger: Any, key: str, value: str | bytes) -> None:
+    """``set`` and wait until the server holds it: a TCPStore ``set`` returns before the server has taken the
+    value (a 2 MB one took long enough on a loaded box that the rank under test read before it landed); a
+    ``check`` on the same connection is answered only after the ``set`` sent before it."""
+    forger.set(key, value)
+    assert forger.check([key]), f"{key} not in the store after its set"
 
 
 class _Lines(logging.Handler):
@@ -95,7 +98,7 @@ def test_a_node_heartbeat_naming_a_hundred_thousand_ranks_is_dropped_whole(
     forger = _forger(port)
     forger.add("nodes", 1)
     now = time.time_ns()
-    forger.set("nhb/1", json.dumps({"host": "ghost", "leader": 0, "t": now,
+    _plant(forger, "nhb/1", json.dumps({"host": "ghost", "leader": 0, "t": now,
                                     "ranks": {str(r): now for r in range(100_000)}}))
     me = flat_rank(tmp_path, port, 2, world=WORLD)
     hosts, relayed = read_heartbeats(me)
@@ -144,7 +147,7 @@ def test_a_zlib_bomb_as_an_incident_s_files_inflates_no_further_than_the_bound_a
     caplog.set_level(logging.WARNING, logger="fr_otel.agent")
     bomb = _bomb(256 << 20)
     assert len(bomb) < 1 << 20
-    _forger(port).set("i/1/files", bomb)
+    _plant(_forger(port), "i/1/files", bomb)
     me = flat_rank(tmp_path, port, 1, world=WORLD)
     folder = tmp_path / "incident"
     folder.mkdir()
@@ -185,7 +188,7 @@ def test_forged_incident_owners_are_never_joined_and_each_kind_is_said_once(
              json.dumps({**_MEANT, "rank": 1, "time_ns": now}),
              json.dumps({**_MEANT, "time_ns": now + 3600 * 10**9}), json.dumps({**_MEANT, "time_ns": now})]
     for k in range(1, 31):
-        forger.set(f"i/{k}/owner", kinds[(k - 1) % len(kinds)])
+        _plant(forger, f"i/{k}/owner", kinds[(k - 1) % len(kinds)])
     member, raiser = _runner(tmp_path, port, 1), _runner(tmp_path, port, 0)
     assert member.join_open() == []
     assert member._taken == 0 and not list(tmp_path.glob("rank1/*/fr_trace_rank_1"))
