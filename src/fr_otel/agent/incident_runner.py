@@ -310,16 +310,18 @@ class IncidentRunner:
         return self._work.wait_idle(timeout)
 
     def flush(self, reason: str, timeout: float | None = None, *, raise_new: bool = True,
-              deadline: float | None = None) -> bool:
-        """Join any open incident, else raise one (``raise_new``); wait, until ``deadline`` (else
-        ``timeout``, else ``flush_timeout`` from now), for this rank's part and the verdict if this
-        rank raised it. Never waits past the deadline: not for the store, not for the poll thread's
-        lock, not for the work. True when all of it finished."""
+              deadline: float | None = None, unless_sequel: bool = False) -> bool:
+        """Join any open incident, else raise one (``raise_new``; with ``unless_sequel``, only when this is
+        no :meth:`sequel`, judged once the poll thread's lock is held: a join it made meanwhile counts);
+        wait, until ``deadline`` (else ``timeout``, else ``flush_timeout`` from now), for this rank's part and
+        the verdict if this rank raised it. Never waits past the deadline: not for the store, not for the
+        poll thread's lock, not for the work. True when all of it finished."""
         if deadline is None:
             deadline = time.monotonic() + (self.me.config.flush_timeout if timeout is None else timeout)
         with self.me.health.guard(f"flush ({reason})"), self.me.channel.link.deadline(deadline):
             if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
                 before = self._taken  # forged owners skipped meanwhile are no incident joined
+                raise_new = raise_new and not (unless_sequel and self.sequel())
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
@@ -358,7 +360,7 @@ class IncidentRunner:
             with self.me.health.guard("reading which collectives the failure ended"):
                 self.failed = self._failed_now(why)
             log.debug("collectives the failure ended: %s", [tuple(m[:2]) for m in self.failed])
-        self.flush(reason, raise_new=not self.sequel(), deadline=deadline)
+        self.flush(reason, unless_sequel=True, deadline=deadline)
 
     def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:
         in_flight = {g.name: g.inflight_seq for g in self._tracker.statuses if g.inflight_seq is not None}
@@ -375,7 +377,7 @@ class IncidentRunner:
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck and not self.sequel(), deadline=deadline - EXIT_COPY_RESERVE_S)
+                   raise_new=stuck, unless_sequel=True, deadline=deadline - EXIT_COPY_RESERVE_S)
         self.leave_exit_copy(deadline)
 
     def at_exit(self, deadline: float) -> None:

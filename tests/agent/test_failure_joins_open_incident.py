@@ -1,0 +1,77 @@
+"""One event, one incident number: a rank whose collective fails as a peer crashes joins the incident another
+rank raised for that crash, even when its poll thread joins it between the failure and its own flush (seen on
+a loaded 3-host lab: two ranks' "Connection closed by peer" became incidents 1 and 2). Real TCPStore on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs the torch extra")
+
+from support.node_ranks import flat_rank
+
+from fr_otel.agent.incident_runner import IncidentRunner
+from fr_otel.agent.poller import ProgressTracker
+from fr_otel.common.ports import unused_tcp_port
+
+CRASH = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1955")
+
+
+@pytest.fixture
+def port() -> Any:
+    port = unused_tcp_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    yield port
+    del server
+
+
+def _runner(tmp_path: Path, port: int, rank: int) -> IncidentRunner:
+    """Rank ``rank`` of a flat 4-rank job; a raiser waits up to 5 s for the ranks it heard from."""
+    me = flat_rank(tmp_path / f"rank{rank}", port, rank, world=4, gather_seconds=5.0)
+    recorder = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []})
+    return IncidentRunner(dataclasses.replace(me, read_recorder=lambda: recorder), ProgressTracker())
+
+
+def test_a_failure_whose_incident_the_poll_thread_joined_meanwhile_raises_no_second_one(
+        tmp_path: Path, port: int) -> None:
+    """Rank 0 raises incident 1 for the crash; rank 1's collective fails and, while its exit path waits for the
+    runner's lock, its poll thread joins incident 1: rank 1 takes part in incident 1 only, and no incident 2
+    is raised."""
+    raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
+    rank1.poll([])  # heard from: the raiser's incident stays open until rank 1's part is in
+    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    asked = threading.Event()
+    sequel = rank1.sequel
+
+    def watched_sequel() -> bool:
+        asked.set()
+        return sequel()
+    rank1.sequel = watched_sequel  # type: ignore[method-assign]
+    with rank1._lock:  # the poll thread's turn: the exit path waits for it
+        failing = threading.Thread(target=rank1.at_exception, args=(CRASH, time.monotonic() + 20))
+        failing.start()
+        asked.wait(0.5)  # the old code judged "sequel" here, before the lock, and found none
+        assert len(rank1.join_open()) == 1
+    failing.join(30)
+    assert not failing.is_alive()
+    assert rank1._known == 1 and rank1._taken == 1
+    assert rank1.me.channel.owner(2) is None, "a second incident for the same crash"
+    rank1.stop(5)
+    raiser.stop(5)
+
+
+def test_a_failure_with_no_incident_open_still_raises_one(tmp_path: Path, port: int) -> None:
+    """The control: the same failure on a rank that took part in nothing raises incident 1."""
+    rank1 = _runner(tmp_path, port, 1)
+    rank1.at_exception(CRASH, time.monotonic() + 20)
+    owner = rank1.me.channel.owner(1)
+    assert owner is not None and owner["rank"] == 1 and "Connection closed by peer" in owner["reason"]
+    rank1.stop(5)
