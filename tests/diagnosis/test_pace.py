@@ -140,3 +140,59 @@ def test_offline_analysis_of_the_incident_folder_says_what_the_live_stall_verdic
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == verdict
     assert [c["rank"] for c in doc["culprits"]] == ([2] if verdict == "hang" else [])
+
+
+def _rank0_held_up_others(folder: Path | None = None) -> ReadResult:
+    """A fast job (steps of milliseconds) whose rank 0 has not enqueued the 21st all_reduce that ranks 1-3 entered
+    2 s before the dumps (written to ``folder``, dated then): past any stall the learnt pace asks (1 s at least),
+    well short of the agent's."""
+    b = DumpBuilder(4)
+    for _ in range(20):
+        b.collective(b.world)
+    b.collective(b.world, ranks=[1, 2, 3], done=False)
+    dumped = b.clock + 2 * 10**9
+    read = ReadResult()
+    for r in range(4):
+        if folder is not None:
+            path = folder / f"rank_{r}"
+            path.write_bytes(b.dump(r))
+            os.utime(path, ns=(dumped, dumped))
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=dumped)  # type: ignore[assignment]
+    return read
+
+
+def test_a_slow_host_incident_raised_while_the_job_ran_calls_no_wait_younger_than_the_agents_stall_a_hang() -> None:
+    """A slow-host incident's ranks are dumped while the job runs; a rank starved of CPU for 2 s (its coordinator's
+    own work on a loaded box) holds the others up past the learnt pace, not past the agent's 60 s stall threshold
+    that it was raised under: not a hang (the snapshot alone still says hang)."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+
+    read = _rank0_held_up_others()
+    snapshot = analyze(build_job(read))
+    assert snapshot.verdict == "hang" and [c.rank for c in snapshot.culprits] == [0]
+    running = analyze(build_job(read), AnalysisOptions(running_stall_s=60.0))
+    assert running.verdict != "hang" and running.culprits == [] and running.ages.threshold_s == 60.0
+
+
+@pytest.mark.parametrize(("root", "verdict"), [
+    ((("fr_otel.incident.reason", "slow: host node1 holds up group 0 (default_pg)"),
+      ("fr_otel.incident.detected.threshold_s", 60.0)), "healthy"),
+    ((("fr_otel.incident.reason", "slow: host node1 holds up group 0 (default_pg)"),), "hang"),
+    ((("fr_otel.incident.reason", "manual"), ("fr_otel.incident.detected.threshold_s", 60.0)), "hang"),
+])
+def test_offline_analysis_of_a_slow_host_incident_folder_weighs_waits_as_the_agent_did(
+        tmp_path: Path, run_cli, root: tuple[tuple[str, object], ...], verdict: str) -> None:
+    """`fr-otel analyze` of a slow-host incident's folder (its reason and the agent's stall threshold) calls the
+    2 s wait no hang; without the threshold, or for another reason, the snapshot's own pace decides."""
+    from fr_otel.common.ids import trace_id_for
+    from fr_otel.incident.files import write_identity
+    from fr_otel.read.incident_file import IncidentIdentity
+
+    _rank0_held_up_others(tmp_path)
+    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
+                                              root_attributes=root))
+    proc = run_cli("analyze", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == verdict

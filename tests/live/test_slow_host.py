@@ -56,6 +56,15 @@ def _held_up_lines(lab: Lab) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def _slow_history(prom: LabPrometheus, slowed: float) -> str:
+    """What the rules saw since the throttle (monotonic ``slowed``), every 5 s: each rank's and host's lateness,
+    the slow alerts' states."""
+    since = time.time() - (time.monotonic() - slowed)
+    return "\n".join(prom.history(expr, since) for expr in (
+        "rank_pg:fr_lateness:ratio", "host_pg:fr_lateness:ratio", "host_pg:fr_collectives_completed:rate",
+        'ALERTS{alertname=~"FrOtelSlow.*"}'))
+
+
 class _StepRate:
     """Steps per second of the slowest rank (by its step markers) from now until :meth:`rate` is read."""
 
@@ -104,8 +113,8 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
                     logged = time.monotonic() - slowed
                 time.sleep(1)
             assert alerted is not None and logged is not None, (
-                f"not named within {NAMED_WITHIN_S:g} s: alerts {prom.firing(SLOW_ALERTS)}, log "
-                f"{_held_up_lines(lab)}\n{job.logs()}")
+                f"not named within {NAMED_WITHIN_S:g} s (alert after {alerted} s, log line after {logged} s): alerts "
+                f"{prom.firing(SLOW_ALERTS)}, log {_held_up_lines(lab)}\n{_slow_history(prom, slowed)}\n{job.logs()}")
             slow_rate = slow.rate()
             wait_for(lambda: len(prom.firing("FrOtelSlowRank")) >= 2, 15, 1.0)
             alerts = prom.firing(SLOW_ALERTS)
@@ -126,6 +135,6 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
         ("FrOtelSlowHost", "node1", None), ("FrOtelSlowRank", "node1", "2"), ("FrOtelSlowRank", "node1", "3")}
     assert [(host, rank, who) for host, rank, who, _ in lines] == [("node0", "0", "node1 (ranks 2-3)")], lines
     summary = incident["summary"]
-    assert summary["verdict"] == "straggler", summary
+    assert summary["verdict"] == "straggler", json.dumps(summary, indent=1)[:6000]
     assert {c["rank"] for c in summary["culprits"]} == {2, 3}, summary["culprits"]
     assert traces == {incident["trace_id"]}, "the wait counters' exemplar is the slow host's incident trace"

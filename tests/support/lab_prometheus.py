@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,6 +78,12 @@ class LabPrometheus:
 
     def exemplars(self, expr: str, start: float, end: float) -> list[Exemplar]:
         return self._call(self.server.exemplars, expr, start, end)
+
+    def history(self, expr: str, since: float, step: float = 5.0) -> str:
+        """``expr``'s series from ``since`` to now, one line each (for a failure to explain itself)."""
+        rows = self._call(self.server.query_range, expr, since, time.time(), step)
+        return "\n".join(f"{expr}{labels}: " + " ".join(f"{t - since:.0f}s={v:.3g}" for t, v in values)
+                         for labels, values in rows) or f"{expr}: no series"
 
     def wait_for_targets(self, up: int | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
         return self._call(self.server.wait_for_targets, up, timeout)

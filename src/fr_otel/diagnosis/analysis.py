@@ -54,7 +54,8 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     notes: list[str] = [s.note for s in states if s.note and s.in_flight is not None]
     evidence: dict[int, list[Evidence]] = {}
 
-    clock = Clock.of(job, weigh=not options.ending, raised_over_s=options.raised_over_s)
+    clock = Clock.of(job, weigh=not options.ending, raised_over_s=options.raised_over_s,
+                     running_stall_s=options.running_stall_s)
     if options.ending:
         notes.append("the dumps were taken as the job ended: every wait counts, whatever its age")
     graph = WaitGraph()

@@ -202,22 +202,31 @@ class Clock:
     pace: Pace
     stall_seconds: float = DEFAULT_STALL_S
     raised_over_s: float | None = None  # the live agent's stall threshold for this incident: never asks more
+    running_stall_s: float | None = None  # a slow-host incident's: the live agent's stall threshold, never asks less
     young: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged not stuck
     old: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged stuck
     unknown: int = 0  # waits whose age could not be measured (counted stuck)
 
     @classmethod
-    def of(cls, job: Job, *, weigh: bool = True, raised_over_s: float | None = None) -> Clock:
+    def of(cls, job: Job, *, weigh: bool = True, raised_over_s: float | None = None,
+           running_stall_s: float | None = None) -> Clock:
         """``weigh``: False when the job is known to be ending (every wait then counts, whatever its age).
         ``raised_over_s``: the threshold the live agent raised this incident over, so the verdict never
         calls young the wait the agent has just called stuck (a short history, or ranks that started
-        seconds apart, can make the learnt pace ask for more)."""
+        seconds apart, can make the learnt pace ask for more). ``running_stall_s``: the live agent's stall
+        threshold when it raised this incident for a slow host, the job running: the verdict never calls
+        stuck a wait the agent had not."""
         dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None} if weigh else {}
-        return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s)
+        return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s,
+                   running_stall_s=running_stall_s)
 
     def threshold_s(self, timeout_ms: int | None = None) -> float:
         learnt = stall_threshold_s(timeout_ms, self.pace.normal_s, self.stall_seconds)
-        return learnt if self.raised_over_s is None else min(learnt, self.raised_over_s)
+        if self.raised_over_s is not None:
+            learnt = min(learnt, self.raised_over_s)
+        if self.running_stall_s is not None:
+            learnt = max(learnt, stall_threshold_s(timeout_ms, None, self.running_stall_s))
+        return learnt
 
     def earliest(self, ranks: Iterable[int]) -> int | None:
         """The earliest known dump time among ``ranks`` (None: none known)."""

@@ -55,6 +55,10 @@ class AnalysisOptions:
     # The live agent raised this incident for a wait older than this (its stall threshold): a wait as
     # old is a stall, even where the pace learnt from a short or uneven history asks for more.
     raised_over_s: float | None = None
+    # The live agent raised this incident for a slow host while the job ran, no wait past its stall threshold
+    # (this): a wait younger than that is the job's slowness caught mid-step, never a hang, however fast the
+    # learnt pace (a rank starved of CPU for a moment looks stuck against a 50 ms step).
+    running_stall_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..read.dump import RankDump
-from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s
+from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s, raised_running_s
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
@@ -195,13 +195,16 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
 def _analysis_options(plan: IncidentPlan, identity: IncidentIdentity | None) -> AnalysisOptions:
     """An incident raised as the job ended (an uncaught exception, SIGTERM: the live agent's reason,
     or the one incident.json recorded) counts every wait, however young: nothing will finish now.
-    A live stall incident counts a wait as old as the threshold it was raised over as a stall."""
+    A live stall incident counts a wait as old as the threshold it was raised over as a stall; a slow-host
+    incident, raised while the job ran, counts none younger than the agent's stall threshold."""
     live = plan.trace.root_attributes if plan.trace else ()
     root = live if any(k == REASON_ATTRIBUTE for k, _ in live) else (identity.root_attributes if identity else ())
     reason = next((str(v) for k, v in root if k == REASON_ATTRIBUTE), "")
     if ends_job(reason):
         return replace(plan.analysis, ending=True)
-    over = raised_over_s(root)
+    over, running = raised_over_s(root), raised_running_s(root)
+    if running is not None:
+        return replace(plan.analysis, running_stall_s=running)
     return plan.analysis if over is None else replace(plan.analysis, raised_over_s=over)
 
 

@@ -15,7 +15,7 @@ problem line.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,8 +31,9 @@ from .side_files import bounded_attributes, per_rank, read_side_file, side_file_
 
 __all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE",
            "REASON_ATTRIBUTE",
-           "ROOT_ATTRIBUTE_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity", "detected",
-           "dump_file_sizes", "ends_job", "find_identity", "merge_identities", "raised_over_s", "read_identity"]
+           "ROOT_ATTRIBUTE_PREFIX", "SLOW_REASON_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity",
+           "detected", "dump_file_sizes", "ends_job", "find_identity", "merge_identities", "raised_over_s",
+           "raised_running_s", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
@@ -57,6 +58,9 @@ DETECTED_KEYS = ("pg_name", "seq", "op", "age_s", "threshold_s")
 #: attribute with the threshold its wait was older than.
 STALL_REASON = "stall"
 THRESHOLD_ATTRIBUTE = DETECTED_PREFIX + "threshold_s"
+#: How the agent words the reason of an incident raised for a slow host or rank (:mod:`fr_otel.agent.slow_watch`):
+#: the job was running then, and its threshold attribute is the agent's stall threshold, which no wait had passed.
+SLOW_REASON_PREFIX = "slow: "
 
 
 def detected(root_attributes: Iterable[tuple[str, Any]]) -> dict[str, Any]:
@@ -72,9 +76,19 @@ def ends_job(reason: str) -> bool:
 def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
     """The threshold a live stall incident was raised over (its wait in flight was older), or None
     when the attributes are not a stall's or name no usable threshold."""
+    return _threshold(root_attributes, lambda reason: reason == STALL_REASON)
+
+
+def raised_running_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
+    """The live agent's stall threshold when it raised a slow-host incident (the job was running, no wait had
+    passed it), or None when the attributes are not a slow incident's or name no usable threshold."""
+    return _threshold(root_attributes, lambda reason: reason.startswith(SLOW_REASON_PREFIX))
+
+
+def _threshold(root_attributes: Iterable[tuple[str, Any]], reason_is: Callable[[str], bool]) -> float | None:
     attrs = dict(root_attributes)
-    value = attrs.get(THRESHOLD_ATTRIBUTE)
-    if attrs.get(REASON_ATTRIBUTE) != STALL_REASON or not is_exact_number(value) or not 0 < value < 1e9:
+    value, reason = attrs.get(THRESHOLD_ATTRIBUTE), attrs.get(REASON_ATTRIBUTE)
+    if not isinstance(reason, str) or not reason_is(reason) or not is_exact_number(value) or not 0 < value < 1e9:
         return None
     return float(value)
 
