@@ -196,3 +196,22 @@ def test_offline_analysis_of_a_slow_host_incident_folder_weighs_waits_as_the_age
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == verdict
+
+
+def test_a_slow_host_incident_counts_a_wait_whose_age_a_compact_recorder_cannot_tell_as_no_stall() -> None:
+    """Node leaders send compact recorders (no enqueue times): a wait's age is then unknown, which a snapshot counts
+    as stuck; in a slow-host incident every rank's agent had vouched that none of its waits passed its stall
+    threshold, so it is not (seen live: a straggler incident came out 'hang' from a summary's unknown ages)."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.pace import Clock
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+
+    job = build_job(_rank0_held_up_others())
+    assert Clock.of(job).stuck(None, 1) and not Clock.of(job, running_stall_s=60.0).stuck(None, 1)
+    assert Clock.of(job).past(None) and not Clock.of(job, running_stall_s=60.0).past(None)
+    undated = ReadResult()  # dumps with no time at all: every age unknown
+    for r, d in _rank0_held_up_others().dumps.items():
+        d.file_mtime_ns = None
+        undated.dumps[r] = d
+    assert analyze(build_job(undated)).verdict == "hang"
+    assert analyze(build_job(undated), AnalysisOptions(running_stall_s=60.0)).verdict != "hang"

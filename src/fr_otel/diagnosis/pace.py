@@ -244,19 +244,22 @@ class Clock:
 
     def stuck(self, created_ns: int | None, rank: int, others_at: int | None = None, *, what: str = "",
               timeout_ms: int | None = None) -> bool:
-        """Whether this op in flight is old enough to be a stall (True when its age is unknown);
-        remembered for the verdict's evidence."""
+        """Whether this op in flight is old enough to be a stall (when its age is unknown: True, unless the job
+        was running when the incident was raised); remembered for the verdict's evidence."""
         age = self.age_s(created_ns, rank, others_at)
         if age is None:
             self.unknown += 1
-            return True
+            return self.running_stall_s is None
         stuck = self.past(age, timeout_ms)
         (self.old if stuck else self.young).append((age, rank, what))
         return stuck
 
     def past(self, age_s: float | None, timeout_ms: int | None = None) -> bool:
-        """``age_s`` is a stall (an unknown age counts as one)."""
-        return age_s is None or age_s >= self.threshold_s(timeout_ms)
+        """``age_s`` is a stall (an unknown age counts as one, unless the job was running when the incident
+        was raised: every rank's agent then vouched that none of its waits had passed its stall threshold)."""
+        if age_s is None:
+            return self.running_stall_s is None
+        return age_s >= self.threshold_s(timeout_ms)
 
     @property
     def weighed(self) -> bool:
@@ -268,5 +271,6 @@ class Clock:
 
     def summary(self) -> Ages:
         return Ages(known=bool(self.dumped), threshold_s=self.threshold_s(), wait_s=self.pace.wait_s,
-                    run_s=self.pace.run_s, pause_s=self.pace.pause_s, stuck=len(self.old) + self.unknown,
+                    run_s=self.pace.run_s, pause_s=self.pace.pause_s,
+                    stuck=len(self.old) + (self.unknown if self.running_stall_s is None else 0),
                     young=len(self.young), oldest_young=self.oldest_young(), oldest_stuck=max(self.old, default=None))

@@ -57,7 +57,8 @@ class AnalysisOptions:
     raised_over_s: float | None = None
     # The live agent raised this incident for a slow host while the job ran, no wait past its stall threshold
     # (this): a wait younger than that is the job's slowness caught mid-step, never a hang, however fast the
-    # learnt pace (a rank starved of CPU for a moment looks stuck against a 50 ms step).
+    # learnt pace (a rank starved of CPU for a moment looks stuck against a 50 ms step); a wait whose age a
+    # compact recorder cannot tell is not counted stuck either (the agents' stall detectors had not fired).
     running_stall_s: float | None = None
 
 
