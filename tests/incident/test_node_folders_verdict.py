@@ -92,6 +92,21 @@ def test_a_node_folder_alone_says_which_ranks_it_holds_and_where_the_others_dump
     assert "rank(s) 0-1 of 6" in note and "node2 (ranks 4-5)" in note and "incident.json" in note
 
 
+def test_a_node_folder_alone_shows_every_fact_its_incident_file_holds_of_a_lost_host(tmp_path: Path) -> None:
+    """The recorded verdict's host lines keep what the live verdict said of the lost host: the step its group was
+    in when it went silent and the address its agent was probed at, besides its last-heard step (seen in the lab:
+    node0's folder alone lost the step 12 the live verdict had)."""
+    folder = tmp_path / "node0"
+    shutil.copytree(DATA / "partition" / "node0", folder)
+    doc = json.loads((folder / "incident.json").read_text())
+    doc["summary"]["hosts"][0].update(group_step=12, probed="10.213.0.2:9740")
+    (folder / "incident.json").write_text(json.dumps(doc))
+    host = fr_otel.analyze_incident(folder).to_dict()["hosts"][0]
+    assert (host["host"], host["state"], host["last_step"], host["group_step"], host["probed"]) == (
+        "node1", "lost", 11, 12, "10.213.0.2:9740")
+    assert "in step 12 when it went silent" in host["sentence"]
+
+
 def test_the_host_no_other_node_reaches_is_cut_off_even_with_its_own_dumps_read() -> None:
     """The store's host partitioned: its own dumps are among the inputs, yet node1 and node2 reached each
     other and not it, so node0 is the one cut off (not an inconclusive collective nobody finished)."""

@@ -121,10 +121,11 @@ def _finding(doc: dict[str, Any]) -> HostFinding | None:
     host, state = _text(doc.get("host")), doc.get("state")
     if host is None or not isinstance(state, str):
         return None
-    heard, step, before, answered = (doc.get(k) for k in ("last_heard_ns", "last_step", "silent_before_stall_s",
-                                                          "answered"))
+    heard, step, before, answered, group_step = (doc.get(k) for k in (
+        "last_heard_ns", "last_step", "silent_before_stall_s", "answered", "group_step"))
     return HostFinding(host, tuple(_ints(doc.get("ranks"))), tuple(_ints(doc.get("missing"))),
                        tuple(_ints(doc.get("blamed"))), state, heard if type(heard) is int else None,
                        float(before) if isinstance(before, (int, float)) and type(before) is not bool else None,
                        answered if type(answered) is bool else None, doc.get("store") is True,
-                       step if type(step) is int else None)
+                       step if type(step) is int else None, group_step if type(group_step) is int else None,
+                       _text(doc.get("probed")))
