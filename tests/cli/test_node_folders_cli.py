@@ -3,8 +3,11 @@ no "several incident files" line; folders of different incidents keep that line.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "node-folders"
 NODES = [str(DATA / "partition" / n) for n in ("node0", "node1", "node2")]
@@ -48,3 +51,25 @@ def test_report_and_export_of_one_folder_of_node_subfolders_name_the_cut_off_nod
     out = run_cli("export", str(folder), "--out", str(tmp_path / "trace"), "-q")
     assert out.returncode == 0, out.stderr
     assert [p.name for p in (tmp_path / "trace").iterdir()] == [f"fr-otel-trace-{TRACE}.jsonl"]
+
+
+@pytest.mark.parametrize(("incident", "first_line", "host"), [
+    ("partition", "fr-otel: HANG — culprit rank(s) 2-3; node1 cut off", ("node1", "cut_off", 12)),
+    ("store_host", "fr-otel: HANG — culprit rank(s) 0-1; node0 cut off", ("node0", "cut_off", 12)),
+    ("code_hang", "fr-otel: HANG — culprit rank(s) 5", None),
+    ("two_nodes_one_host", "fr-otel: HANG — culprit rank(s) 3", None),
+])
+def test_analyze_of_one_folder_of_node_subfolders_says_the_coordinators_verdict_and_no_several_incident_files(
+        run_cli, incident: str, first_line: str, host: tuple[str, str, int] | None) -> None:
+    """Each real incident's node folders copied into one folder (a subfolder per node, the documented layout):
+    `analyze` names the coordinator's culprits (and the host no other node reached, with its group's step), and
+    says nothing of several incident files, in the text and in --json."""
+    folder = str(DATA / incident)
+    out = run_cli("analyze", folder)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == first_line
+    assert "several incident files" not in out.stdout + out.stderr
+    doc = json.loads(run_cli("analyze", folder, "--json").stdout)
+    assert not [p for p in doc["problems"] if "incident file" in p], doc["problems"]
+    if host is not None:
+        assert [(h["host"], h["state"], h["group_step"]) for h in doc["hosts"]] == [host]

@@ -71,8 +71,8 @@ def _own_incident_is_cut_off(r: CaseResult, node: int) -> None:
 
 def _offline_blames(tmp: Path, r: CaseResult, ranks: tuple[int, ...], nodes: tuple[int, ...]) -> None:
     """Read offline after the job, as a user would: each of ``nodes``' incident folders alone, and every node's
-    folders of one incident (one trace id) together, blame exactly ``ranks`` (ranks only "unknown" aside), and
-    the folders together raise no "several incident files" problem."""
+    folders of one incident (one trace id) together, blame exactly ``ranks`` (ranks only "unknown" aside), name
+    their host lost or cut off in step 12, and the folders together raise no "several incident files" problem."""
     import fr_otel
 
     by_trace: dict[str, list[Path]] = {}
@@ -80,16 +80,24 @@ def _offline_blames(tmp: Path, r: CaseResult, ranks: tuple[int, ...], nodes: tup
         folder = (tmp / str(i["file"])).parent
         by_trace.setdefault(json.loads((folder / "incident.json").read_text())["trace_id"], []).append(folder)
 
+    host = f"node{ranks[0] // 2}"
+
     def blamed(doc: dict[str, Any]) -> set[int]:
         return {c["rank"] for c in doc["culprits"] if c["kind"] != "unknown"}
+
+    def named(doc: dict[str, Any]) -> bool:
+        return any(h["host"] == host and h["state"] in ("lost", "store_lost", "cut_off")
+                   and h.get("group_step") == FAULT_STEP for h in doc["hosts"])
 
     for k in nodes:
         for i in _on(r, k):
             doc = fr_otel.analyze_incident((tmp / str(i["file"])).parent).to_dict()
             assert blamed(doc) == set(ranks), f"node{k}'s folder alone: {doc['culprits']}\n{_story(r)}"
+            assert named(doc), f"node{k}'s folder alone: {doc['hosts']}\n{_story(r)}"
     for trace, folders in by_trace.items():
         doc = fr_otel.analyze_incident(folders).to_dict()
         assert blamed(doc) == set(ranks), f"{trace} over {folders}: {doc['culprits']}\n{_story(r)}"
+        assert named(doc), f"{trace} over {folders}: {doc['hosts']}\n{_story(r)}"
         assert not [p for p in doc["problems"] if "several incident files" in p], doc["problems"]
 
 
