@@ -255,6 +255,7 @@ class Lab:
         proc = LabProcess(node, argv, popen, out, err)
         self.processes.append(proc)
         self.track([popen.pid])
+        _wait_until_exec(popen, argv)
         return proc
 
     def on_host(self, node: int) -> list[str]:
@@ -369,6 +370,21 @@ class Lab:
         written = self._limits[node].set(cpu_fraction, self.pids(node))
         self._fault(f"slow {self.hostnames[node]} to {cpu_fraction:g} CPU ({written})")
         return written
+
+
+def _wait_until_exec(popen: subprocess.Popen[bytes], argv: Sequence[str], timeout: float = 60.0) -> None:
+    """Return once ``popen`` runs ``argv`` itself (or ended), not one of the wrappers before it: sh (dash) runs
+    ``hostname`` through vfork, and a host frozen between that vfork and its exec leaves sh in the
+    uninterruptible vfork wait (state D) until the thaw, never stopped (seen: a freeze check failed on it)."""
+    want = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    deadline = time.monotonic() + timeout
+    while popen.poll() is None and time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{popen.pid}/cmdline").read_bytes() in (want, b""):
+                return
+        except OSError:
+            return
+        time.sleep(0.005)
 
 
 def process_state(pid: int) -> str:
