@@ -61,7 +61,7 @@ def test_a_slow_store_call_of_the_leader_keeps_its_ranks_relayed(tmp_path: Path)
     import signal
     import threading
 
-    from support.store_process import store_process
+    from support.store_process import freeze, store_process
 
     from fr_otel.agent.node_channel import STALE_POLLS
 
@@ -72,7 +72,7 @@ def test_a_slow_store_call_of_the_leader_keeps_its_ranks_relayed(tmp_path: Path)
         leader.poll([])  # registers the node; a first board
         frozen_s = 4.0
         assert frozen_s > 2 * STALE_POLLS * POLL
-        os.kill(server.pid, signal.SIGSTOP)
+        freeze(server)
         began = time.monotonic()
         polling = threading.Thread(target=leader.poll, args=([],))
         polling.start()

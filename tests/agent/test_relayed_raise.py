@@ -98,17 +98,15 @@ def test_when_the_leader_finds_the_store_gone_its_member_raises_locally_at_once(
     """The store's server frozen (SIGSTOP): the leader's call times out and its board says the store is down.
     A member's stall then goes to a local incident on the member's next poll: no 3-poll wait for the leader
     (a leader's local incident is not on the board) and no store call of its own to time out first."""
-    import os
-    import signal
 
-    from support.store_process import store_process
+    from support.store_process import freeze, store_process
 
     with store_process() as (port, server):
         leader = IncidentRunner(node_rank(tmp_path, port, 0, POLL), ProgressTracker())
         member = IncidentRunner(node_rank(tmp_path, port, 1, POLL), ProgressTracker())
         leader.poll([])
         member.poll([])
-        os.kill(server.pid, signal.SIGSTOP)
+        freeze(server)
         leader.poll([])  # its store call times out (the link's 5 s): the board it writes says so
         assert member.me.node is not None and not leader.me.channel.reachable()
         began = time.monotonic()

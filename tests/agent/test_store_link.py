@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,31 +12,17 @@ from datetime import timedelta
 import pytest
 
 from fr_otel.agent.store_link import StoreLink, StoreUnavailable
-from fr_otel.common.ports import unused_tcp_port
 
 dist = pytest.importorskip("torch.distributed")
 
+from support.store_process import freeze, store_process  # noqa: E402 - needs torch
+
 
 @pytest.fixture
-def store_server() -> Iterator[tuple[subprocess.Popen[str], int]]:
+def store_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """A TCPStore master in its own process, so the test can freeze it like a lost host."""
-    port = unused_tcp_port()
-    code = textwrap.dedent(f"""
-        import time
-        from datetime import timedelta
-        import torch.distributed as dist
-        s = dist.TCPStore("127.0.0.1", {port}, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-        print("ready", flush=True)
-        time.sleep(120)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        yield proc, port
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait()
+    with store_process() as (port, server):
+        yield server, port
 
 
 def test_a_call_to_a_frozen_store_ends_within_its_timeout_and_the_next_fails_at_once(store_server) -> None:
@@ -47,7 +31,7 @@ def test_a_call_to_a_frozen_store_ends_within_its_timeout_and_the_next_fails_at_
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     link = StoreLink(timeout_s=1.0)
     assert link.call(lambda: client.check(["k"]), "check") is False
-    os.kill(proc.pid, signal.SIGSTOP)
+    freeze(proc)
     began = time.monotonic()
     with pytest.raises(StoreUnavailable, match="no answer"):
         link.call(lambda: client.check(["k"]), "check")
@@ -70,7 +54,7 @@ def test_a_callers_deadline_bounds_a_call_below_the_links_timeout(store_server) 
     proc, port = store_server
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     link = StoreLink(timeout_s=10.0)
-    os.kill(proc.pid, signal.SIGSTOP)
+    freeze(proc)
     began = time.monotonic()
     with link.deadline(time.monotonic() + 0.5), pytest.raises(StoreUnavailable):
         link.call(lambda: client.get("k"), "get")

@@ -57,8 +57,10 @@ class _Server:
                                         timeout=timedelta(seconds=10))
 
     def client(self) -> Any:
+        """A client: its connect may wait 10 s on a loaded box (2 s once timed out in CI); each call of a rank's
+        channel is bounded by the channel's own link (2 s) whatever the client's timeout."""
         return dist.TCPStore("127.0.0.1", self.port, is_master=False, wait_for_workers=False,
-                             timeout=timedelta(seconds=2))
+                             timeout=timedelta(seconds=10))
 
     def stop(self) -> None:
         self.store = None  # the last reference: the server closes every connection

@@ -6,10 +6,23 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fr_otel.common.ports import unused_tcp_port
+
+
+def freeze(server: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGSTOP ``server`` and return once it shows stopped: the signal is delivered when the kernel gets to it,
+    and a store call made before that is answered (a loaded box once let a "frozen" store answer the leader)."""
+    from support.lab import process_state
+
+    os.kill(server.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while process_state(server.pid) not in ("T", "t") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert process_state(server.pid) in ("T", "t"), f"store server {server.pid}: {process_state(server.pid)!r}"
 
 
 @contextmanager
