@@ -27,8 +27,6 @@ PACKAGE = SRC / "fr_otel"
 LARGE_MODULES: dict[str, str] = {
     "fr_otel.agent.config": "the options table: every setting's variable, flag, parser, help and range in one place",
     "fr_otel.agent.core": "the agent's lifecycle (start, the guarded poll loop, stop): to be split by idea with the agent's rooms",
-    "fr_otel.agent.incident_runner": "a rank's incident bookkeeping (raise, join, sequels, what a join covers and gives back, "
-                                     "the exit hooks): to be split by idea with the agent's incident room",
 }
 
 #: Lower layers first; a module may import its own layer and the layers listed before it.

@@ -273,8 +273,7 @@ class IncidentRunner:
         stalled = (meta.get("pg_name"), meta.get("seq"))  # and the collective it was raised for, which this
         if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
             self._covered.add((stalled[0], stalled[1]))
-        # Given back if no verdict came within the incident's whole budget (not an exit path's shorter one).
-        covered = self._covered - before if deadline is None else set()
+        covered = self._covered - before
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
         at = deadline
