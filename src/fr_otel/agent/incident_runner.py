@@ -266,41 +266,25 @@ class IncidentRunner:
         self._last_taken_part = time.monotonic()
         if self.me.node is not None and not local:
             self.me.node.incidents.append((k, meta))
-        before = set(self._covered)
         for g in self._tracker.statuses:  # what is stuck now is this incident's business
             if g.inflight_seq is not None:
                 self._covered.add((g.name, g.inflight_seq))
         stalled = (meta.get("pg_name"), meta.get("seq"))  # and the collective it was raised for, which this
         if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
             self._covered.add((stalled[0], stalled[1]))
-        covered = self._covered - before
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
         at = deadline
 
         def work() -> None:
             with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(at):
-                if not self._part(k, meta, owner, local, at):
-                    self._uncover(k, covered)
+                self._part(k, meta, owner, local, at)
         # The raiser's own incident, or this node's without the store, before queued joins.
         return self._work.put(work, 0 if owner or local else 1)
 
-    def _uncover(self, k: int, covered: set[tuple[str, int]]) -> None:
-        """Incident ``k``, joined, never had its verdict (its coordinator went away, or no raiser of this job
-        wrote it: anything that reaches the store can write a well-formed one): the collectives it covered here
-        are nobody's business again, so one still stuck raises an incident of its own instead of being hidden."""
-        if not covered:
-            return
-        with self._lock:
-            self._covered -= covered
-        log.warning("incident %d: no verdict came (its coordinator went away, or it was forged); what it covered "
-                    "here (%s) may raise an incident of its own", k,
-                    ", ".join(f"group {g} #{seq}" for g, seq in sorted(covered)[:4]))
-
-    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> bool:
+    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> None:
         """This rank's part in incident ``k``: through the store while it answers; when it fails during
-        the incident (its host went with the fault), this node's part without it, same number. False when, joined
-        through the store, it never had its verdict."""
+        the incident (its host went with the fault), this node's part without it, same number."""
         trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
         self.me.channel.forget_heard()  # a local verdict says only what was heard during this incident
         if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
@@ -310,7 +294,8 @@ class IncidentRunner:
         self.me.health.incident(trace_hex)
         if not local:
             try:
-                return flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
+                flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
+                return
             except StoreUnavailable as exc:
                 log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
                             k, one_line(exc, 200))
@@ -318,7 +303,6 @@ class IncidentRunner:
                     with self.me.health.guard("telling this node's ranks"):
                         self.me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
         take_part_locally(self.me, k, meta, deadline, part)
-        return True
 
     # -- asked for: flush, the exit hooks -----------------------------------------------
     def wait_idle(self, timeout: float) -> bool:

@@ -73,13 +73,11 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
 
 
 def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> bool:
+                   part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> None:
     """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
     coordinator's too when ``owner``. Raises :class:`~.store_link.StoreUnavailable` when the store fails before
     the verdict: the caller then reports this node's part without it (:mod:`.local_incident`). A member
-    stops waiting for the verdict once ``preempted()`` says other incident work waits. False when a member
-    waited out the incident's whole budget and no verdict came: none will (its coordinator is held to the same
-    budget)."""
+    stops waiting for the verdict once ``preempted()`` says other incident work waits."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     payload, written = part
     try:
@@ -99,10 +97,10 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
             me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
         if me.node is not None:
             me.node.ended_as(k, verdict=True)
-        return True
+        return
     if me.hosts.leader:
         fetch_files_later(me, k, folder, incident_budget_s(me) + 5)
-    return await_verdict(me, k, deadline, preempted)
+    await_verdict(me, k, deadline, preempted)
 
 
 def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
@@ -136,7 +134,7 @@ def incident_budget_s(me: IncidentRank) -> float:
     return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5
 
 
-def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable[[], bool] | None = None) -> bool:
+def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable[[], bool] | None = None) -> None:
     """Wait (one ``check`` per poll interval, until :data:`CONCLUDE_RESERVE_S` before ``deadline``) for
     the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
     its node may run, alive until the verdict exists (a rank of the store's node that exits at once
@@ -145,22 +143,18 @@ def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable
     A member whose node leader answers waits on its board instead (no store call: a node counts once in
     the store): the leader says when it saw the verdict, or that the store went away. It stops waiting
     when ``preempted()`` (another incident's work is queued: its part here is sent, and an incident whose
-    verdict never comes, forged or its raiser gone, must not hold the next one up for its whole budget).
-    False when the wait ran out with no verdict."""
+    verdict never comes, forged or its raiser gone, must not hold the next one up for its whole budget)."""
     until = deadline - CONCLUDE_RESERVE_S
     role = me.node
-    while time.monotonic() < until:
-        if preempted is not None and preempted():
-            return True  # not known to have failed: its verdict may still come
+    while time.monotonic() < until and not (preempted is not None and preempted()):
         word = role.verdict_word(k) if role is not None else "ask the store"
         if word == "lost":
             raise StoreUnavailable("this node's leader found the job's store gone during the incident")
         if word == "verdict" or (word == "ask the store" and me.channel.result(k) is not None):
             if role is not None:
                 role.ended_as(k, verdict=True)
-            return True
+            return
         time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
-    return False
 
 
 def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None:
