@@ -373,18 +373,21 @@ class Lab:
 
 
 def _wait_until_exec(popen: subprocess.Popen[bytes], argv: Sequence[str], timeout: float = 60.0) -> None:
-    """Return once ``popen`` runs ``argv`` itself (or ended), not one of the wrappers before it: sh (dash) runs
+    """Return once ``popen`` runs ``argv`` (or whatever it exec'd since, or ended), no longer a wrapper before it: sh (dash) runs
     ``hostname`` through vfork, and a host frozen between that vfork and its exec leaves sh in the
     uninterruptible vfork wait (state D) until the thaw, never stopped (seen: a freeze check failed on it)."""
-    want = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    wrappers = (b"ip\0netns\0exec\0", b"unshare\0", b"sh\0-c\0hostname ")  # :meth:`Lab.on_host`'s, in turn
     deadline = time.monotonic() + timeout
     while popen.poll() is None and time.monotonic() < deadline:
         try:
-            if Path(f"/proc/{popen.pid}/cmdline").read_bytes() in (want, b""):
-                return
+            cmdline = Path(f"/proc/{popen.pid}/cmdline").read_bytes()
         except OSError:
             return
+        if not cmdline.startswith(wrappers):  # the command itself (or what it exec'd since), or a zombie
+            return
         time.sleep(0.005)
+    if popen.poll() is None:
+        raise LabError(f"{list(argv)[:3]} still in its host's wrappers {timeout:g} s after it was started")
 
 
 def process_state(pid: int) -> str:
