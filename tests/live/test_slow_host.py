@@ -40,10 +40,7 @@ HELD_UP = re.compile(r"fr-otel\[rank (\d+)\]: (.*) has held up (.*)")
 
 def _env(out: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_", "TRAIN_LOOP_"))}
-    # 5 ms of CPU per step before the all_reduce: under the quota node1's ranks take far longer there, outside the
-    # collective, so the others wait for them (without it the quota mostly stretches the collective itself,
-    # which both sides share: node1's lateness then crept to 0.12 over the minute and the alert came late).
-    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_GLOO_TIMEOUT="120", TRAIN_LOOP_STEP_WORK="0.005",
+    env.update(OMP_NUM_THREADS="1", TRAIN_LOOP_STEPS="100000", TRAIN_LOOP_GLOO_TIMEOUT="120",
                FR_OTEL_OUT_DIR=str(out / "{node}"), FR_OTEL_LOG_LEVEL="info")
     return env
 

@@ -20,8 +20,6 @@ Environment:
 =========================  ================================================================
 TRAIN_LOOP_STEPS           steps (default 40)
 TRAIN_LOOP_STEP_SLEEP      seconds of "data loading" per step (default 0.05)
-TRAIN_LOOP_STEP_WORK       seconds of CPU time each step spends computing before its all_reduce (default 0): a host
-                           whose CPU is throttled takes longer here, outside the collective, as with real compute
 TRAIN_LOOP_PAUSE_STEP      a step whose "data loading" lasts TRAIN_LOOP_PAUSE_SECONDS instead (default: none):
                            a fault injected during it lands before that step's all_reduce, in that step
 TRAIN_LOOP_PAUSE_SECONDS   how long (default 0)
@@ -128,7 +126,6 @@ def main() -> int:
     rank = dist.get_rank()
     steps = int(_env("STEPS", "40"))
     pause = float(_env("STEP_SLEEP", "0.05"))
-    work = float(_env("STEP_WORK", "0"))
     long_step = int(_env("PAUSE_STEP", "-1"))
     long_pause = float(_env("PAUSE_SECONDS", "0"))
     hidden = int(_env("HIDDEN", "64"))
@@ -156,7 +153,6 @@ def main() -> int:
         if markers is not None:  # a reader may catch it half-written: it retries
             _mark(markers / f"step_rank_{rank}", json.dumps({"step": step, "time": time.time(), "host": host}))
         time.sleep(long_pause if step == long_step else pause)
-        _compute(work)
         x = torch.randn(32, hidden)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
@@ -189,13 +185,6 @@ def main() -> int:
         _mark(markers / f"done_rank_{rank}", str(time.time()))
     dist.destroy_process_group()
     return 0
-
-
-def _compute(cpu_s: float) -> None:
-    """Spend ``cpu_s`` seconds of this thread's CPU time (wall time stretches when the CPU is throttled)."""
-    until = time.thread_time() + cpu_s
-    while time.thread_time() < until:
-        pass
 
 
 if __name__ == "__main__":
