@@ -8,9 +8,7 @@ import dataclasses
 import pickle
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,17 +18,8 @@ from support.node_ranks import flat_rank
 
 from fr_otel.agent.incident_runner import IncidentRunner
 from fr_otel.agent.poller import ProgressTracker
-from fr_otel.common.ports import unused_tcp_port
 
 CRASH = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1955")
-
-
-@pytest.fixture
-def port() -> Any:
-    port = unused_tcp_port()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-    yield port
-    del server
 
 
 def _runner(tmp_path: Path, port: int, rank: int) -> IncidentRunner:

@@ -30,18 +30,8 @@ from fr_otel.agent.node_files import MAX_FILES_INFLATED, fetch_files_later
 from fr_otel.agent.poller import ProgressTracker
 from fr_otel.agent.store_gather import read_heartbeats
 from fr_otel.common.ids import trace_id_for
-from fr_otel.common.ports import unused_tcp_port
 
 WORLD = 4
-
-
-@pytest.fixture
-def port() -> Any:
-    """A real TCPStore server on loopback, its port (the server lives as long as the test)."""
-    port = unused_tcp_port()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-    yield port
-    del server
 
 
 def _forger(port: int) -> Any:

@@ -83,6 +83,18 @@ def test_incidents_raised_as_the_job_ends_count_every_wait_whatever_its_age() ->
     assert ending.verdict == "hang" and [(c.rank, c.kind) for c in ending.culprits] == [(1, "not_enqueued")]
 
 
+def _dumped(b: DumpBuilder, dumped: int, folder: Path | None) -> ReadResult:
+    """The builder's 4 ranks as read at ``dumped`` (and written to ``folder``, dated then)."""
+    read = ReadResult()
+    for r in range(4):
+        if folder is not None:
+            path = folder / f"rank_{r}"
+            path.write_bytes(b.dump(r))
+            os.utime(path, ns=(dumped, dumped))
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=dumped)  # type: ignore[assignment]
+    return read
+
+
 def _late_start_stall(folder: Path | None = None) -> ReadResult:
     """Rank 2 started 3 s after the others (the job's first all_reduce waited for it), then never enqueued
     the 6th all_reduce; the dumps are taken 6 s into that wait (and written to ``folder``, dated then)."""
@@ -92,15 +104,7 @@ def _late_start_stall(folder: Path | None = None) -> ReadResult:
     for _ in range(4):
         b.collective(b.world)
     b.collective(b.world, ranks=[0, 1, 3], done=False)
-    dumped = b.clock + 6 * 10**9
-    read = ReadResult()
-    for r in range(4):
-        if folder is not None:
-            path = folder / f"rank_{r}"
-            path.write_bytes(b.dump(r))
-            os.utime(path, ns=(dumped, dumped))
-        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=dumped)  # type: ignore[assignment]
-    return read
+    return _dumped(b, b.clock + 6 * 10**9, folder)
 
 
 def test_a_live_stall_incident_counts_the_wait_it_was_raised_for_whatever_the_learnt_pace() -> None:
@@ -128,18 +132,23 @@ def test_offline_analysis_of_the_incident_folder_says_what_the_live_stall_verdic
         tmp_path: Path, run_cli, root: tuple[tuple[str, object], ...], verdict: str) -> None:
     """`fr-otel analyze` of the dumps with the incident.json a stall incident leaves (reason and threshold)
     names rank 2 as the live agent did; another reason, or no threshold, is weighed as a snapshot."""
+    _late_start_stall(tmp_path)
+    doc = _analyze_as_incident(tmp_path, run_cli, root)
+    assert doc["verdict"] == verdict
+    assert [c["rank"] for c in doc["culprits"]] == ([2] if verdict == "hang" else [])
+
+
+def _analyze_as_incident(folder: Path, run_cli, root: tuple[tuple[str, object], ...]) -> dict[str, object]:
+    """`fr-otel analyze --json` of ``folder``'s dumps beside the incident.json a live incident with ``root`` leaves."""
     from fr_otel.common.ids import trace_id_for
     from fr_otel.incident.files import write_identity
     from fr_otel.read.incident_file import IncidentIdentity
 
-    _late_start_stall(tmp_path)
-    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
-                                              root_attributes=root))
-    proc = run_cli("analyze", str(tmp_path), "--json")
+    write_identity(folder, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
+                                            root_attributes=root))
+    proc = run_cli("analyze", str(folder), "--json")
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["verdict"] == verdict
-    assert [c["rank"] for c in doc["culprits"]] == ([2] if verdict == "hang" else [])
+    return json.loads(proc.stdout)
 
 
 def _rank0_held_up_others(folder: Path | None = None) -> ReadResult:
@@ -150,15 +159,7 @@ def _rank0_held_up_others(folder: Path | None = None) -> ReadResult:
     for _ in range(20):
         b.collective(b.world)
     b.collective(b.world, ranks=[1, 2, 3], done=False)
-    dumped = b.clock + 2 * 10**9
-    read = ReadResult()
-    for r in range(4):
-        if folder is not None:
-            path = folder / f"rank_{r}"
-            path.write_bytes(b.dump(r))
-            os.utime(path, ns=(dumped, dumped))
-        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=dumped)  # type: ignore[assignment]
-    return read
+    return _dumped(b, b.clock + 2 * 10**9, folder)
 
 
 def test_a_slow_host_incident_raised_while_the_job_ran_calls_no_wait_younger_than_the_agents_stall_a_hang() -> None:
@@ -185,23 +186,14 @@ def test_offline_analysis_of_a_slow_host_incident_folder_weighs_waits_as_the_age
         tmp_path: Path, run_cli, root: tuple[tuple[str, object], ...], verdict: str) -> None:
     """`fr-otel analyze` of a slow-host incident's folder (its reason and the agent's stall threshold) calls the
     2 s wait no hang; without the threshold, or for another reason, the snapshot's own pace decides."""
-    from fr_otel.common.ids import trace_id_for
-    from fr_otel.incident.files import write_identity
-    from fr_otel.read.incident_file import IncidentIdentity
-
     _rank0_held_up_others(tmp_path)
-    write_identity(tmp_path, IncidentIdentity(job_id="job-1", incident="1", trace_id=f"{trace_id_for('job-1', '1'):032x}",
-                                              root_attributes=root))
-    proc = run_cli("analyze", str(tmp_path), "--json")
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["verdict"] == verdict
+    assert _analyze_as_incident(tmp_path, run_cli, root)["verdict"] == verdict
 
 
 def test_a_slow_host_incident_counts_a_wait_whose_age_a_compact_recorder_cannot_tell_as_no_stall() -> None:
     """Node leaders send compact recorders (no enqueue times): a wait's age is then unknown, which a snapshot counts
-    as stuck; in a slow-host incident every rank's agent had vouched that none of its waits passed its stall
-    threshold, so it is not (seen live: a straggler incident came out 'hang' from a summary's unknown ages)."""
+    as stuck; in a slow-host incident, raised while no agent had raised a stall, it is not (seen live: a straggler
+    incident came out 'hang' from a summary's unknown ages)."""
     from fr_otel import analyze
     from fr_otel.diagnosis.pace import Clock
     from fr_otel.diagnosis.verdict import AnalysisOptions

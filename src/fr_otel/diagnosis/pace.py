@@ -256,7 +256,7 @@ class Clock:
 
     def past(self, age_s: float | None, timeout_ms: int | None = None) -> bool:
         """``age_s`` is a stall (an unknown age counts as one, unless the job was running when the incident
-        was raised: every rank's agent then vouched that none of its waits had passed its stall threshold)."""
+        was raised for a slow host, while no agent had raised a stall)."""
         if age_s is None:
             return self.running_stall_s is None
         return age_s >= self.threshold_s(timeout_ms)
