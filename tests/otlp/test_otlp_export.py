@@ -27,7 +27,9 @@ from fr_otel.testing.spans import synthetic_spans
 KIB = 1024
 SPANS = synthetic_spans(200, ranks=4)
 SPAN_IDS = Counter(format(s.context.span_id, "016x") for s in SPANS)
-SLACK_S = 0.3  # scheduling noise allowed on top of a deadline
+# On top of a deadline: the spool write that follows it, and scheduling on a loaded 2-core box (1.34 s seen for a
+# 1 s deadline with four test workers). An export that waits on the collector instead takes its 10 s timeout.
+SLACK_S = 1.0
 
 
 def grpc_config(endpoint: str, **kwargs: object) -> ExportConfig:

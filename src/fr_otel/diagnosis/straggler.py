@@ -9,9 +9,9 @@ replica dimension: same pipeline stage, same tensor-parallel rank), on the same 
 same kind of group. Its expected lateness is what its equals show there (their median, or
 the smaller of two); with no equal (one rank per role), the group's median stands in, as
 before. A rank whose lateness beyond that expectation is over the threshold is a straggler:
-all along (a median over the recent collectives), or from a change point on (late in at least
-80% of at least ``straggler_min_collectives`` collectives since, mostly on time before). The
-change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
+from a change point on (over at least ``straggler_min_collectives`` collectives since, mostly
+on time before), else all along (over the recent collectives). Over means the median, or, for
+bursty lateness, the mean with at least a quarter of the collectives late. The change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
 the last to arrive). Series are per op, so a rank late only before its reduce_scatter is not
 diluted by the all_gathers it reaches on time. Needs no CUDA events. A constant clock offset
 between hosts looks the same: the evidence says so.
@@ -30,7 +30,7 @@ from .verdict import AnalysisOptions, Evidence
 
 __all__ = ["find_stragglers"]
 
-_ONSET_LATE_SHARE = 0.8  # late in at least this share of the collectives since the change point (or a late median)
+_BURST_LATE_SHARE = 0.25  # late in at least this share (and late on average), when the median is under the threshold
 # Groups of these kinds hold data-parallel replicas: a rank's position in them is not its role.
 _REPLICA_KIND = re.compile(r"data|(?<![a-z])dp(?![a-z])", re.IGNORECASE)
 
@@ -56,6 +56,7 @@ class _Finding:
     onset: int | None  # index of the change point; None: late all along
     late_share: float
     median_s: float  # median lateness beyond expectation, since the onset (or overall)
+    mean_s: float  # the same, on average: what the others wait for it
     before_s: float | None  # before the onset
     p90_s: float
     expected_s: float
@@ -157,7 +158,7 @@ def _expected(peers: list[float]) -> float:
 
 
 def _judge(s: _Series, res: list[float], expected: float, equals: int, options: AnalysisOptions) -> _Finding | None:
-    """Late all along, or from a change point on; None when neither holds."""
+    """Late from a change point on (mostly on time before), else late all along; None when neither holds."""
     threshold = options.straggler_threshold_s
     n = len(res)
     late = [x >= threshold for x in res]
@@ -168,21 +169,24 @@ def _judge(s: _Series, res: list[float], expected: float, equals: int, options: 
         score += -2 if late[i - 1] else 2  # move seq i-1 to "before"
         if score > best_score:
             best, best_score = i, score
-    after = res[best:]
-    if len(after) < options.straggler_min_collectives or not late[best]:
+    after, before = res[best:], res[:best]
+    if (best and len(after) >= options.straggler_min_collectives and late[best]
+            and _held_up(after, late[best:], threshold) and not _held_up(before, late[:best], threshold)):
+        return _Finding(s, best, sum(late[best:]) / len(after), statistics.median(after), statistics.fmean(after),
+                        statistics.median(before), _p90(after), expected, equals)
+    # No onset (or the part before it was late too): the whole window, judged alike.
+    if n < options.straggler_min_collectives or not _held_up(res, late, threshold):
         return None
-    share = sum(late[best:]) / len(after)
-    median = statistics.median(after)
-    if best == 0:
-        if median < threshold:
-            return None
-        return _Finding(s, None, share, median, None, _p90(after), expected, equals)
-    before = res[:best]
-    # Late since the change point: in most of the collectives (bursty lateness, e.g. a host whose CPU
-    # quota runs out now and then, leaves a few on time), or typically (the median, as all along).
-    if (share < _ONSET_LATE_SHARE and median < threshold) or sum(late[:best]) * 2 >= len(before):
-        return None
-    return _Finding(s, best, share, median, statistics.median(before), _p90(after), expected, equals)
+    return _Finding(s, None, sum(late) / n, statistics.median(res), statistics.fmean(res), None, _p90(res),
+                    expected, equals)
+
+
+def _held_up(res: list[float], late: list[bool], threshold: float) -> bool:
+    """Late typically (the median), or late often and by the threshold on average: a host whose CPU quota
+    runs out now and then makes its ranks 40, 90, 140 ms late in turn, some under the threshold, and what
+    the others wait for is the mean."""
+    return (statistics.median(res) >= threshold
+            or (sum(late) >= _BURST_LATE_SHARE * len(res) and statistics.fmean(res) >= threshold))
 
 
 def _p90(values: list[float]) -> float:
@@ -200,13 +204,13 @@ def _evidence(job: Job, f: _Finding) -> Evidence:
         n_late = round(f.late_share * f.count)
         most = "the last" if n_late == f.count else f"{n_late} of the last"
         text = (f"rank {s.rank} enqueued {most} {f.count} {what} on {label} late, since #{seq}: a median "
-                f"{f.median_s * 1e3:.0f} ms after its peers (before #{seq}: {f.before_s * 1e3:.0f} ms){like}; "
-                "no collective is stuck")
+                f"{f.median_s * 1e3:.0f} ms after its peers (mean {f.mean_s * 1e3:.0f} ms; before #{seq}: "
+                f"{f.before_s * 1e3:.0f} ms){like}; no collective is stuck")
         return Evidence(CulpritKind.STRAGGLER, s.group.name, seq, text)
     n_late = round(f.late_share * len(s.seqs))
     text = (f"rank {s.rank} enqueued {n_late} of {len(s.seqs)} recent {what} on {label} late, a median "
-            f"{f.median_s * 1e3:.0f} ms after its peers (p90 {f.p90_s * 1e3:.0f} ms){like}; no collective is "
-            "stuck (a constant offset could also be clock skew between hosts)")
+            f"{f.median_s * 1e3:.0f} ms after its peers (mean {f.mean_s * 1e3:.0f} ms, p90 {f.p90_s * 1e3:.0f} ms)"
+            f"{like}; no collective is stuck (a constant offset could also be clock skew between hosts)")
     return Evidence(CulpritKind.STRAGGLER, s.group.name, None, text)
 
 

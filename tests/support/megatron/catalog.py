@@ -159,11 +159,11 @@ def truncated_bystander(culprit: int = 10, bystander: int = 11, *, step: int = 4
     return s
 
 
-def slow_host(slow: tuple[int, ...] = (2, 3), *, from_step: int = 12, steps: int = 20, extra_s: float = 0.45,
-              spread_s: float = 0.1, seed: int = 5) -> Scenario:
+def slow_host(slow: tuple[int, ...] = (2, 3), *, from_step: int = 12, steps: int = 20,
+              extra_s: float | tuple[float, ...] = 0.45, spread_s: float = 0.1, seed: int = 5) -> Scenario:
     """The slow-host job: six data-parallel ranks, two per host, one gradient all_reduce per step; from
-    ``from_step`` on, host 1's two ranks take ``extra_s`` (give or take ``spread_s``) more CPU before
-    it, equally slow, so each is the last to arrive about half the time."""
+    ``from_step`` on, host 1's two ranks take ``extra_s`` (give or take ``spread_s``; several: in turn)
+    more CPU before it, equally slow, so each is the last to arrive about half the time."""
     from .engine import simulate
 
     lay = Layout(tp=1, pp=1, dp=6, gpus_per_node=2)

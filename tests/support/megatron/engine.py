@@ -91,8 +91,9 @@ class _Rank:
     stall_at: int | None = None  # pc of the collective its GPU never finishes
     dead_at: float | None = None
     override: dict[int, Instr] = field(default_factory=dict)  # pc -> a changed instruction (mismatch)
-    extra: tuple[frozenset[int], float, int, float] | None = None  # (positions, CPU s, from step, spread s)
+    extra: tuple[frozenset[int], tuple[float, ...], int, float] | None = None  # (positions, CPU s in turn, from, spread s)
     extra_done: int = -1  # last pc the extra time was spent before
+    extra_count: int = 0  # how many times it was
     prep_done: int = -1  # last pc whose launch preparation (Kernel.cpu) was spent
     records: list[Record] = field(default_factory=list)
     seq: dict[str, int] = field(default_factory=dict)
@@ -108,7 +109,8 @@ class Faults:
     gpu_stall: dict[int, Target] = field(default_factory=dict)  # its GPU never finishes it (peers do)
     calls: dict[int, tuple[Target, Callable[[Coll], Coll]]] = field(default_factory=dict)  # mismatch
     dead: dict[int, float] = field(default_factory=dict)  # rank -> when it dies
-    # CPU seconds before every op so tagged: (tag, seconds[, from step, give or take seconds])
+    # CPU seconds before every op so tagged: (tag, seconds[, from step, give or take seconds]); seconds may be a
+    # tuple, taken in turn (from a place of its own per rank): a CPU quota that runs out now and then
     extra_cpu: dict[int, tuple] = field(default_factory=dict)
 
 
@@ -160,7 +162,8 @@ def simulate(layout: Layout, steps: int, timing: Timing | None = None, faults: F
             landed[r] = base[st.stall_at % len(base)]
         if r in f.extra_cpu:
             tag, dt, since, spread = (*f.extra_cpu[r], 0, 0.0)[:4]
-            st.extra = (frozenset(i for i, ins in enumerate(base) if ins.tag == tag), dt, since, spread)
+            st.extra = (frozenset(i for i, ins in enumerate(base) if ins.tag == tag),
+                        dt if isinstance(dt, tuple) else (dt,), since, spread)
     meets: dict[tuple, _Meet] = {}
     fault_time: dict[int, float] = {}
     step_start: dict[int, float] = {}
@@ -227,8 +230,9 @@ def simulate(layout: Layout, steps: int, timing: Timing | None = None, faults: F
             ins = st.override.get(pc) or base[at]
             if st.extra is not None and at in st.extra[0] and st.extra_done < pc and step >= st.extra[2]:
                 wobble = jitter[(pc * 7 + r * 13) % 997] - 1.0  # within +-0.03
-                st.cpu += st.extra[1] + st.extra[3] * wobble / 0.03
-                st.extra_done = pc
+                turns = st.extra[1]
+                st.cpu += turns[(st.extra_count + 3 * r) % len(turns)] + st.extra[3] * wobble / 0.03
+                st.extra_done, st.extra_count = pc, st.extra_count + 1
             kind = type(ins)
             if kind is Cpu:
                 st.cpu += ins.dt
