@@ -16,16 +16,22 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 
 from support.node_ranks import flat_rank
 
+from fr_otel.agent import incident_memory
 from fr_otel.agent.incident_runner import IncidentRunner
 from fr_otel.agent.poller import ProgressTracker
+from fr_otel.agent.state import GroupStatus
 
 CRASH = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1955")
 
 
-def _runner(tmp_path: Path, port: int, rank: int) -> IncidentRunner:
-    """Rank ``rank`` of a flat 4-rank job; a raiser waits up to 5 s for the ranks it heard from."""
+def _runner(tmp_path: Path, port: int, rank: int, retired: dict[int, bool] | None = None) -> IncidentRunner:
+    """Rank ``rank`` of a flat 4-rank job; a raiser waits up to 5 s for the ranks it heard from. Its recorder
+    holds gloo all_reduces #seq of the world group, ``retired`` or not."""
     me = flat_rank(tmp_path / f"rank{rank}", port, rank, world=4, gather_seconds=5.0)
-    recorder = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []})
+    entries = [{"process_group": ("0", "default_pg"), "collective_seq_id": seq, "is_p2p": False,
+                "profiling_name": "gloo:all_reduce", "state": "scheduled", "retired": done}
+               for seq, done in (retired or {}).items()]
+    recorder = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": entries})
     return IncidentRunner(dataclasses.replace(me, read_recorder=lambda: recorder), ProgressTracker())
 
 
@@ -64,3 +70,45 @@ def test_a_failure_with_no_incident_open_still_raises_one(tmp_path: Path, port: 
     owner = rank1.me.channel.owner(1)
     assert owner is not None and owner["rank"] == 1 and "Connection closed by peer" in owner["reason"]
     rank1.stop(5)
+
+
+def _world(completed: int, inflight: int | None = None) -> tuple[GroupStatus, ...]:
+    return (GroupStatus("0", "default_pg", (0, 1, 2, 3), 0, completed + (inflight is not None), completed,
+                        inflight_seq=inflight),)
+
+
+@pytest.mark.parametrize("seen", ["in flight", "retired"])
+def test_a_failure_long_after_joining_with_no_collective_completed_since_is_that_incidents_sequel(
+        tmp_path: Path, port: int, monkeypatch: pytest.MonkeyPatch, seen: str) -> None:
+    """Rank 1 joins the crash's incident between collectives (#41 done, #42 not yet entered, so it covers
+    nothing); its #42 fails past the sequel window (seen on a loaded lab: incident 2 for one crash), whether
+    its poll saw #42 in flight or gloo had already retired it: no collective completed since it took part,
+    so it joins incident 1 and raises none."""
+    monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
+    raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1, retired={41: True, 42: True})
+    rank1._tracker.statuses = _world(41)
+    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert len(rank1.join_open()) == 1
+    rank1._tracker.statuses = _world(41, inflight=42) if seen == "in flight" else _world(42)
+    rank1.at_exception(CRASH, time.monotonic() + 20)
+    assert rank1.me.channel.owner(2) is None, "a second incident for the same crash"
+    assert [(f.group, f.seq) for f in rank1.failed] == [("0", 42)]
+    rank1.stop(5)
+    raiser.stop(5)
+
+
+def test_a_failure_after_training_went_on_past_the_incident_raises_a_new_one(
+        tmp_path: Path, port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: rank 1 took part in incident 1, then completed #42 and #43; #44 fails: a new incident."""
+    monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
+    raiser = _runner(tmp_path, port, 0)
+    rank1 = _runner(tmp_path, port, 1, retired={42: True, 43: True, 44: True})
+    rank1._tracker.statuses = _world(41)
+    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert len(rank1.join_open()) == 1
+    rank1._tracker.statuses = _world(43, inflight=44)
+    rank1.at_exception(CRASH, time.monotonic() + 20)
+    owner = rank1.me.channel.owner(2)
+    assert owner is not None and owner["rank"] == 1, "a failure after training went on is a new incident"
+    rank1.stop(5)
+    raiser.stop(5)

@@ -209,7 +209,7 @@ def test_the_incident_cap_holds_for_incidents_joined_from_the_store_and_from_a_n
     caplog.set_level(logging.WARNING, logger="fr_otel.agent")
     raiser = _runner(tmp_path, port, 0, max_incidents=5)
     for seq in (7, 8, 9):
-        raiser._covered.clear()
+        raiser._memory.covered.clear()
         assert raiser.raise_incident("test", {"pg_name": "0", "seq": seq}) is not None
     member = _runner(tmp_path, port, 1, max_incidents=2)
     assert len(member.join_open()) == 2 and member._taken == 2

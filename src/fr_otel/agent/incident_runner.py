@@ -28,6 +28,7 @@ from ..common.log import logger
 from ..common.text import one_line
 from ..read.failed import FailedCollective
 from .failure import collective_failure, failed_collectives
+from .incident_memory import IncidentMemory
 from .incident_rank import IncidentRank
 from .incident_queue import IncidentQueue
 from .incident_work import flush_incident, incident_budget_s, own_part, publish_final
@@ -39,7 +40,7 @@ from .store_gather import read_heartbeats
 from .store_link import StoreUnavailable
 from .store_trust import describe_owner, owner_problem, stall_detail
 
-__all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "SEQUEL_WINDOW_S", "IncidentRunner"]
+__all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "IncidentRunner"]
 
 #: Seconds of the exit budget kept for this rank's exit copy (one store write, bounded) whatever
 #: incident work is still pending: the copy is what later incidents have of a rank that finished early.
@@ -47,9 +48,6 @@ EXIT_COPY_RESERVE_S = 1.0
 
 log = logger("fr_otel.agent")
 
-#: A crash this soon after taking part in an incident is most likely its sequel, even when the
-#: collectives it covered moved on.
-SEQUEL_WINDOW_S = 10.0
 #: A peer that received SIGTERM this recently is the job ending, not a new hang to blame it for.
 ENDING_WINDOW_S = 60.0
 
@@ -67,10 +65,9 @@ class IncidentRunner:
         self._tracker = tracker
         self._lock = threading.RLock()
         self._known = 0  # highest incident number handled
-        self._covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
+        self._memory = IncidentMemory()  # what the incidents this rank took part in cover
         self._cap_warned = False
         self._taken = 0  # incidents this rank took part in (what max_incidents caps)
-        self._last_taken_part = float("-inf")  # monotonic time this rank last took part in one
         self._terminating_since: dict[int, float] = {}  # rank -> when this rank first saw its SIGTERM
         self._work = IncidentQueue()
         #: Collectives a failure ended, that the backend recorded as completed (see :mod:`.failure`).
@@ -183,7 +180,7 @@ class IncidentRunner:
                     self._take_part(k, meta, owner=False)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
-        return [s for s in stalls if s.key not in self._covered]
+        return [s for s in stalls if s.key not in self._memory.covered]
 
     def raise_for(self, stalls: list[Stall]) -> None:
         """Raise an incident for the oldest stall no incident covers yet (after joining those raised
@@ -201,7 +198,7 @@ class IncidentRunner:
             if terminating:
                 for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
                     if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
-                        self._covered.add((s.group.name, s.group.inflight_seq))
+                        self._memory.covered.add((s.group.name, s.group.inflight_seq))
                     gone = sorted(set(s.group.ranks) & set(terminating))
                     log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident "
                                 "%s): the job is ending; no new incident", s.group.op or "collective",
@@ -263,15 +260,9 @@ class IncidentRunner:
                    local: bool = False) -> threading.Event:
         self._known = max(self._known, k)
         self._taken += 1
-        self._last_taken_part = time.monotonic()
+        self._memory.took_part(self._tracker.statuses, meta)
         if self.me.node is not None and not local:
             self.me.node.incidents.append((k, meta))
-        for g in self._tracker.statuses:  # what is stuck now is this incident's business
-            if g.inflight_seq is not None:
-                self._covered.add((g.name, g.inflight_seq))
-        stalled = (meta.get("pg_name"), meta.get("seq"))  # and the collective it was raised for, which this
-        if isinstance(stalled[0], str) and type(stalled[1]) is int:  # rank may not have entered yet
-            self._covered.add((stalled[0], stalled[1]))
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
         at = deadline
@@ -336,19 +327,10 @@ class IncidentRunner:
             return self.wait_idle(deadline - time.monotonic())
         return False
 
-    def unresolved(self) -> bool:
-        """An incident this rank took part in still stands: a collective it covers has not been
-        followed by a later one on this rank (a backend that gave up on it retires it as if it had
-        completed: gloo after its timeout, NCCL on abort; only progress past it resolves it)."""
-        if not self._covered:
-            return False
-        done = {g.name: g.completed for g in self._tracker.statuses}
-        return any(name in done and done[name] <= seq for name, seq in self._covered)
-
     def sequel(self) -> bool:
-        """A failure now belongs to the incident already open (its watchdog's abort, a peer that
-        went away): it joins that incident rather than raising a new one."""
-        return self.unresolved() or time.monotonic() - self._last_taken_part < SEQUEL_WINDOW_S
+        """A failure now belongs to an incident this rank took part in (see :mod:`.incident_memory`): it joins
+        that incident rather than raising a new one."""
+        return self._memory.sequel(self._tracker.statuses, self.failed)
 
     def at_exception(self, exc: BaseException, deadline: float) -> None:
         """An uncaught exception in training: raise an incident for it, unless it is a sequel. A
@@ -374,7 +356,7 @@ class IncidentRunner:
         an incident if a collective no incident covers is in flight; then the exit copy."""
         with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
             self.me.channel.announce_termination(self.me.rank, self._known)
-        stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._covered
+        stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._memory.covered
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
                    raise_new=stuck, unless_sequel=True, deadline=deadline - EXIT_COPY_RESERVE_S)

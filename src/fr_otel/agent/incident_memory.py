@@ -1,0 +1,73 @@
+"""What a rank remembers of the incidents it took part in, to tell a sequel from a new incident.
+
+A hang's aftermath comes later than the hang and from elsewhere: the watchdog's abort, a collective
+that fails because a peer went away, SIGTERM from the launcher. Each reaches every rank on its own
+schedule (a rank in its data loading when a host crashed fails in its next collective, seconds or
+a timeout later, when the first incident may be over), and none of them is a new incident. So a
+failure is a sequel while an incident this rank took part in still stands: a collective it covered
+was never followed by a later one, the part was taken moments ago, or this rank has completed no
+collective since, save the ones the failure itself ended (a backend retires a failed collective
+as if it had completed: gloo after its timeout, NCCL on abort).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..read.failed import FailedCollective
+from .state import GroupStatus
+
+__all__ = ["SEQUEL_WINDOW_S", "IncidentMemory"]
+
+#: A crash this soon after taking part in an incident is most likely its sequel, even when the
+#: collectives it covered moved on.
+SEQUEL_WINDOW_S = 10.0
+
+
+class IncidentMemory:
+    """The collectives earlier incidents cover, when this rank last took part, and how far it had come."""
+
+    def __init__(self) -> None:
+        self.covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
+        self.last_taken_part = float("-inf")  # monotonic time this rank last took part in one
+        self._completed_then: dict[str, int] | None = None  # each group's last completed seq at that part
+
+    def took_part(self, statuses: Iterable[GroupStatus], meta: Mapping[str, Any]) -> None:
+        """This rank takes part in an incident: what is stuck now is that incident's business, and so is the
+        collective it was raised for, which this rank may not have entered yet."""
+        self.last_taken_part = time.monotonic()
+        self._completed_then = {}
+        for g in statuses:
+            self._completed_then[g.name] = g.completed
+            if g.inflight_seq is not None:
+                self.covered.add((g.name, g.inflight_seq))
+        stalled = (meta.get("pg_name"), meta.get("seq"))
+        if isinstance(stalled[0], str) and type(stalled[1]) is int:
+            self.covered.add((stalled[0], stalled[1]))
+
+    def unresolved(self, statuses: Iterable[GroupStatus]) -> bool:
+        """A collective an incident covers has not been followed by a later one on this rank (only
+        progress past it resolves it: a backend that gave up on it retires it as if it had completed)."""
+        if not self.covered:
+            return False
+        done = {g.name: g.completed for g in statuses}
+        return any(name in done and done[name] <= seq for name, seq in self.covered)
+
+    def progressed(self, statuses: Iterable[GroupStatus], failed: Iterable[FailedCollective]) -> bool:
+        """Some collective completed on this rank since it last took part, other than one a failure ended."""
+        if self._completed_then is None:
+            return True
+        ended = {(f.group, f.seq) for f in failed}
+        for g in statuses:
+            then = self._completed_then.get(g.name, 0)
+            if any((g.name, seq) not in ended for seq in range(then + 1, g.completed + 1)):
+                return True
+        return False
+
+    def sequel(self, statuses: Iterable[GroupStatus], failed: Iterable[FailedCollective]) -> bool:
+        """A failure now belongs to an incident this rank took part in, rather than being a new one."""
+        groups = list(statuses)
+        return (self.unresolved(groups) or time.monotonic() - self.last_taken_part < SEQUEL_WINDOW_S
+                or not self.progressed(groups, failed))
