@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -104,6 +105,21 @@ def test_a_holdup_that_comes_and_goes_faster_than_it_lasts_is_not_said() -> None
         said += watch.judge(_rank_waits(slow), clock.t)
         clock.t += PUBLISH_EVERY_S
     assert len(said) == 1 and "for 15 s" in said[0]
+
+
+def test_a_host_whose_ranks_cross_the_threshold_one_after_the_other_is_said_once_from_the_first() -> None:
+    """Rank 2 alone late at the first two comparisons, then node1 whole, then rank 2 alone again: one line,
+    15 s after rank 2 was first seen, naming node1 and its ranks (seen on the throttled lab host: the line came
+    10 s later when each of them counted apart, and a second line could follow for rank 2)."""
+    clock, raised = Clock(), []
+    watch = SlowWatch(None, 0, 6, "node0", comparer=True, recent_op=lambda pg: "all_reduce",  # type: ignore[arg-type]
+                      on_holdup=lambda h, line: raised.append((h.host, h.ranks)), clock=clock)
+    rank2_alone = [dataclasses.replace(w, share=0.85) if w.rank == 3 else w for w in _rank_waits()]
+    said = []
+    for waits in [rank2_alone] * 2 + [_rank_waits()] * 2 + [rank2_alone] * 4:
+        said += watch.judge(waits, clock.t)
+        clock.t += PUBLISH_EVERY_S
+    assert said == [LINE] and raised == [("node1", (2, 3))], said
 
 
 def test_only_the_first_holdups_of_a_job_raise_incidents() -> None:

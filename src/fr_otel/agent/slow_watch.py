@@ -5,8 +5,8 @@ waiting ones needs everyone's. So every rank publishes a few bytes of its recent
 group to the job's store every :data:`PUBLISH_EVERY_S` (one bounded ``set``), and global rank 0
 fetches them all as often (a ``check`` and a ``multi_get`` per 256 ranks) and applies the rule of
 :mod:`fr_otel.diagnosis.lateness`, the one the Prometheus alerts apply. A holdup (a host whose
-ranks all wait far less than their group, or one such rank) seen for :data:`LOG_AFTER_S` gets one
-line::
+ranks all wait far less than their group, or one such rank) seen for :data:`LOG_AFTER_S` on one host
+(its ranks may cross the threshold one comparison apart) gets one line::
 
     node1 (ranks 2-3) has held up default_pg (group 0) for 15 s: peers wait 0.55 s per all_reduce,
     it waits 0.01 s (92% and 2% of their time)
@@ -89,8 +89,8 @@ class SlowWatch:
         self._timer = timer
         self._next_publish = 0.0
         self._next_compare = clock() + PUBLISH_EVERY_S
-        self._since: dict[tuple[str, str], float] = {}  # holdup -> when first seen
-        self._seen: dict[tuple[str, str], float] = {}  # holdup -> when last seen
+        self._since: dict[tuple[str, str], float] = {}  # (host, group) held up -> when first seen
+        self._seen: dict[tuple[str, str], float] = {}  # ... -> when last seen
         self._said: set[tuple[str, str]] = set()
         self.incidents = 0
         self.compare_s = 0.0  # what the last comparison cost (fetch, decode, judge)
@@ -151,14 +151,19 @@ class SlowWatch:
 
     def judge(self, waits: list[RankWait], now: float) -> list[str]:
         """Compare everyone's waits; log (and return) a line for each holdup seen long enough, and
-        for each one that ended."""
+        for each one that ended. A holdup is counted by its place (its host, in its group), whoever of
+        the host crosses the threshold at each comparison: a throttled host's ranks cross it one by one."""
         lines = []
-        found = {h.key: h for h in holdups(waits, self.stalled_after_s)}
-        for key, h in found.items():
-            self._seen[key] = now
-            since = self._since.setdefault(key, now)
-            if key not in self._said and now - since >= LOG_AFTER_S:
-                self._said.add(key)
+        at: dict[tuple[str, str], list[Holdup]] = {}
+        for h in holdups(waits, self.stalled_after_s):
+            at.setdefault((h.host, h.pg_name) if h.host else h.key, []).append(h)
+        for place, found in at.items():
+            self._seen[place] = now
+            since = self._since.setdefault(place, now)
+            if place in self._said or now - since < LOG_AFTER_S:
+                continue
+            self._said.add(place)
+            for h in found:
                 if h.pg_name not in self._ops:  # one full read of this rank's recorder per group, ever
                     self._ops[h.pg_name] = self._recent_op(h.pg_name)
                 line = describe(h, now - since, self._ops[h.pg_name])
@@ -167,15 +172,15 @@ class SlowWatch:
                 if self._on_holdup is not None and self.incidents < MAX_INCIDENTS:
                     self.incidents += 1
                     self._on_holdup(h, line)
-        for key, seen in list(self._seen.items()):
+        for place, seen in list(self._seen.items()):
             if now - seen < FORGET_AFTER_S:
                 continue
-            if key in self._said:
-                line = f"{key[0]} no longer holds up group {key[1]} (it did for {seen - self._since[key]:.0f} s)"
+            if place in self._said:
+                line = f"{place[0]} no longer holds up group {place[1]} (it did for {seen - self._since[place]:.0f} s)"
                 log.info("%s", line)
                 lines.append(line)
-            self._said.discard(key)
-            del self._seen[key], self._since[key]
+            self._said.discard(place)
+            del self._seen[place], self._since[place]
         return lines
 
 
