@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (if needed), type-check src/ (mypy) and run the whole test suite. Extra arguments go to pytest.
-# --fast (first): only the tests that start no real job and no lab (`-m "not gloo"`: every test that starts
-# one is marked gloo, the lab's too), the inner loop of a few minutes; the rest needs the full run.
+# --fast (first): only the tests that start no real job and no lab (every test that starts one is marked gloo,
+# the lab's too) and spend no quarter-minute of CPU alone (marked slow), the inner loop of under three minutes;
+# the rest needs the full run.
 set -euo pipefail
 select=()
 workers=(-n auto --maxprocesses 4)
@@ -9,7 +10,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   # Four workers even on two cores: the fast tier waits more than it computes (stores frozen on purpose,
   # incident budgets run out, Prometheus started): 216 s with two workers, 191 s with four, on the idle box.
-  select=(-m "not gloo")
+  select=(-m "not gloo and not slow")
   workers=(-n 4)
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -83,7 +83,7 @@ def test_a_failure_long_after_joining_with_no_collective_completed_since_is_that
     """Rank 1 joins the crash's incident between collectives (#41 done, #42 not yet entered, so it covers
     nothing); its #42 fails past the sequel window (seen on a loaded lab: incident 2 for one crash), whether
     its poll saw #42 in flight or gloo had already retired it: no collective completed since it took part,
-    so it joins incident 1 and raises none."""
+    so it raises none (its failure marks go in its exit copy)."""
     monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1, retired={41: True, 42: True})
     rank1._tracker.statuses = _world(41)
@@ -110,5 +110,21 @@ def test_a_failure_after_training_went_on_past_the_incident_raises_a_new_one(
     rank1.at_exception(CRASH, time.monotonic() + 20)
     owner = rank1.me.channel.owner(2)
     assert owner is not None and owner["rank"] == 1, "a failure after training went on is a new incident"
+    rank1.stop(5)
+    raiser.stop(5)
+
+
+def test_an_exception_of_the_training_code_long_after_joining_is_a_new_incident(
+        tmp_path: Path, port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rank, the same standstill since it took part, but its own code raises (no collective failed):
+    a new incident, not a sequel."""
+    monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
+    raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1, retired={41: True})
+    rank1._tracker.statuses = _world(41)
+    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert len(rank1.join_open()) == 1
+    rank1.at_exception(ValueError("a bad batch"), time.monotonic() + 20)
+    owner = rank1.me.channel.owner(2)
+    assert owner is not None and owner["rank"] == 1 and "ValueError" in owner["reason"]
     rank1.stop(5)
     raiser.stop(5)

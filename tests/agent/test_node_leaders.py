@@ -158,9 +158,9 @@ _BIG = pytest.mark.skipif(os.environ.get("FR_OTEL_SCALE_TESTS") != "1",
                           reason="more equivalence cases (4k/16k: minutes of CPU); set FR_OTEL_SCALE_TESTS=1")
 CASES = [
     pytest.param(1024, Fault("stopped", 341), id="1024-stopped", marks=_BIG),
-    pytest.param(1024, Fault("node_behind", 341), id="1024-node_behind"),
+    pytest.param(1024, Fault("node_behind", 341), id="1024-node_behind", marks=pytest.mark.slow),
     pytest.param(1024, Fault("gpu_stall", 341), id="1024-gpu_stall", marks=_BIG),
-    pytest.param(1024, Fault("lost_node", 341), id="1024-lost_node"),
+    pytest.param(1024, Fault("lost_node", 341), id="1024-lost_node", marks=pytest.mark.slow),
     pytest.param(4096, Fault("gpu_stall", 1365), id="4096-gpu_stall", marks=_BIG),
     pytest.param(16384, Fault("node_behind", 5461), id="16384-node_behind", marks=_BIG),
 ]

@@ -122,6 +122,25 @@ def test_a_host_whose_ranks_cross_the_threshold_one_after_the_other_is_said_once
     assert said == [LINE] and raised == [("node1", (2, 3))], said
 
 
+def test_a_second_slow_rank_on_a_host_gets_its_own_line_and_the_host_one_incident() -> None:
+    """node1 holds ranks 2-4: rank 2 alone late for 15 s gets a line and the incident; then rank 3 is late too:
+    a line for rank 3 (rank 2's is not said again), no second incident."""
+    hosts = ["node0", "node0", "node1", "node1", "node1", "node2"]
+
+    def waits(slow: set[int]) -> list[RankWait]:
+        return [RankWait(r, hosts[r], "0", "default_pg", 0.02 if r in slow else 0.92, 0.01 if r in slow else 0.55, 50)
+                for r in range(6)]
+    clock, raised = Clock(), []
+    watch = SlowWatch(None, 0, 6, "node0", comparer=True, recent_op=lambda pg: "all_reduce",  # type: ignore[arg-type]
+                      on_holdup=lambda h, line: raised.append(h.ranks), clock=clock)
+    said = []
+    for slow in [{2}] * 4 + [{2, 3}] * 2:
+        said += watch.judge(waits(slow), clock.t)
+        clock.t += PUBLISH_EVERY_S
+    assert [line.split(" has held up")[0] for line in said] == ["rank 2 (node1)", "rank 3 (node1)"], said
+    assert raised == [(2,)]
+
+
 def test_only_the_first_holdups_of_a_job_raise_incidents() -> None:
     """A host that keeps relapsing gets a line each time, but the incident budget is kept for hangs."""
     clock, raised = Clock(), []

@@ -237,7 +237,22 @@ def test_a_host_late_in_quota_bursts_in_every_collective_an_incident_sends_is_na
 
 
 def test_a_rank_late_now_and_then_is_no_straggler() -> None:
-    """One collective in ten 300 ms late (a GC pause, a checkpoint's flush): 30 ms on average, late in a tenth
-    of them: nobody is named."""
-    v = verdict_of("slow_host", from_step=0, steps=40, extra_s=(0.0,) * 9 + (0.3,), spread_s=0.0)
+    """One collective in ten 600 ms late (a GC pause, a checkpoint's flush): 60 ms on average, but late in too
+    few of them to be bursty: nobody is named."""
+    v = verdict_of("slow_host", from_step=0, steps=40, extra_s=(0.0,) * 9 + (0.6,), spread_s=0.0)
+    assert named(v) == {}, [c.evidence for c in v.culprits]
+
+
+def test_a_host_slow_once_and_on_time_since_is_no_straggler_now() -> None:
+    """Host 1's ranks 200 ms late for the first 9-12 steps of the window (each takes the turns from a place of its
+    own), on time for the rest: over the window late in a quarter of it or more, 45-60 ms on average, but not in
+    its recent half: nobody is named."""
+    v = verdict_of("slow_host", from_step=0, steps=40, extra_s=(0.2,) * 18 + (0.0,) * 40, spread_s=0.0)
+    assert named(v) == {}, [c.evidence for c in v.culprits]
+
+
+def test_two_hiccups_among_the_last_collectives_make_no_onset() -> None:
+    """Rank 2 300 ms late in the fifth and third last steps, on time before: since that change point late in two
+    of five, 120 ms on average, but two late collectives are no straggler."""
+    v = verdict_of("slow_host", from_step=35, steps=40, extra_s=(0.0, 0.3, 0.0, 0.3, 0.0), spread_s=0.0)
     assert named(v) == {}, [c.evidence for c in v.culprits]

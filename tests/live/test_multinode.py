@@ -1,8 +1,8 @@
 """Multi-node truth on a real 3-host lab (network + UTS namespaces, 2 gloo ranks per host, fr-otel run):
 each fault class names the right host, ranks and step, never holds the job alive, and never calls the wreck
 healthy. The hosts' names do not resolve between them (as between Kubernetes pods), the harder case: the
-agents probe each other at the addresses they published; the frozen host's case runs with names that resolve
-(the lab's other mode), so both stay covered without a second job per fault."""
+agents probe each other at the addresses they published; the frozen host's case runs a second time with names
+that resolve (the lab's other mode, where a probe by name would answer too)."""
 
 from __future__ import annotations
 
@@ -29,15 +29,13 @@ AGENT = {"FR_OTEL_FLUSH_TIMEOUT": f"{EXIT_BUDGET:g}", "FR_OTEL_GATHER_SECONDS": 
 #: flight is surely step 12's, and every node has beaten in step 12 before the fault (a node beats every 2 s; with
 #: 0.05 s steps its last beat may come from any of the first 12 steps, or before the first was counted).
 PAUSE_S = 3.5
-#: The one fault class run with host names that resolve between hosts (every other one runs without).
-NAMES_RESOLVE = {"freeze"}
 
 
-def _run(fault: str, tmp_path: Path) -> CaseResult:
+def _run(fault: str, tmp_path: Path, *, resolve_names: bool = False) -> CaseResult:
     bound = control_exit_bound(fault, GLOO_TIMEOUT) + EXIT_BUDGET
     r = run_case(FAULTS[fault], agent=True, tmp=tmp_path, gloo_timeout=GLOO_TIMEOUT, step=FAULT_STEP,
                  stall_seconds=STALL_SECONDS, cap_s=bound + 15, agent_env=AGENT, pause_s=PAUSE_S,
-                 resolve_names=fault in NAMES_RESOLVE)
+                 resolve_names=resolve_names)
     for host, lines in sorted(r.agent_lines_by_host.items()):  # shown with -s: the live verdict each node printed
         print(*(f"[{fault}] {host}: {line}" for line in lines if "culprits:" in line), sep="\n")
     return r
@@ -125,9 +123,11 @@ def _never_healthy(r: CaseResult) -> None:
     assert {i.get("incident") for i in r.incidents} <= {"1"}, f"one event, one incident number: {_story(r)}"
 
 
-@pytest.mark.parametrize("fault", ["partition", "freeze", "crash"])
+@pytest.mark.parametrize(("fault", "resolve_names"), [
+    *(pytest.param(fault, False, id=fault) for fault in ("partition", "freeze", "crash")),
+    pytest.param("freeze", True, id="freeze-names-resolve")])
 def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors_exit_in_time(
-        fault: str, tmp_path: Path) -> None:
+        fault: str, resolve_names: bool, tmp_path: Path) -> None:
     """node1 cut off, node2 frozen, node1's workers killed: within 30 s of the fault some node's verdict names
     the host as lost (its ranks, when it was last heard, the step its group was in), in the log line, incident.json,
     the trace root and incident.html, and so does every incident in each survivor's folder (cut off, frozen); the
@@ -136,7 +136,7 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
     exit budget; nothing says healthy."""
     truth = FAULTS[fault]
     host = f"node{truth.node}"
-    r = _run(fault, tmp_path)
+    r = _run(fault, tmp_path, resolve_names=resolve_names)
     named = _naming(r, host, "lost")
     assert named, _story(r)
     others = [k for k in range(3) if k != truth.node]

@@ -27,9 +27,26 @@ from fr_otel.testing.spans import synthetic_spans
 KIB = 1024
 SPANS = synthetic_spans(200, ranks=4)
 SPAN_IDS = Counter(format(s.context.span_id, "016x") for s in SPANS)
-# On top of a deadline: the spool write that follows it, and scheduling on a loaded 2-core box (1.34 s seen for a
-# 1 s deadline with four test workers). An export that waits on the collector instead takes its 10 s timeout.
-SLACK_S = 1.0
+SLACK_S = 0.3  # on top of a deadline: what the code does after it (the spool write, closing the channel)
+
+
+class Stopwatch:
+    """Wall time since it was made, less the time this thread sat runnable waiting for a CPU (its run delay in
+    /proc/thread-self/schedstat): a deadline bounds the code's waiting, not a loaded box's scheduling (a 1 s
+    deadline measured 1.34 s of wall time beside three other test workers on two cores)."""
+
+    def __init__(self) -> None:
+        self.began, self.queued = time.monotonic(), _run_delay_s()
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.began - (_run_delay_s() - self.queued)
+
+
+def _run_delay_s() -> float:
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):  # a kernel without schedstat: wall time alone
+        return 0.0
 
 
 def grpc_config(endpoint: str, **kwargs: object) -> ExportConfig:
@@ -198,9 +215,9 @@ def test_collector_down_is_bounded_spooled_and_replayable(tmp_path: Path, protoc
     config = resolve_export_config(
         protocol=protocol, endpoint=dead_endpoint(protocol), max_request_bytes=16 * KIB, environ={}
     )
-    started = time.monotonic()
+    watch = Stopwatch()
     result = export_spans(spans, config, deadline_s=1.5, spool_dir=tmp_path / "spool", max_attempts=100)
-    elapsed = time.monotonic() - started
+    elapsed = watch.seconds()
     assert 0.5 <= elapsed <= 1.5 + SLACK_S  # kept retrying towards the deadline, no longer
     assert not result.ok and result.spans_sent == 0
     assert result.spans_spooled == 400 and result.spans_lost == 0
@@ -221,9 +238,9 @@ def test_collector_down_is_bounded_spooled_and_replayable(tmp_path: Path, protoc
 def test_unavailable_forever_is_bounded(tmp_path: Path) -> None:
     """A collector answering UNAVAILABLE forever cannot hold the export past its deadline."""
     with OtlpGrpcReceiver(always_fail=grpc.StatusCode.UNAVAILABLE) as rx:
-        started = time.monotonic()
+        watch = Stopwatch()
         result = export_spans(SPANS, grpc_config(rx.url), deadline_s=1.0, spool_dir=tmp_path, max_attempts=1000)
-        assert time.monotonic() - started <= 1.0 + SLACK_S
+        assert watch.seconds() <= 1.0 + SLACK_S
         assert rx.failed_calls >= 2 and rx.requests == []
         assert result.spans_spooled == len(SPANS) and "UNAVAILABLE" in (result.error or "")
         rx.fail_always(None)
@@ -239,9 +256,9 @@ def test_collector_that_never_answers_is_bounded(tmp_path: Path, protocol: str) 
         silent.listen(16)  # never accept(): the kernel completes handshakes, nobody replies
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}" + ("" if protocol == "grpc" else "/v1/traces")
         config = resolve_export_config(protocol=protocol, endpoint=endpoint, environ={})
-        started = time.monotonic()
+        watch = Stopwatch()
         result = export_spans(SPANS, config, deadline_s=1.0, spool_dir=tmp_path)
-        assert time.monotonic() - started <= 1.0 + SLACK_S
+        assert watch.seconds() <= 1.0 + SLACK_S
     assert result.spans_spooled == len(SPANS) and result.spans_sent == 0
 
 

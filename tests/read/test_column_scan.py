@@ -121,6 +121,7 @@ def _entries(draw: st.DrawFn) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=_entries(), gloo=st.booleans())
 def test_on_any_entries_the_compiled_scan_agrees_with_python(raw: list[Any], gloo: bool) -> None:

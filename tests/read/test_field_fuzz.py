@@ -139,6 +139,7 @@ def test_the_fixture_job_is_a_hang_on_the_stuck_rank(healthy: dict[int, Any]) ->
     assert problems == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 def test_field_fuzz_every_path_every_hostile_value(healthy: dict[int, Any], fmt: str) -> None:
     """24 hostile values x every entry field (one entry, all entries) and top-level path: no exception,

@@ -112,6 +112,7 @@ def test_root_attributes_are_capped_in_count_key_and_size(tmp_path: Path) -> Non
                         "fr_otel.incident.* keys of at most 128 characters, values str/int64/float/bool)"]
 
 
+@pytest.mark.slow
 def test_a_million_root_attributes_are_read_in_bounded_time_and_make_a_small_root_span(tmp_path: Path) -> None:
     """A 58 MiB file of 3 million attributes (once 38 s, 3.5 GB and a 148 MB trace): a
     million of them now make a root span of at most 64 (the trace stays a few hundred KB), read

@@ -394,6 +394,7 @@ def scaled_1024(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 @needs_torch
+@pytest.mark.slow
 def test_1024_rank_report(scaled_1024, browser: Chromium, tmp_path: Path) -> None:
     folder, manifest = scaled_1024
     culprit = manifest["culprit"]

@@ -5,9 +5,12 @@ that fails because a peer went away, SIGTERM from the launcher. Each reaches eve
 schedule (a rank in its data loading when a host crashed fails in its next collective, seconds or
 a timeout later, when the first incident may be over), and none of them is a new incident. So a
 failure is a sequel while an incident this rank took part in still stands: a collective it covered
-was never followed by a later one, the part was taken moments ago, or this rank has completed no
-collective since, save the ones the failure itself ended (a backend retires a failed collective
-as if it had completed: gloo after its timeout, NCCL on abort).
+was never followed by a later one, or the part was taken moments ago. A collective's failure, or
+SIGTERM, is one too while this rank has completed no collective since, save the ones the failure
+itself ended (a backend retires a failed collective as if it had completed: gloo after its timeout,
+NCCL on abort); an exception of the training code's own then is a new incident. Groups that carry
+send/recv are left out of that count: their counter is this rank's p2p count, and the failure marks
+never name their ops, so a retired send would pass for progress.
 """
 
 from __future__ import annotations
@@ -61,13 +64,17 @@ class IncidentMemory:
             return True
         ended = {(f.group, f.seq) for f in failed}
         for g in statuses:
+            if g.has_p2p:
+                continue
             then = self._completed_then.get(g.name, 0)
             if any((g.name, seq) not in ended for seq in range(then + 1, g.completed + 1)):
                 return True
         return False
 
-    def sequel(self, statuses: Iterable[GroupStatus], failed: Iterable[FailedCollective]) -> bool:
-        """A failure now belongs to an incident this rank took part in, rather than being a new one."""
+    def sequel(self, statuses: Iterable[GroupStatus], failed: Iterable[FailedCollective], *,
+               aftermath: bool) -> bool:
+        """A failure now belongs to an incident this rank took part in, rather than being a new one;
+        ``aftermath``: it is a collective's failure or SIGTERM, which no progress since also ties to it."""
         groups = list(statuses)
         return (self.unresolved(groups) or time.monotonic() - self.last_taken_part < SEQUEL_WINDOW_S
-                or not self.progressed(groups, failed))
+                or (aftermath and not self.progressed(groups, failed)))

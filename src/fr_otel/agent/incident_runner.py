@@ -72,6 +72,7 @@ class IncidentRunner:
         self._work = IncidentQueue()
         #: Collectives a failure ended, that the backend recorded as completed (see :mod:`.failure`).
         self.failed: tuple[FailedCollective, ...] = ()
+        self._aftermath = False  # this rank is on its way out after a collective's failure or SIGTERM
 
     # -- on every poll ------------------------------------------------------------------
     def reachable(self) -> bool:
@@ -330,7 +331,7 @@ class IncidentRunner:
     def sequel(self) -> bool:
         """A failure now belongs to an incident this rank took part in (see :mod:`.incident_memory`): it joins
         that incident rather than raising a new one."""
-        return self._memory.sequel(self._tracker.statuses, self.failed)
+        return self._memory.sequel(self._tracker.statuses, self.failed, aftermath=self._aftermath)
 
     def at_exception(self, exc: BaseException, deadline: float) -> None:
         """An uncaught exception in training: raise an incident for it, unless it is a sequel. A
@@ -339,6 +340,7 @@ class IncidentRunner:
         why = collective_failure(exc)
         log.debug("at exit after an uncaught exception (a collective failure: %s)", why is not None)
         if why is not None:
+            self._aftermath = True
             with self.me.health.guard("reading which collectives the failure ended"):
                 self.failed = self._failed_now(why)
             log.debug("collectives the failure ended: %s", [tuple(m[:2]) for m in self.failed])
@@ -354,6 +356,7 @@ class IncidentRunner:
         """SIGTERM: first tell the peers (while this handler waits for the flush, the main thread
         issues no collective: a peer would otherwise take that for a new hang and blame this rank);
         an incident if a collective no incident covers is in flight; then the exit copy."""
+        self._aftermath = True
         with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
             self.me.channel.announce_termination(self.me.rank, self._known)
         stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._memory.covered

@@ -91,7 +91,7 @@ class SlowWatch:
         self._next_compare = clock() + PUBLISH_EVERY_S
         self._since: dict[tuple[str, str], float] = {}  # (host, group) held up -> when first seen
         self._seen: dict[tuple[str, str], float] = {}  # ... -> when last seen
-        self._said: set[tuple[str, str]] = set()
+        self._said: dict[tuple[str, str], set[int]] = {}  # ... -> the ranks its lines named
         self.incidents = 0
         self.compare_s = 0.0  # what the last comparison cost (fetch, decode, judge)
         self._ages: deque[tuple[float, dict[str, float]]] = deque()  # per poll: each group's in-flight age
@@ -160,18 +160,22 @@ class SlowWatch:
         for place, found in at.items():
             self._seen[place] = now
             since = self._since.setdefault(place, now)
-            if place in self._said or now - since < LOG_AFTER_S:
+            if now - since < LOG_AFTER_S:
                 continue
-            self._said.add(place)
-            for h in found:
+            said = self._said.get(place)
+            fresh = [h for h in found if said is None or not set(h.ranks) <= said]  # a rank of it not said yet
+            if not fresh:
+                continue
+            self._said[place] = (said or set()).union(*(h.ranks for h in fresh))
+            for h in fresh:
                 if h.pg_name not in self._ops:  # one full read of this rank's recorder per group, ever
                     self._ops[h.pg_name] = self._recent_op(h.pg_name)
                 line = describe(h, now - since, self._ops[h.pg_name])
                 log.warning("%s", line)
                 lines.append(line)
-                if self._on_holdup is not None and self.incidents < MAX_INCIDENTS:
-                    self.incidents += 1
-                    self._on_holdup(h, line)
+            if said is None and self._on_holdup is not None and self.incidents < MAX_INCIDENTS:
+                self.incidents += 1  # one incident a place: its every rank's recorder goes into it
+                self._on_holdup(fresh[0], lines[-len(fresh)])
         for place, seen in list(self._seen.items()):
             if now - seen < FORGET_AFTER_S:
                 continue
@@ -179,7 +183,7 @@ class SlowWatch:
                 line = f"{place[0]} no longer holds up group {place[1]} (it did for {seen - self._since[place]:.0f} s)"
                 log.info("%s", line)
                 lines.append(line)
-            self._said.discard(place)
+            self._said.pop(place, None)
             del self._seen[place], self._since[place]
         return lines
 

@@ -124,7 +124,7 @@ def add_input_args(parser: argparse.ArgumentParser) -> None:
                         "rank number)")
     parser.add_argument(
         "--straggler-threshold", type=seconds, default=DEFAULT_STRAGGLER_THRESHOLD_S, metavar="SECONDS",
-        help="median enqueue lateness that makes a straggler (default: %(default)s)",
+        help="enqueue lateness (median, or mean when bursty) that makes a straggler (default: %(default)s)",
     )
     parser.add_argument("--workers", type=count, default=None, metavar="N",
                         help="processes to read dumps with (default: every CPU this process may run on)")

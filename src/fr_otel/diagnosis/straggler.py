@@ -10,8 +10,9 @@ same kind of group. Its expected lateness is what its equals show there (their m
 the smaller of two); with no equal (one rank per role), the group's median stands in, as
 before. A rank whose lateness beyond that expectation is over the threshold is a straggler:
 from a change point on (over at least ``straggler_min_collectives`` collectives since, mostly
-on time before), else all along (over the recent collectives). Over means the median, or, for
-bursty lateness, the mean with at least a quarter of the collectives late. The change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
+on time before), else all along (over the recent collectives, and over their recent half). Over means
+the median, or, for bursty lateness, the mean with at least a quarter of the collectives late (five at
+least). The change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
 the last to arrive). Series are per op, so a rank late only before its reduce_scatter is not
 diluted by the all_gathers it reaches on time. Needs no CUDA events. A constant clock offset
 between hosts looks the same: the evidence says so.
@@ -158,10 +159,13 @@ def _expected(peers: list[float]) -> float:
 
 
 def _judge(s: _Series, res: list[float], expected: float, equals: int, options: AnalysisOptions) -> _Finding | None:
-    """Late from a change point on (mostly on time before), else late all along; None when neither holds."""
+    """Late from a change point on (on time before), else late all along; None when neither holds."""
     threshold = options.straggler_threshold_s
     n = len(res)
     late = [x >= threshold for x in res]
+
+    def held_up(lo: int, hi: int) -> bool:
+        return _held_up(res[lo:hi], late[lo:hi], threshold, options.straggler_min_collectives)
     # The change point: the split that best separates "mostly on time" before from "late" after.
     score = best_score = sum(1 if x else -1 for x in late)  # everything "after" a split at 0
     best = 0
@@ -170,23 +174,27 @@ def _judge(s: _Series, res: list[float], expected: float, equals: int, options: 
         if score > best_score:
             best, best_score = i, score
     after, before = res[best:], res[:best]
-    if (best and len(after) >= options.straggler_min_collectives and late[best]
-            and _held_up(after, late[best:], threshold) and not _held_up(before, late[:best], threshold)):
+    if best and len(after) >= options.straggler_min_collectives and late[best] and held_up(best, n) \
+            and not held_up(0, best):
         return _Finding(s, best, sum(late[best:]) / len(after), statistics.median(after), statistics.fmean(after),
                         statistics.median(before), _p90(after), expected, equals)
-    # No onset (or the part before it was late too): the whole window, judged alike.
-    if n < options.straggler_min_collectives or not _held_up(res, late, threshold):
+    # No onset (or the part before it was late too): the whole window, and its recent half alike (a rank
+    # slow once and on time since is no straggler now).
+    if n < options.straggler_min_collectives or not held_up(0, n) or not held_up(n // 2, n):
         return None
     return _Finding(s, None, sum(late) / n, statistics.median(res), statistics.fmean(res), None, _p90(res),
                     expected, equals)
 
 
-def _held_up(res: list[float], late: list[bool], threshold: float) -> bool:
-    """Late typically (the median), or late often and by the threshold on average: a host whose CPU quota
-    runs out now and then makes its ranks 40, 90, 140 ms late in turn, some under the threshold, and what
-    the others wait for is the mean."""
+def _held_up(res: list[float], late: list[bool], threshold: float, min_late: int) -> bool:
+    """Late typically (the median), or, bursty, late often (a quarter of the collectives, ``min_late`` at least)
+    and by the threshold on average: a host whose CPU quota runs out now and then makes its ranks 40, 90,
+    140 ms late in turn, some under the threshold, and what the others wait for is the mean."""
+    if not res:
+        return False
+    n_late = sum(late)
     return (statistics.median(res) >= threshold
-            or (sum(late) >= _BURST_LATE_SHARE * len(res) and statistics.fmean(res) >= threshold))
+            or (n_late >= max(min_late, _BURST_LATE_SHARE * len(res)) and statistics.fmean(res) >= threshold))
 
 
 def _p90(values: list[float]) -> float:

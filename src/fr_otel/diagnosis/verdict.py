@@ -46,7 +46,7 @@ def _where(name: str, desc: str, seq: int | None, op: str | None, p2p: bool) -> 
 class AnalysisOptions:
     """Knobs of the analysis (defaults suit real jobs)."""
 
-    straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # median enqueue lateness that makes a straggler
+    straggler_threshold_s: float = DEFAULT_STRAGGLER_THRESHOLD_S  # enqueue lateness (median; mean when bursty) of a straggler
     straggler_min_collectives: int = 5
     straggler_window: int = 256  # most recent collectives per group to judge skew on
     # The dumps were taken as the job ended (an uncaught exception, SIGTERM): nothing in flight will
