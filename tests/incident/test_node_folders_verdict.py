@@ -19,10 +19,12 @@ CASES = {
     "partition": ("node1", [2, 3], 12),  # node1 cut off from every other host at step 12
     "store_host": ("node0", [0, 1], 12),  # node0 (the job's store) cut off
     "code_hang": ("node2", [5], 12),  # rank 5 sleeps before its collective
+    "freeze": ("node2", [4, 5], 12),  # node2 frozen at step 12 (no dump: the step its peers wait in)
     "two_nodes_one_host": ("vm", [3], 8),  # two torchrun nodes on one host; rank 3 raises
 }
 #: The node whose incident.json is the coordinator's (store answered) or, the store lost, the first node's own.
-COORDINATOR = {"partition": "node0", "store_host": "node1", "code_hang": "node0", "two_nodes_one_host": "node0"}
+COORDINATOR = {"partition": "node0", "store_host": "node1", "code_hang": "node0", "freeze": "node0",
+               "two_nodes_one_host": "node0"}
 
 
 def _nodes(case: str) -> list[Path]:
@@ -68,7 +70,8 @@ def test_one_folder_with_a_subfolder_per_node_reads_as_every_node_folder(case: s
     together = fr_otel.analyze_incident(_nodes(case)).to_dict()
     one = fr_otel.analyze_incident(folder).to_dict()
     assert _blamed(one["culprits"]) == _truth(case)
-    assert one["ranks_loaded"] == together["ranks_loaded"] == one["world_size"]
+    dumps = len([p for node in _nodes(case) for p in node.glob("fr_trace_rank_*")])  # a frozen host left none
+    assert one["ranks_loaded"] == together["ranks_loaded"] == dumps
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -114,3 +117,17 @@ def test_the_host_no_other_node_reaches_is_cut_off_even_with_its_own_dumps_read(
     assert doc["verdict"] == "hang"
     assert {h["host"]: h["state"] for h in doc["hosts"]}["node0"] == "cut_off"
     assert "none of the other hosts reached node0" in doc["culprits"][0]["evidence"]
+
+
+def test_a_frozen_hosts_step_is_said_alone_and_together_as_live() -> None:
+    """node2 frozen at step 12 sent no dump: the live coordinator placed its group in step 12 from the node
+    summaries, whose step maps stay on their nodes. Each surviving node's folder alone, and both together
+    (whose steps.json places no collective), name node2 lost, ranks 4-5, in step 12, as the live verdict did."""
+    def said(doc: dict[str, Any]) -> list[tuple[str, str, list[int], int | None]]:
+        return [(h["host"], h["state"], h["missing"], h["group_step"]) for h in doc["hosts"]]
+    live = json.loads((DATA / "freeze" / "node0" / "incident.json").read_text())["summary"]
+    assert said(live) == [("node2", "lost", [4, 5], 12)]
+    for doc in [fr_otel.analyze_incident(node).to_dict() for node in _nodes("freeze")] + [
+            fr_otel.analyze_incident(_nodes("freeze")).to_dict()]:
+        assert said(doc) == said(live), doc["hosts"]
+        assert "in step 12 when it went silent" in doc["hosts"][0]["sentence"]

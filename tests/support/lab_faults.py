@@ -146,8 +146,10 @@ def run_case(fault: Fault, *, agent: bool, tmp: Path, gloo_timeout: float = 20, 
         job = lab.torchrun(TRAIN_LOOP, NPROC, env, wrap=wrap)
         job.wait_workers(120)
         if "TRAIN_LOOP_STALL_RANK" not in fault.env:
-            job.wait_step(step, 120)
-            time.sleep(max(0.0, pause - PAUSE_MARGIN_S))
+            entered = job.wait_step(step, 120)
+            if pause and all(s.step == step for s in entered.values()):  # timed from the ranks' own markers
+                began = max(s.time for s in entered.values())
+                time.sleep(max(0.0, began + pause - PAUSE_MARGIN_S - time.time()))
         t0 = fault.inject(lab, job)
         at_fault = {rank: s.step for rank, s in job.steps().items()}
         wait_for(lambda: _settled(job, fault), max(0.0, cap_s - (time.time() - t0)), 0.05)

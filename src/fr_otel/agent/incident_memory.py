@@ -8,7 +8,9 @@ failure is a sequel while an incident this rank took part in still stands: a col
 was never followed by a later one, or the part was taken moments ago. A collective's failure, or
 SIGTERM, is one too while this rank has completed no collective since, save the ones the failure
 itself ended (a backend retires a failed collective as if it had completed: gloo after its timeout,
-NCCL on abort); an exception of the training code's own then is a new incident. Groups that carry
+NCCL on abort), or while an incident another rank raised moments ago has concluded already (a crash's
+survivors fail within a second or two of each other, and its raiser may gather and conclude in between);
+an exception of the training code's own then is a new incident. Groups that carry
 send/recv are left out of that count: their counter is this rank's p2p count, and the failure marks
 never name their ops, so a retired send would pass for progress.
 """
@@ -36,6 +38,7 @@ class IncidentMemory:
         self.covered: set[tuple[str, int]] = set()  # (group, seq) some incident already covers
         self.last_taken_part = float("-inf")  # monotonic time this rank last took part in one
         self._completed_then: dict[str, int] | None = None  # each group's last completed seq at that part
+        self._concluded_raised_ns: int | None = None  # when the newest concluded incident seen was raised
 
     def took_part(self, statuses: Iterable[GroupStatus], meta: Mapping[str, Any]) -> None:
         """This rank takes part in an incident: what is stuck now is that incident's business, and so is the
@@ -49,6 +52,12 @@ class IncidentMemory:
         stalled = (meta.get("pg_name"), meta.get("seq"))
         if isinstance(stalled[0], str) and type(stalled[1]) is int:
             self.covered.add((stalled[0], stalled[1]))
+
+    def saw_concluded(self, meta: Mapping[str, Any]) -> None:
+        """An incident this rank did not take part in, concluded already (its owner record ``meta``)."""
+        when = meta.get("time_ns")
+        if type(when) is int and (self._concluded_raised_ns is None or when > self._concluded_raised_ns):
+            self._concluded_raised_ns = when
 
     def unresolved(self, statuses: Iterable[GroupStatus]) -> bool:
         """A collective an incident covers has not been followed by a later one on this rank (only
@@ -76,5 +85,7 @@ class IncidentMemory:
         """A failure now belongs to an incident this rank took part in, rather than being a new one;
         ``aftermath``: it is a collective's failure or SIGTERM, which no progress since also ties to it."""
         groups = list(statuses)
+        raised = self._concluded_raised_ns
+        recent = raised is not None and 0 <= time.time_ns() - raised < SEQUEL_WINDOW_S * 1e9  # never future-dated
         return (self.unresolved(groups) or time.monotonic() - self.last_taken_part < SEQUEL_WINDOW_S
-                or (aftermath and not self.progressed(groups, failed)))
+                or (aftermath and (not self.progressed(groups, failed) or recent)))

@@ -102,6 +102,8 @@ class IncidentRunner:
         problem = owner_problem(k, meta, self.me.rank, self.me.world_size, self.me.channel if store else None)
         if problem is not None and problem[0]:
             self.me.channel.forged(problem[0], f"{problem[1]}; incident {k} is not joined")
+        elif problem is not None:  # concluded: too late to join, not too late to be its sequel
+            self._memory.saw_concluded(meta)
         return problem is None
 
     def _capped(self, k: int) -> bool:
@@ -227,8 +229,9 @@ class IncidentRunner:
         return out
 
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
-                       deadline: float | None = None) -> threading.Event | None:
-        """Raise the next incident (or join the one someone raised first); None when capped."""
+                       deadline: float | None = None, *, unless_sequel: bool = False) -> threading.Event | None:
+        """Raise the next incident (or join the one someone raised first); None when capped, or (with
+        ``unless_sequel``) when the one it lost the claim to concluded already and this is its :meth:`sequel`."""
         with self._lock:
             self.join_open(deadline)
             for _ in range(MAX_SKIPPED_PER_LOOK):
@@ -242,7 +245,9 @@ class IncidentRunner:
                     return self._take_part(k, owner_meta, owner=True, deadline=deadline)
                 if self._joinable(k, owner_meta):  # another rank raised it first: join
                     return self._take_part(k, owner_meta, owner=False, deadline=deadline)
-                self._known = k  # a forged or stale number: the next one
+                self._known = k  # a forged, stale or concluded number: the next one, unless this is its sequel
+                if unless_sequel and self.sequel():
+                    return None
             return None
 
     def raise_locally(self, reason: str, detail: dict[str, Any] | None = None,
@@ -317,9 +322,9 @@ class IncidentRunner:
                 try:
                     if not self.reachable():
                         raise StoreUnavailable("the job's store does not answer")
-                    self.join_open(deadline)
-                    if raise_new and self._taken == before:
-                        self.raise_incident(reason, deadline=deadline)
+                    self.join_open(deadline)  # may find the incident this is the sequel of concluded already
+                    if raise_new and self._taken == before and not (unless_sequel and self.sequel()):
+                        self.raise_incident(reason, deadline=deadline, unless_sequel=unless_sequel)
                 except StoreUnavailable:
                     if raise_new and self._taken == before:
                         self.raise_locally(reason, deadline=deadline)

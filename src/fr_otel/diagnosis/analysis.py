@@ -25,7 +25,7 @@ from .kinds import KIND_ORDER, CulpritKind, VerdictWord
 from .mismatch import find_mismatches
 from .mixed_incidents import mixed_incidents
 from .p2p import add_p2p_waits
-from .recorded import adopt_recorded
+from .recorded import adopt_recorded, recorded_collective_steps
 from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
 from .stop_order import order_stops
@@ -261,14 +261,20 @@ def _young_note(clock: Clock, oldest: tuple[float, int, str]) -> str:
             f"{age:.2f} s when dumped; {clock.pace.describe()}; a stall needs {clock.threshold_s():.2f} s")
 
 
+def _step_or(step: int | None, otherwise: int | None) -> int | None:
+    return step if step is not None else otherwise
+
+
 def _placed(job: Job, culprits: list[Culprit], stop: StopOrder | None, steps: dict[int, int]) -> list[Culprit]:
-    """Each culprit with its host, step and stop time; first to stop first when that is known."""
+    """Each culprit with its host, step and stop time; first to stop first when that is known. A collective
+    no step map here places keeps the step the live incident placed it in (its incident.json)."""
+    live = recorded_collective_steps(job)
     out = [
         replace(
             c,
             host=job.hosts.get(c.rank),
             step=steps.get(c.rank),
-            collective_step=(step_of_collective(job, c.group_name, c.collective_seq_id)
+            collective_step=(_step_or(step_of_collective(job, c.group_name, c.collective_seq_id), live.get(c.rank))
                              if steps and c.collective_seq_id is not None and c.peer is None else None),
             stopped_ns=stop.stopped_ns.get(c.rank) if stop else None,
             stopped_after_s=stop.delay_s(c.rank) if stop else None,

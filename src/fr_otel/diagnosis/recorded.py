@@ -22,7 +22,7 @@ from .job import Job
 from .kinds import KIND_ORDER, CulpritKind, VerdictWord
 from .verdict import Culprit, Evidence, Verdict
 
-__all__ = ["Partial", "adopt_recorded", "partial_folder"]
+__all__ = ["Partial", "adopt_recorded", "partial_folder", "recorded_collective_steps"]
 
 _MAX_ITEMS = 4096  # culprits and hosts read back from an untrusted summary
 
@@ -110,6 +110,14 @@ def adopt_recorded(job: Job, verdict: Verdict) -> Verdict:
         incomplete=None, hosts=[f for f in map(_finding, _docs(summary, "hosts")) if f is not None],
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
         notes=[partial.sentence(), *verdict.notes])
+
+
+def recorded_collective_steps(job: Job) -> dict[int, int]:
+    """Per culprit rank, the step the live incident placed its collective in. The live coordinator read it from
+    node summaries, whose step maps stay on their nodes: every node's folder read together may hold no step
+    map that places the collective a frozen host's peers wait in."""
+    return {doc["rank"]: doc["collective_step"] for doc in _docs(job.recorded or {}, "culprits")
+            if type(doc.get("rank")) is int and type(doc.get("collective_step")) is int}
 
 
 def _text(raw: Any) -> str | None:
