@@ -23,30 +23,13 @@ from fr_otel.otlp.jsonl import read_jsonl, request_from_json, request_to_json, w
 from fr_otel.testing.otlp import OtlpGrpcReceiver, OtlpHttpReceiver
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.testing.spans import synthetic_spans
+from support.stopwatch import Stopwatch
 
 KIB = 1024
 SPANS = synthetic_spans(200, ranks=4)
 SPAN_IDS = Counter(format(s.context.span_id, "016x") for s in SPANS)
 SLACK_S = 0.3  # on top of a deadline: what the code does after it (the spool write, closing the channel)
 
-
-class Stopwatch:
-    """Wall time since it was made, less the time this thread sat runnable waiting for a CPU (its run delay in
-    /proc/thread-self/schedstat): a deadline bounds the code's waiting, not a loaded box's scheduling (a 1 s
-    deadline measured 1.34 s of wall time beside three other test workers on two cores)."""
-
-    def __init__(self) -> None:
-        self.began, self.queued = time.monotonic(), _run_delay_s()
-
-    def seconds(self) -> float:
-        return time.monotonic() - self.began - (_run_delay_s() - self.queued)
-
-
-def _run_delay_s() -> float:
-    try:
-        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):  # a kernel without schedstat: wall time alone
-        return 0.0
 
 
 def grpc_config(endpoint: str, **kwargs: object) -> ExportConfig:
