@@ -158,6 +158,8 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
     assert {c["rank"] for c in first["culprits"] if c["kind"] == "missing_dump"} == set(truth.ranks)
     assert first["root"].get("fr_otel.lost_hosts") == [host] and first["has_trace"]
     assert f"{host}</b> lost" in first["html"]
+    if fault != "crash":  # the page says the step too, in every incident that names the host
+        assert all(f"in step {FAULT_STEP} when it went silent" in i["html"] for i in named), _story(r)
     said = f"{host} (ranks {truth.ranks[0]}-{truth.ranks[1]}): no dump" + ("" if fault == "crash" else
                                                                          f"; in step {FAULT_STEP} ")
     assert any(said in line for line in r.agent_lines), _story(r)
