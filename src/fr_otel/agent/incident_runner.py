@@ -234,6 +234,8 @@ class IncidentRunner:
         ``unless_sequel``) when the one it lost the claim to concluded already and this is its :meth:`sequel`."""
         with self._lock:
             self.join_open(deadline)
+            if unless_sequel and self.sequel():  # its look found the incident this belongs to concluded already
+                return None
             for _ in range(MAX_SKIPPED_PER_LOOK):
                 k = self._next_number()
                 if k is None:
