@@ -231,7 +231,8 @@ class IncidentRunner:
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
                        deadline: float | None = None, *, unless_sequel: bool = False) -> threading.Event | None:
         """Raise the next incident (or join the one someone raised first); None when capped, or (with
-        ``unless_sequel``) when the one it lost the claim to concluded already and this is its :meth:`sequel`."""
+        ``unless_sequel``) when an incident it finds concluded already, looking or losing the claim, makes this
+        its :meth:`sequel`."""
         with self._lock:
             self.join_open(deadline)
             if unless_sequel and self.sequel():  # its look found the incident this belongs to concluded already
@@ -336,8 +337,8 @@ class IncidentRunner:
         return False
 
     def sequel(self) -> bool:
-        """A failure now belongs to an incident this rank took part in (see :mod:`.incident_memory`): it joins
-        that incident rather than raising a new one."""
+        """A failure now belongs to an incident already raised (see :mod:`.incident_memory`): it joins that
+        incident (or, concluded already, raises none) rather than raising a new one."""
         return self._memory.sequel(self._tracker.statuses, self.failed, aftermath=self._aftermath)
 
     def at_exception(self, exc: BaseException, deadline: float) -> None:
