@@ -23,7 +23,7 @@ from ..common.inflate import InflatedTooLarge, inflate
 from ..common.log import logger
 from ..common.files import atomic_write
 from ..common.text import one_line
-from ..incident.files import INCIDENT_FILE, REPORT_FILE
+from ..incident.files import EXCLUDE_HOSTS_FILE, INCIDENT_FILE, REPORT_FILE
 from ..read.rank_map import RANKS_FILE
 from ..read.steps import STEPS_FILE
 from .health import run_guarded
@@ -34,7 +34,7 @@ from .store_link import StoreUnavailable
 __all__ = ["FILES", "MAX_FILES_BYTES", "MAX_FILES_INFLATED", "fetch_files_later", "publish_files"]
 
 #: What every node gets, in the order written (incident.json last: its presence means "all here").
-FILES = (RANKS_FILE, STEPS_FILE, REPORT_FILE, INCIDENT_FILE)
+FILES = (RANKS_FILE, STEPS_FILE, EXCLUDE_HOSTS_FILE, REPORT_FILE, INCIDENT_FILE)
 #: The files travel through the job's store, once per node: beyond this in all (a 100k-rank job's
 #: files times 12,500 nodes) they stay on the coordinator's node, and the others are told where.
 MAX_FILES_BYTES = 16 << 20
@@ -66,10 +66,14 @@ def publish_files(me: IncidentRank, k: int, folder: Path) -> None:
     me.channel.publish_files(k, blob)
 
 
-def fetch_files_later(me: IncidentRank, k: int, folder: Path, wait_s: float) -> None:
-    """On a daemon thread: wait (at most ``wait_s``) for the coordinator's files, write them into ``folder``."""
-    threading.Thread(target=run_guarded, args=(me.health, f"incident {k}: fetching its files", _fetch, me, k, folder,
-                                               time.monotonic() + wait_s), name="fr-otel-files", daemon=True).start()
+def fetch_files_later(me: IncidentRank, k: int, folder: Path, wait_s: float) -> threading.Thread:
+    """On a daemon thread (returned, started): wait (at most ``wait_s``) for the coordinator's files, write
+    them into ``folder``."""
+    thread = threading.Thread(target=run_guarded, args=(me.health, f"incident {k}: fetching its files", _fetch, me, k,
+                                                        folder, time.monotonic() + wait_s), name="fr-otel-files",
+                              daemon=True)
+    thread.start()
+    return thread
 
 
 def _fetch(me: IncidentRank, k: int, folder: Path, until: float) -> None:

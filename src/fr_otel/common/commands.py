@@ -19,7 +19,7 @@ import os
 import shlex
 from collections.abc import Iterable, Sequence
 
-__all__ = ["PLACEHOLDER_COLLECTOR", "py_spy_command_line", "replay_command_line", "shown_endpoint"]
+__all__ = ["PLACEHOLDER_COLLECTOR", "exclude_command_lines", "py_spy_command_line", "replay_command_line", "shown_endpoint"]
 
 PLACEHOLDER_COLLECTOR = "http://COLLECTOR:4317"
 
@@ -56,6 +56,18 @@ def py_spy_command_line(what: str, pid: int | None, host: str | None = None) -> 
     host is known; every word shell-quoted."""
     words = ["py-spy", what, "--pid", str(pid) if pid is not None else "PID"]
     return shlex.join(["ssh", host, *words] if host else words)
+
+
+def exclude_command_lines(hosts: Sequence[str], reason: str) -> tuple[tuple[str, str], ...]:
+    """(scheduler, command) pairs that leave ``hosts`` out of the next run: Slurm's ``--exclude`` for the
+    resubmission and ``scontrol`` to drain them, Kubernetes' ``cordon``. Printed for a person (or a
+    wrapper) to run: fr-otel never drains or cordons anything itself."""
+    if not hosts:
+        return ()
+    joined = ",".join(hosts)
+    return (("Slurm", shlex.join(["sbatch", f"--exclude={joined}", "JOB_SCRIPT"])),
+            ("Slurm", shlex.join(["scontrol", "update", f"NodeName={joined}", "State=DRAIN", f"Reason={reason}"])),
+            *(("Kubernetes", shlex.join(["kubectl", "cordon", h])) for h in hosts))
 
 
 def shown_endpoint(endpoint: str) -> str:

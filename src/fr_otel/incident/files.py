@@ -1,7 +1,7 @@
 """The files an incident leaves beside its dumps, so an offline look at the folder knows what the live one knew.
 
 ``ranks.json`` (where every rank ran: the host map), ``steps.json`` (each rank's training
-steps), ``incident.json`` (the incident's identity: job id, number, trace id, each rank's
+steps), ``exclude-hosts.txt`` (a hang's hosts to leave out next time), ``incident.json`` (the incident's identity: job id, number, trace id, each rank's
 threads at incident time, the export's outcome) and ``incident.html`` (the report). A later
 ``fr-otel analyze``/``report``/``export`` of the folder reads them back
 (:mod:`fr_otel.read.sidecars`): the same hosts, stacks and steps, and the same trace id.
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common.files import atomic_write
 from ..diagnosis.job import Job
+from ..diagnosis.restart import hosts_to_exclude
 from ..diagnosis.step_map import steps_file_json
 from ..read.incident_file import INCIDENT_FILE, IncidentIdentity, dump_file_sizes
 from ..read.rank_map import write_host_map
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
 
-__all__ = ["INCIDENT_FILE", "REPORT_FILE", "write_identity", "write_incident_files"]
+__all__ = ["EXCLUDE_HOSTS_FILE", "INCIDENT_FILE", "REPORT_FILE", "write_identity", "write_incident_files"]
 
 REPORT_FILE = "incident.html"
+#: One host a line: the hosts a restart should leave out (:mod:`fr_otel.diagnosis.restart`); only a verdict
+#: that names some writes it, so its presence alone says "this incident calls for a restart elsewhere".
+EXCLUDE_HOSTS_FILE = "exclude-hosts.txt"
 
 
 def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -> Path:
@@ -50,6 +54,9 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         write_host_map(folder, dict(job.processes), job.world_size, job.last_heard, job.store_host, job.last_step)
     if any(d.steps is not None for d in job.dumps.values()):
         atomic_write(folder / STEPS_FILE, json.dumps(steps_file_json(job)).encode("utf-8"), mkdir=True)
+    exclude = hosts_to_exclude(verdict)
+    if exclude:
+        atomic_write(folder / EXCLUDE_HOSTS_FILE, "".join(f"{h}\n" for h in exclude).encode("utf-8"), mkdir=True)
     page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
     order = verdict.stop_order
     summary = {
@@ -58,6 +65,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         "first_stopped": order.first if order is not None else None,
         "stop_order": (order.sentence() or None) if order is not None else None,
         "hosts": [h.to_dict() for h in verdict.hosts[:64]],
+        "exclude_hosts": list(exclude),
         "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
                    "sentence": page.sentence, "replay": page.replay},
         "spans": len(trace.spans),

@@ -22,6 +22,7 @@ from ..common.progress import TerminalProgress
 from ..common.text import one_line
 from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
+from ..diagnosis.restart import hosts_to_exclude
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..read.dump import RankDump
 from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s, raised_running_s
@@ -95,6 +96,7 @@ class IncidentResult:
     def to_dict(self, *, include_groups: bool = True) -> dict[str, Any]:
         """The public JSON schema: the verdict, the incident's trace id, and the export when there was one."""
         doc = self.verdict.to_dict(include_groups=include_groups)
+        doc["exclude_hosts"] = list(hosts_to_exclude(self.verdict))
         if self.trace_id is not None:
             doc["trace_id"] = self.trace_id
         if self.trace is not None and self.outcome is not None:

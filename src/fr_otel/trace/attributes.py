@@ -18,7 +18,7 @@ __all__ = [
     "RANK", "WORLD_SIZE", "BACKEND", "PG_NAME", "PG_DESC", "PG_SIZE", "SEQ_ID", "P2P_SEQ_ID", "OP_ID", "OP",
     "RECORD_ID", "STATE", "RETIRED", "COMPLETED", "IS_P2P", "TIMEOUT_MS", "INPUT_SIZES", "OUTPUT_SIZES",
     "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
-    "ENTERED_RANKS", "MISSING_RANKS", "COMPLETED_RANKS", "MISMATCH", "VERDICT", "CULPRIT_RANKS", "CULPRIT_KINDS",
+    "ENTERED_RANKS", "MISSING_RANKS", "COMPLETED_RANKS", "MISMATCH", "VERDICT", "EXCLUDE_HOSTS", "CULPRIT_RANKS", "CULPRIT_KINDS",
     "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
     "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
@@ -81,6 +81,7 @@ STACK = "fr_otel.stack"
 CULPRIT_HOSTS = "fr_otel.culprit_hosts"  # per culprit, "" where unknown
 CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several culprits
 LOST_HOSTS = "fr_otel.lost_hosts"  # hosts lost, cut off, or running a store that stopped answering
+EXCLUDE_HOSTS = "fr_otel.exclude_hosts"  # hang/desync: the hosts a restart should leave out (diagnosis.restart)
 HOST_FINDINGS = "fr_otel.host_findings"  # one sentence each: "node1 (ranks 2-3): no dump; last heard ..."
 FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits
 STOP_ORDER_NOTE = "fr_otel.stop_order.note"  # why the culprits cannot be ordered (and how far undated ones got)

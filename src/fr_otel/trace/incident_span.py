@@ -10,6 +10,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ..common.ranks import compress_ranks
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.hosts import LOST_STATES
+from ..diagnosis.restart import hosts_to_exclude
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from . import attributes as A
@@ -60,6 +61,9 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
     if gone:
         attrs[A.LOST_HOSTS] = [h.host for h in gone]
         attrs[A.HOST_FINDINGS] = [clip(h.sentence(), 500) for h in gone[:64]]
+    exclude = hosts_to_exclude(v)
+    if exclude:
+        attrs[A.EXCLUDE_HOSTS] = list(exclude)
     if v.stop_order is not None and v.stop_order.first is not None:
         attrs[A.FIRST_STOPPED] = v.stop_order.first
     elif v.stop_order is not None and v.stop_order.points:

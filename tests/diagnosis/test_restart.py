@@ -1,0 +1,76 @@
+"""Which verdicts call for ending a job early, and which hosts a restart leaves out: only a stuck job
+whose verdict says where, never a straggler, a healthy or inconclusive job, nor a job that was ending."""
+
+from __future__ import annotations
+
+import shlex
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from fr_otel import analyze_incident
+from fr_otel.common.commands import exclude_command_lines
+from fr_otel.diagnosis.restart import calls_for_restart, exclude_reason, hosts_to_exclude
+from fr_otel.diagnosis.verdict import Verdict
+from support.megatron import catalog
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@cache
+def simulated(name: str, *args: object) -> Verdict:
+    return getattr(catalog, name)(*args).verdict()
+
+
+@pytest.mark.parametrize("name,args", [
+    ("healthy_snapshot", (0.1,)), ("healthy_snapshot", (0.4,)), ("healthy_snapshot", (0.7,)),
+    ("straggler", ()), ("quiescent", ()), ("slow_host", ()),
+])
+def test_a_healthy_or_straggling_job_never_calls_for_a_restart(name: str, args: tuple) -> None:
+    v = simulated(name, *args)
+    assert v.verdict in ("healthy", "straggler", "inconclusive"), v.verdict
+    assert not calls_for_restart(v) and hosts_to_exclude(v) == ()
+
+
+@pytest.mark.parametrize("name", ["gpu_stall", "cpu_stop", "never_posts_recv", "dead_node", "two_faults"])
+def test_a_hang_that_names_its_culprits_calls_for_a_restart(name: str) -> None:
+    v = simulated(name)
+    assert v.verdict == "hang" and v.blamed
+    assert calls_for_restart(v)
+
+
+@pytest.mark.parametrize("fault", ["gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd"])
+def test_the_nvrx_hangs_call_for_a_restart_but_name_no_host_their_dumps_do_not_carry(fault: str) -> None:
+    v = analyze_incident(DATA / "nvrx-fr-traces" / fault).verdict
+    assert calls_for_restart(v) and hosts_to_exclude(v) == ()
+
+
+@pytest.mark.parametrize("case,hosts", [
+    ("freeze/node0", ("node2",)), ("freeze/node1", ("node2",)), ("code_hang/node1", ("node2",)),
+    ("partition/node0", ("node1",)), ("partition/node2", ("node1",)), ("store_host/node1", ("node0",)),
+])
+def test_the_lab_folders_exclude_exactly_the_lost_or_culprit_host(case: str, hosts: tuple[str, ...]) -> None:
+    """Read as each surviving node's folder holds it: lost hosts first, then the culprits' hosts, each once."""
+    result = analyze_incident(DATA / "node-folders" / case)
+    assert hosts_to_exclude(result.verdict) == hosts
+    assert result.to_dict()["exclude_hosts"] == list(hosts)
+
+
+def test_an_incident_raised_as_the_job_ended_excludes_nothing() -> None:
+    """Two nodes on one host, an uncaught exception: a hang word, but the job was ending anyway."""
+    v = analyze_incident(DATA / "node-folders" / "two_nodes_one_host" / "node0").verdict
+    assert v.verdict == "hang" and v.job_ended
+    assert not calls_for_restart(v) and hosts_to_exclude(v) == ()
+
+
+def test_the_commands_quote_every_host_and_the_reason() -> None:
+    """Host names come from files others can write: each stays one quoted word."""
+    v = analyze_incident(DATA / "node-folders" / "freeze" / "node0").verdict
+    assert exclude_reason(v) == "fr-otel hang: node2 lost, culprit rank(s) 4-5"
+    lines = exclude_command_lines(("node2", "n3 $(touch /tmp/x)"), "why; rm -rf /")
+    assert [who for who, _ in lines] == ["Slurm", "Slurm", "Kubernetes", "Kubernetes"]
+    assert shlex.split(lines[0][1]) == ["sbatch", "--exclude=node2,n3 $(touch /tmp/x)", "JOB_SCRIPT"]
+    assert shlex.split(lines[1][1])[-1] == "Reason=why; rm -rf /"
+    assert shlex.split(lines[3][1]) == ["kubectl", "cordon", "n3 $(touch /tmp/x)"]
+    assert exclude_command_lines((), "x") == ()
