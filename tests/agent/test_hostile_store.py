@@ -24,10 +24,12 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 from support.counting_store import CountingStore
 from support.node_ranks import flat_rank, node_rank
 
+from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, HangAbort
 from fr_otel.agent.incident_rank import IncidentRank, dump_path
 from fr_otel.agent.incident_runner import IncidentRunner
 from fr_otel.agent.node_files import MAX_FILES_INFLATED, fetch_files_later
 from fr_otel.agent.poller import ProgressTracker
+from fr_otel.agent.state import GroupStatus
 from fr_otel.agent.store_gather import read_heartbeats
 from fr_otel.common.ids import trace_id_for
 
@@ -244,3 +246,39 @@ def test_a_join_whose_verdict_never_comes_does_not_hold_up_this_rank_s_own_incid
         time.sleep(0.1)
     assert mine.exists() and time.monotonic() - began < 8, time.monotonic() - began
     member.stop(1)
+
+
+def _in_flight(seq: int, age_s: float) -> GroupStatus:
+    return GroupStatus("0", "default_pg", tuple(range(WORLD)), 0, enqueued=seq, completed=seq - 1, inflight_seq=seq,
+                       inflight_since_ns=time.time_ns() - int(age_s * 1e9), op="all_reduce")
+
+
+def test_a_forged_hang_verdict_ends_no_rank_whose_own_collectives_move_on(tmp_path: Path, port: int) -> None:
+    """Anyone who reaches the store raises incident 1 the protocol's way (claim and mark) and writes a hang
+    verdict for it. Rank 1, with FR_OTEL_ON_HANG=abort, joins and reads that verdict, but its own recorder says
+    the collective it had in flight completed: it does not end, however long it waits. Only its own evidence
+    (that collective still in flight past the abort age) would end it."""
+    ghost = _runner(tmp_path, port, 0)
+    won, _ = ghost.me.channel.claim(1, {**_MEANT, "time_ns": time.time_ns()})
+    assert won
+    member = _runner(tmp_path, port, 1, on_hang="abort", abort_after_seconds=0.5)
+    assert member.abort is not None
+    ends: list[int] = []
+    member.abort = HangAbort(1, 0.5, end=ends.append)
+    member._tracker.statuses = (_in_flight(7, 0.05),)  # a collective in flight as it joins, completing normally
+    assert len(member.join_open()) == 1
+    _plant(_forger(port), "i/1/result", json.dumps({"verdict": "hang", "hang": True, "culprits": [0],
+                                                    "exclude_hosts": ["victim"], "trace_id": "0" * 32}))
+    assert member.wait_idle(20)
+    member._tracker.statuses = (_in_flight(8, 0.01),)
+    for _ in range(8):
+        time.sleep(0.1)
+        member.check_abort()
+    member._tracker.statuses = (_in_flight(9, 30.0),)  # a later collective, however old: another incident's matter
+    member.check_abort()
+    assert ends == []
+    member._tracker.statuses = (_in_flight(7, 1.0),)  # had collective #7 stayed in flight: its own evidence
+    member.check_abort()
+    assert ends == [ABORT_EXIT_CODE]
+    member.stop(1)
+    ghost.stop(1)

@@ -74,3 +74,18 @@ def test_the_commands_quote_every_host_and_the_reason() -> None:
     assert shlex.split(lines[1][1])[-1] == "Reason=why; rm -rf /"
     assert shlex.split(lines[3][1]) == ["kubectl", "cordon", "n3 $(touch /tmp/x)"]
     assert exclude_command_lines((), "x") == ()
+
+
+def test_a_host_goes_by_the_schedulers_node_name_where_the_job_knew_it(tmp_path: Path) -> None:
+    """Slurm's --exclude and scontrol take Slurm's node names: a rank that ran under SLURMD_NODENAME says it."""
+    import json
+    import shutil
+
+    folder = tmp_path / "code_hang"
+    shutil.copytree(DATA / "node-folders" / "code_hang" / "node1", folder)
+    ranks = json.loads((folder / "ranks.json").read_text())
+    for r, entry in ranks["ranks"].items():
+        entry["node"] = f"gpu-{entry['host']}"
+    (folder / "ranks.json").write_text(json.dumps(ranks))
+    v = analyze_incident(folder).verdict
+    assert [c.rank for c in v.blamed] == [5] and hosts_to_exclude(v) == ("gpu-node2",)

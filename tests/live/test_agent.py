@@ -181,6 +181,10 @@ def test_live_incident_says_where_the_culprit_is_now_everywhere(tmp_path: Path, 
     dumps = tmp_path / "out" / "dumps" / trace_id
     incident = json.loads((dumps / "incident.json").read_text())
     assert incident["trace_id"] == trace_id and incident["incident"] == "1"
+    # FR_OTEL_ON_HANG's default, report: the hang names the host to leave out, and the job is left to wait (it
+    # finished once rank 2 came back, above); no rank ended itself.
+    assert (dumps / "exclude-hosts.txt").read_text() == f"{host}\n" and incident["summary"]["exclude_hosts"] == [host]
+    assert root["fr_otel.exclude_hosts"] == [host] and "ends its process" not in job.output
     assert incident["summary"]["verdict"] == "hang" and incident["summary"]["culprits"][0]["rank"] == 2
     me = incident["ranks"]["2"]
     where = json.loads((dumps / "ranks.json").read_text())["ranks"]["2"]  # where each rank ran: ranks.json's

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel import Verdict, analyze, build_job, read_dumps
+from fr_otel.diagnosis.restart import calls_for_restart, hosts_to_exclude
 
 pytestmark = [
     pytest.mark.gloo,
@@ -34,6 +35,7 @@ def test_rank_skips_an_allreduce(scenario_dumps) -> None:
     """Rank 2 never enqueues world all_reduce #6; ranks 0, 1, 3 wait in it."""
     for v in verdicts(scenario_dumps("skip_allreduce")):
         assert summary(v) == ("hang", [(2, "not_enqueued", "default_pg", 6)])
+        assert calls_for_restart(v)  # FR_OTEL_ON_HANG=abort may end the ranks stuck in it
         assert v.culprits[0].waiting_ranks == (0, 1, 3)
         assert v.problems == [] and v.ranks_loaded == 4 and v.world_size == 4
 
@@ -84,12 +86,14 @@ def test_straggler(scenario_dumps) -> None:
         assert verdict == "straggler"
         assert [(r, k) for r, k, _, _ in culprits] == [(1, "straggler")]
         assert all(g.in_flight is None for g in v.groups)
+        assert not calls_for_restart(v) and hosts_to_exclude(v) == ()  # slow is not stuck: never aborted
 
 
 def test_healthy_run(scenario_dumps) -> None:
     """Everything completed, no skew, no mismatch: healthy, nobody accused."""
     for v in verdicts(scenario_dumps("healthy")):
         assert summary(v) == ("healthy", [])
+        assert not calls_for_restart(v)
 
 
 def test_gloo_pg_config_is_unsound_and_membership_is_inferred(scenario_dumps) -> None:

@@ -199,3 +199,32 @@ def test_a_rank_hung_in_its_own_code_is_named_with_its_host_step_and_first_stop(
     assert any("rank 5 (not_enqueued, host node2, step 12)" in line for line in r.agent_lines), _story(r)
     _never_healthy(r)
     _exits_in_time(r)
+
+
+#: With FR_OTEL_ON_HANG=abort the gloo timeout no longer decides when the survivors leave: make it long.
+ABORT_GLOO_TIMEOUT = 300.0
+
+
+def test_with_abort_a_frozen_hosts_survivors_exit_soon_after_the_verdict_and_leave_it_out(tmp_path: Path) -> None:
+    """FR_OTEL_ON_HANG=abort and a 300 s gloo timeout; node2 frozen in step 12: every survivor rank, stuck in the
+    collective, ends with exit code 75 within the stall threshold + 30 s of the fault (without abort it would wait
+    for the gloo timeout), each survivor's torchrun exits too, and each survivor's folder has exclude-hosts.txt
+    naming node2 alone, as the trace root's fr_otel.exclude_hosts does."""
+    truth = FAULTS["freeze"]
+    bound = STALL_SECONDS + 30
+    r = run_case(truth, agent=True, tmp=tmp_path, gloo_timeout=ABORT_GLOO_TIMEOUT, step=FAULT_STEP,
+                 stall_seconds=STALL_SECONDS, cap_s=bound + 30, agent_env={**AGENT, "FR_OTEL_ON_HANG": "abort"},
+                 pause_s=PAUSE_S, resolve_names=False)
+    survivors = {rank: t for rank, t in r.worker_exit_s.items() if rank not in truth.ranks}
+    assert sorted(survivors) == [0, 1, 2, 3] and all(t is not None and t <= bound for t in survivors.values()), \
+        f"survivors' exits (s after the fault): {survivors}\n{_story(r)}"
+    ended = [line for line in r.agent_lines if "ends its process with exit code 75" in line]
+    assert ended and all("leave out next time: node2 " in line for line in ended), _story(r)
+    for host in ("node0", "node1"):
+        code, at = r.torchrun_exit[host]
+        assert code not in (None, 0) and at is not None and at <= bound + EXIT_BUDGET, (host, code, at, _story(r))
+    lists = {Path(p).parts[0]: (tmp_path / p).read_text() for p in r.files if p.endswith("exclude-hosts.txt")}
+    assert lists == {"node0": "node2\n", "node1": "node2\n"}, (lists, _story(r))
+    assert all(i["root"].get("fr_otel.exclude_hosts") == ["node2"] for i in r.incidents if i["has_trace"]), _story(r)
+    print(f"[freeze, abort] survivors exited {min(survivors.values()):.1f}-{max(survivors.values()):.1f} s after the "
+          f"fault (stall threshold {STALL_SECONDS:g} s, gloo timeout {ABORT_GLOO_TIMEOUT:g} s)")

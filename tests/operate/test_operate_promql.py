@@ -444,7 +444,8 @@ def test_the_exposition_is_the_contract(prometheus_url: str, scenario: Scenario)
     (OpenMetrics counters' `_created` series aside)."""
     names = {s["metric"]["__name__"] for s in _result(prometheus_url, '{job="fr-otel", __name__=~"fr_.*"}')}
     # Gloo records no send/recv: the p2p series are checked in tests/operate/test_operate_p2p_promql.py.
-    assert {n for n in names if not n.endswith("_created")} == set(CONTRACT_METRICS) - {"fr_inflight_p2p_age_seconds"}
+    served = {n for n in names if not n.endswith("_created")}
+    assert set(CONTRACT_METRICS) - {"fr_inflight_p2p_age_seconds", "fr_exclude_host"} <= served <= set(CONTRACT_METRICS)
     target_labels = {"job", "instance", *scenario.labels}
     for name, labels in CONTRACT_METRICS.items():
         for s in _result(prometheus_url, name):

@@ -25,6 +25,10 @@ _NOT_ATOMIC = {
         "--jsonl appends one line per request to a file that may already hold earlier exports",
     ("demo/job.py", 'open(plan.log, "wb")'):
         "the demo job's output (torchrun and the agents' lines), streamed by the child processes while they run",
+    ("agent/hang_abort.py", 'open(mark, "a"'):
+        "each rank that ends a hang appends its number to fr-otel run's mark file; several may at once",
+    ("cli/run.py", 'tempfile.mkstemp(prefix="fr-otel-abort-")'):
+        "fr-otel run's mark file: created empty and private for the ranks to append to, never replaced",
 }
 
 

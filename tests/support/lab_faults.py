@@ -201,7 +201,7 @@ def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
                 "html": page.read_text(errors="replace") if page.is_file() else "",
                 "root": {k: v for k, v in root.items()
                          if k.startswith(("fr_otel.culprit", "fr_otel.first_stopped", "fr_otel.lost_hosts",
-                                          "fr_otel.host_findings"))},
+                                          "fr_otel.host_findings", "fr_otel.exclude_hosts"))},
                 "has_trace": bool(root),
             })
         except (OSError, ValueError, AttributeError, TypeError) as exc:

@@ -46,6 +46,7 @@ CONTRACT_METRICS = {
     "fr_collective_wait_seconds_total": {"rank", "pg_name", "pg_desc"},
     "fr_collectives_completed_total": {"rank", "pg_name", "pg_desc"},
     "fr_incidents_total": {"rank"},
+    "fr_exclude_host": {"rank", "incident", "exclude_host"},  # only once an incident this rank concluded names one
     "fr_info": {"rank", "local_rank", "host", "torch_version", "backend", "world_size", "recorder_capacity"},
     "fr_agent_polls_total": {"rank"},
     "fr_agent_errors_total": {"rank"},

@@ -27,6 +27,8 @@ TRAIN_LOOP_HIDDEN          MLP width (default 64)
 TRAIN_LOOP_STALL_RANK      rank that stalls (default: none)
 TRAIN_LOOP_STALL_STEP      step at which it stalls (default 10)
 TRAIN_LOOP_STALL_SECONDS   how long (default 0)
+TRAIN_LOOP_STALL_ATTEMPT   only in this attempt of the job (torchelastic's TORCHELASTIC_RESTART_COUNT; default:
+                           every attempt): a restarted job then runs through
 TRAIN_LOOP_RAISE_RANK      rank that raises an uncaught RuntimeError instead (default: none)
 TRAIN_LOOP_RAISE_STEP      step at which it raises (default 5)
 TRAIN_LOOP_EXIT_RANK       rank that leaves at once with ``os._exit(3)``: no hook runs (default: none)
@@ -132,6 +134,9 @@ def main() -> int:
     stall_rank = int(_env("STALL_RANK", "-1"))
     stall_step = int(_env("STALL_STEP", "10"))
     stall_s = float(_env("STALL_SECONDS", "0"))
+    attempt = _env("STALL_ATTEMPT", "")
+    if attempt and attempt != os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"):
+        stall_s = 0.0
     raise_rank = int(_env("RAISE_RANK", "-1"))
     raise_step = int(_env("RAISE_STEP", "5"))
     exit_rank = int(_env("EXIT_RANK", "-1"))

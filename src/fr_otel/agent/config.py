@@ -49,6 +49,9 @@ __all__ = [
     "FR_OTEL_METRICS_PORT",
     "FR_OTEL_NODE_DIR",
     "FR_OTEL_NODE_LEADERS",
+    "FR_OTEL_ON_HANG",
+    "FR_OTEL_ABORT_AFTER_SECONDS",
+    "FR_OTEL_ABORT_MARK",
     "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
     "FR_OTEL_RANK_PID",
@@ -116,6 +119,16 @@ FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
 FR_OTEL_NODE_LEADERS = "FR_OTEL_NODE_LEADERS"
 #: Node-local folder a node's ranks share with their leader (a RAM file system where there is one).
 FR_OTEL_NODE_DIR = "FR_OTEL_NODE_DIR"
+#: ``report``: an incident is reported and the job left as it is; ``abort``: once a hang's verdict is
+#: delivered, every rank stuck in that hang's collective ends its process with
+#: :data:`~fr_otel.agent.hang_abort.ABORT_EXIT_CODE`, so the launcher restarts the job (:mod:`fr_otel.agent.hang_abort`).
+FR_OTEL_ON_HANG = "FR_OTEL_ON_HANG"
+#: With ``abort``: how long a rank's own collective must have been in flight before it ends (unset: the
+#: stall threshold, :attr:`AgentConfig.abort_after_s`).
+FR_OTEL_ABORT_AFTER_SECONDS = "FR_OTEL_ABORT_AFTER_SECONDS"
+#: Set by ``fr-otel run --on-hang abort``: a file each rank that ends a hang appends its rank to, so
+#: ``fr-otel run`` exits with the abort's code where torchrun exits 1 for any failed worker.
+FR_OTEL_ABORT_MARK = "FR_OTEL_ABORT_MARK"
 #: Set by the agent to its process id once its process has a process group (a rank), so child
 #: processes (data loader workers, subprocesses) that inherit the environment do not start
 #: agents of their own. Not before: a launcher's workers inherit its environment too.
@@ -127,6 +140,7 @@ DEFAULT_METRICS_ADDR = "0.0.0.0"
 HOOK_NAMES = ("atexit", "excepthook", "sigterm")
 NODE_LEADER_MODES = ("auto", "on", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+ON_HANG = ("report", "abort")
 
 
 # --- Parsers ----------------------------------------------------------------------------
@@ -214,6 +228,17 @@ def _node_leaders(value: Any) -> str:
     return text
 
 
+def _on_hang(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in ON_HANG:
+        raise ValueError(f"expected one of {', '.join(ON_HANG)}, got {value!r}")
+    return text
+
+
+def _positive_or_unset(value: Any) -> float | None:
+    return None if value is None or str(value).strip() == "" else _positive(value)
+
+
 def _log_level(value: Any) -> str:
     text = str(value).strip().lower()
     if text not in LOG_LEVELS:
@@ -248,6 +273,8 @@ class AgentConfig:
     log_level: str = "info"
     node_leaders: str = "auto"
     node_dir: str | None = None
+    on_hang: str = "report"
+    abort_after_seconds: float | None = None  # None: stall_seconds
     endpoint: str | None = None
     protocol: str | None = None
     headers: str | None = None
@@ -257,6 +284,11 @@ class AgentConfig:
     def refine_after_s(self) -> float:
         """When a collective in flight earns a full read: never later than half the threshold."""
         return min(self.suspect_seconds, self.stall_seconds / 2)
+
+    @property
+    def abort_after_s(self) -> float:
+        """How long this rank's own collective of a hang must have been in flight before ``abort`` ends it."""
+        return self.stall_seconds if self.abort_after_seconds is None else self.abort_after_seconds
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(AgentConfig)}
@@ -359,6 +391,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("node_dir", FR_OTEL_NODE_DIR, "--node-dir", _text,
            "node-local folder a node's ranks share with their leader (default: /dev/shm)", "DIR",
            "a folder of yours that no one else may enter"),
+    Option("on_hang", FR_OTEL_ON_HANG, "--on-hang", _on_hang,
+           "report: report a hang and leave the job be; abort: once a hang's verdict is delivered, end every rank "
+           "stuck in it (exit code 75) so the launcher restarts the job", "ACTION", "report or abort"),
+    Option("abort_after_seconds", FR_OTEL_ABORT_AFTER_SECONDS, "--abort-after-seconds", _positive_or_unset,
+           "with --on-hang abort: a rank ends only once its own collective of the hang is this old "
+           "(default: the stall threshold)", "SECONDS", **_range(0.1, _WEEK_S, _SECONDS)),
 )
 
 #: Every ``FR_OTEL_*`` variable the agent reads (besides the standard OTEL_* ones).

@@ -241,6 +241,7 @@ class Agent:
             self.tracker.apply_refine(pending, done, slots, time.time_ns(), p2p)
         self.health.polled()
         if self.incidents is not None:
+            self.incidents.check_abort()
             now = time.time_ns()
             if self.slow is not None and self.waits is not None and self.incidents.reachable():
                 with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):

@@ -54,6 +54,11 @@ class HealthTracker:
             self._health = _replace(h, incidents=h.incidents + 1, last_incident_trace_id=trace_id_hex,
                                     last_incident_s=time.time())
 
+    def exclude(self, k: int, hosts: tuple[str, ...]) -> None:
+        """Incident ``k``, concluded here, says a restart should leave ``hosts`` out (``fr_exclude_host``)."""
+        with self._lock:
+            self._health = _replace(self._health, exclude_hosts=hosts, exclude_incident=k)
+
     def error(self, where: str, exc: BaseException | str, *, level: int = logging.WARNING) -> None:
         """Count one failure; log it unless this kind was logged less than a minute ago."""
         with self._lock:

@@ -31,7 +31,8 @@ from .failure import collective_failure, failed_collectives
 from .incident_memory import IncidentMemory
 from .incident_rank import IncidentRank
 from .incident_queue import IncidentQueue
-from .incident_work import flush_incident, incident_budget_s, own_part, publish_final
+from .hang_abort import HangAbort, stuck_collectives
+from .incident_work import Ended, flush_incident, incident_budget_s, own_part, publish_final
 from .local_incident import take_part_locally
 from .poller import ProgressTracker, Stall
 from ..common.gc_pause import gc_paused
@@ -73,6 +74,8 @@ class IncidentRunner:
         #: Collectives a failure ended, that the backend recorded as completed (see :mod:`.failure`).
         self.failed: tuple[FailedCollective, ...] = ()
         self._aftermath = False  # this rank is on its way out after a collective's failure or SIGTERM
+        #: FR_OTEL_ON_HANG=abort: armed by a hang's verdict, checked on every poll (:meth:`check_abort`).
+        self.abort = HangAbort(me.rank, me.config.abort_after_s) if me.config.on_hang == "abort" else None
 
     # -- on every poll ------------------------------------------------------------------
     def reachable(self) -> bool:
@@ -274,15 +277,17 @@ class IncidentRunner:
             self.me.node.incidents.append((k, meta))
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
-        at = deadline
+        at, stuck = deadline, stuck_collectives(self._tracker.statuses)  # what an abort may watch
 
         def work() -> None:
             with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(at):
-                self._part(k, meta, owner, local, at)
+                summary, files = self._part(k, meta, owner, local, at)
+                if self.abort is not None and not self._aftermath:
+                    self.abort.arm(k, summary, stuck, files)
         # The raiser's own incident, or this node's without the store, before queued joins.
         return self._work.put(work, 0 if owner or local else 1)
 
-    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> None:
+    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> Ended:
         """This rank's part in incident ``k``: through the store while it answers; when it fails during
         the incident (its host went with the fault), this node's part without it, same number."""
         trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
@@ -294,15 +299,19 @@ class IncidentRunner:
         self.me.health.incident(trace_hex)
         if not local:
             try:
-                flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
-                return
+                return flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
             except StoreUnavailable as exc:
                 log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
                             k, one_line(exc, 200))
                 if self.me.node is not None:
                     with self.me.health.guard("telling this node's ranks"):
                         self.me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
-        take_part_locally(self.me, k, meta, deadline, part)
+        return take_part_locally(self.me, k, meta, deadline, part), ()
+
+    def check_abort(self) -> None:
+        """FR_OTEL_ON_HANG=abort: end this process if an armed hang's collective is still in flight here."""
+        if self.abort is not None:
+            self.abort.check(self._tracker.statuses)
 
     # -- asked for: flush, the exit hooks -----------------------------------------------
     def wait_idle(self, timeout: float) -> bool:

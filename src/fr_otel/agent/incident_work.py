@@ -16,6 +16,7 @@ bounded by a deadline.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -44,7 +45,7 @@ from .store_link import StoreUnavailable
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit
 
-__all__ = ["CONCLUDE_RESERVE_S", "COORDINATOR_S_PER_RANK", "incident_budget_s", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
+__all__ = ["CONCLUDE_RESERVE_S", "COORDINATOR_S_PER_RANK", "Ended", "incident_budget_s", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
            "flush_incident", "own_part", "publish_final", "send_part"]
 
 
@@ -72,12 +73,18 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
                           failed=failed), written
 
 
+#: What an incident's end leaves a rank: the verdict's summary as it knows it (the store's result shape;
+#: None when it never learnt it) and the threads still writing this node's copy of the incident's files.
+Ended = tuple[dict[str, Any] | None, tuple[threading.Thread, ...]]
+
+
 def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
-                   part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> None:
+                   part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> Ended:
     """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
     coordinator's too when ``owner``. Raises :class:`~.store_link.StoreUnavailable` when the store fails before
     the verdict: the caller then reports this node's part without it (:mod:`.local_incident`). A member
-    stops waiting for the verdict once ``preempted()`` says other incident work waits."""
+    stops waiting for the verdict once ``preempted()`` says other incident work waits. Returns the verdict's
+    summary as this rank knows it (None: not known here) and this node's file fetch, if one runs."""
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     payload, written = part
     try:
@@ -96,11 +103,10 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
             publish_files(me, k, folder)
             me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
         if me.node is not None:
-            me.node.ended_as(k, verdict=True)
-        return
-    if me.hosts.leader:
-        fetch_files_later(me, k, folder, incident_budget_s(me) + 5)
-    await_verdict(me, k, deadline, preempted)
+            me.node.ended_as(k, verdict=True, hang=result.get("hang") is True)
+        return result, ()
+    fetch = fetch_files_later(me, k, folder, incident_budget_s(me) + 5) if me.hosts.leader else None
+    return await_verdict(me, k, deadline, preempted), (fetch,) if fetch is not None else ()
 
 
 def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
@@ -134,7 +140,8 @@ def incident_budget_s(me: IncidentRank) -> float:
     return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5
 
 
-def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable[[], bool] | None = None) -> None:
+def await_verdict(me: IncidentRank, k: int, deadline: float,
+                  preempted: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """Wait (one ``check`` per poll interval, until :data:`CONCLUDE_RESERVE_S` before ``deadline``) for
     the coordinator's verdict. Why wait: a rank still in the incident keeps its node, and the store
     its node may run, alive until the verdict exists (a rank of the store's node that exits at once
@@ -143,18 +150,23 @@ def await_verdict(me: IncidentRank, k: int, deadline: float, preempted: Callable
     A member whose node leader answers waits on its board instead (no store call: a node counts once in
     the store): the leader says when it saw the verdict, or that the store went away. It stops waiting
     when ``preempted()`` (another incident's work is queued: its part here is sent, and an incident whose
-    verdict never comes, forged or its raiser gone, must not hold the next one up for its whole budget)."""
+    verdict never comes, forged or its raiser gone, must not hold the next one up for its whole budget).
+    Returns the verdict's summary (through a board: only whether it calls for a restart), None if none came."""
     until = deadline - CONCLUDE_RESERVE_S
     role = me.node
     while time.monotonic() < until and not (preempted is not None and preempted()):
         word = role.verdict_word(k) if role is not None else "ask the store"
         if word == "lost":
             raise StoreUnavailable("this node's leader found the job's store gone during the incident")
-        if word == "verdict" or (word == "ask the store" and me.channel.result(k) is not None):
+        if word == "verdict":
+            return {"verdict": "hang", "hang": True} if role is not None and role.leader_saw_hang(k) else {}
+        result = me.channel.result(k) if word == "ask the store" else None
+        if result is not None:
             if role is not None:
-                role.ended_as(k, verdict=True)
-            return
+                role.ended_as(k, verdict=True, hang=result.get("hang") is True)
+            return result
         time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
+    return None
 
 
 def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None:
@@ -197,6 +209,7 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     log line; returns the verdict's summary (what the store's result key holds)."""
     # The analysis loads only when an incident happens.
     from ..diagnosis.hosts import LOST_STATES
+    from ..diagnosis.restart import calls_for_restart, hosts_to_exclude
     from ..incident.pipeline import IncidentPlan, run_incident
 
     root = [
@@ -234,6 +247,10 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
     away = [f"{h.host} (ranks {compress_ranks(h.missing)})" for h in verdict.hosts if h.state == "unreachable"]
     if away:
         culprits += f"; unreachable from here, not culprits: {', '.join(away[:6])}"
+    exclude = hosts_to_exclude(verdict)
+    if exclude:
+        me.health.exclude(k, exclude)
+        culprits += f"; leave out next time: {', '.join(exclude[:8])} (exclude-hosts.txt)"
     where = outcome.describe(len(trace.spans), me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     scope = f"local to {me.process.host}, " if local else ""
@@ -241,7 +258,8 @@ def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResul
                 k, scope, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
                 len(evidence.dumps), me.world_size, trace_hex, where, dumps)
     return {"verdict": str(verdict.verdict), "trace_id": trace_hex, "culprits": [c.rank for c in verdict.blamed],
-            "export": str(outcome.status), "spans_rejected": outcome.result.spans_rejected if outcome.result else 0}
+            "export": str(outcome.status), "spans_rejected": outcome.result.spans_rejected if outcome.result else 0,
+            "hang": calls_for_restart(verdict), "exclude_hosts": list(exclude)}
 
 
 def _brief(c: Culprit) -> str:

@@ -47,11 +47,11 @@ log = logger("fr_otel.agent")
 
 
 def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,
-                      part: tuple[bytes, bool]) -> None:
+                      part: tuple[bytes, bool]) -> dict[str, Any] | None:
     """This rank's part in incident ``k`` of its node, without the store (``part``: its
     :func:`~.incident_work.own_part`); the node's verdict too when it coordinates here: the rank
     that raised the incident if it runs on this node (it may have started through the store and
-    seen it go), else the first of the node to claim."""
+    seen it go), else the first of the node to claim. Returns the node's verdict summary where it concluded here."""
     went_local_ns = time.time_ns()  # the store does not answer this node (else it would not be here)
     trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
     folder = dump_path(me, trace_hex).parent
@@ -68,11 +68,11 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
         while not lock.exists() and time.monotonic() < until:
             time.sleep(_POLL_S)
     if not _claim(lock):
-        return
+        return None
     evidence = _gather_local(me, folder, deadline)
     silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
     evidence.side.network = me.network_now(silent, went_local_ns)
-    conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
+    return conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
 
 
 def _claim(path: Path) -> bool:

@@ -140,6 +140,13 @@ class FrCollector(Collector):
             exemplar = Exemplar({"trace_id": h.last_incident_trace_id}, 1.0, h.last_incident_s)
         incidents.add_metric([rank], h.incidents, exemplar=exemplar)
         yield incidents
+        if h.exclude_hosts:  # absent until an incident this rank concluded names hosts to leave out
+            exclude = GaugeMetricFamily(
+                "fr_exclude_host", "1 per host the last incident this rank concluded says a restart should leave "
+                "out (a hang's culprit or lost hosts; exclude-hosts.txt).", labels=["rank", "incident", "exclude_host"])
+            for host in h.exclude_hosts:
+                exclude.add_metric([rank, str(h.exclude_incident), host], 1)
+            yield exclude
 
         info = InfoMetricFamily("fr", "The process behind these series.", labels=INFO_LABELS)
         i = snap.info

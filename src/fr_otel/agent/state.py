@@ -101,6 +101,9 @@ class Health:
     last_poll_s: float | None = None  # epoch seconds of the last successful poll
     last_incident_trace_id: str | None = None
     last_incident_s: float | None = None
+    #: The hosts the last incident this rank concluded says a restart should leave out (with its number).
+    exclude_hosts: tuple[str, ...] = ()
+    exclude_incident: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,23 @@ the next source or the default. Only a missing COMMAND is a usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.config import (
+    FR_OTEL_ABORT_MARK,
     FR_OTEL_AGENT_PID,
     FR_OTEL_AUTOSTART,
     FR_OTEL_RANK_PID,
     OPTIONS,
+    FR_OTEL_ON_HANG,
     launch_environment,
 )
 from ..otlp.config import (
@@ -135,6 +141,10 @@ def parse_launch(argv: Sequence[str]) -> Launch:
     return out
 
 
+#: torch's switch that gives each torchrun attempt its own store (see :func:`child_environment`).
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
 def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """The environment COMMAND runs in (flags as variables, the bootstrap on PYTHONPATH) and
     one line per setting that was ignored."""
@@ -155,7 +165,12 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
     env[FR_OTEL_AUTOSTART] = "1"
+    if env.get(FR_OTEL_ON_HANG, "").strip().lower() == "abort":
+        # A restart is what abort is for; torchrun's shared rendezvous store hands a restarted attempt the
+        # previous attempt's addresses (pytorch#135712: gloo and NCCL connect to ranks that are gone).
+        env.setdefault(TORCH_DISABLE_SHARE_RDZV_TCP_STORE, "1")
     env.pop(FR_OTEL_AGENT_PID, None)
+    env.pop(FR_OTEL_ABORT_MARK, None)  # set per run by supervise(), never inherited
     env.pop(FR_OTEL_RANK_PID, None)  # a job fr-otel run starts has its own ranks, none marked yet
     return env, problems
 
@@ -172,8 +187,43 @@ def _export_problems(env: Mapping[str, str]) -> list[str]:
     return warnings
 
 
+#: Signals ``fr-otel run`` passes on to COMMAND when it runs it as a child (as tini does). Not SIGINT: a
+#: terminal's Ctrl-C reaches the whole foreground group, COMMAND included, already.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def supervise(command: Sequence[str], env: dict[str, str]) -> int:
+    """``--on-hang abort``: run COMMAND as a child instead of becoming it, passing signals on, and exit with
+    :data:`~fr_otel.agent.hang_abort.ABORT_EXIT_CODE` when it failed after a rank ended a hang (torchrun exits
+    1 for any failed worker: the scheduler's restart rules need the abort's own code); else with its status."""
+    from ..agent.hang_abort import ABORT_EXIT_CODE
+
+    fd, mark = tempfile.mkstemp(prefix="fr-otel-abort-")
+    os.close(fd)
+    env[FR_OTEL_ABORT_MARK] = mark
+    try:
+        try:
+            child = subprocess.Popen(list(command), env=env)
+        except OSError as exc:
+            error(f"cannot run {command[0]}: {exc.strerror or exc}")
+            return 127
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        status = child.wait()
+        aborted = Path(mark).read_text(encoding="utf-8", errors="replace").split()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(mark)
+    if status != 0 and aborted:
+        error(f"{command[0]} exited with {status} after rank(s) {','.join(sorted(set(aborted), key=int))} ended a hang "
+              f"(--on-hang abort): exit code {ABORT_EXIT_CODE}, for the scheduler to restart the job")
+        return ABORT_EXIT_CODE
+    return status if status >= 0 else 128 - status
+
+
 def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
-    """``fr-otel run``: warn about ignored settings, then become COMMAND."""
+    """``fr-otel run``: warn about ignored settings, then become COMMAND (with ``--on-hang abort``: run it, see
+    :func:`supervise`)."""
     request = parse_launch(argv)
     if request.help:
         parser.print_help()
@@ -189,6 +239,8 @@ def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     command = request.command
+    if env.get(FR_OTEL_ON_HANG, "").strip().lower() == "abort":
+        return supervise(command, env)
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

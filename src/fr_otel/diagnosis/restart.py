@@ -31,13 +31,15 @@ def calls_for_restart(verdict: Verdict) -> bool:
 
 def hosts_to_exclude(verdict: Verdict) -> tuple[str, ...]:
     """The hosts a restart should leave out, in the verdict's order: the lost hosts, then the culprits'
-    hosts; none unless :func:`calls_for_restart` (a straggler's host is slow, not broken)."""
+    hosts, each by the scheduler's node name where the job knew it (Slurm's, which ``--exclude`` takes);
+    none unless :func:`calls_for_restart` (a straggler's host is slow, not broken)."""
     if not calls_for_restart(verdict):
         return ()
-    hosts = [h.host for h in verdict.hosts if h.state in LOST_STATES]
+    node = {c.rank: c.process.place for c in verdict.culprits if c.process is not None and c.process.place}
     blamed = {c.rank for c in verdict.blamed}
-    hosts += [h.host for h in verdict.hosts if set(h.blamed) & blamed]
-    hosts += [c.host for c in verdict.blamed if c.host]
+    hosts = [next((node[r] for r in h.ranks if r in node), h.host) for h in verdict.hosts if h.state in LOST_STATES]
+    hosts += [next((node[r] for r in h.blamed if r in node), h.host) for h in verdict.hosts if set(h.blamed) & blamed]
+    hosts += [node.get(c.rank) or c.host or "" for c in verdict.blamed]
     return tuple(dict.fromkeys(h for h in hosts if h))
 
 

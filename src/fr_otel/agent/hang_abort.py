@@ -1,0 +1,139 @@
+"""Opt-in (``FR_OTEL_ON_HANG=abort``): end a hung job in minutes, not at the watchdog.
+
+A hang otherwise idles every GPU of the job until the NCCL watchdog fires (10-30 min), and only then
+does the launcher restart it. With ``abort``, once an incident this rank took part in has a verdict that
+calls for a restart (:func:`fr_otel.diagnosis.restart.calls_for_restart`: a hang or desync naming culprits
+or a lost host, never a straggler, a healthy or inconclusive job, nor an incident raised as the job was
+ending) and this rank's part of it is over (its dump written; on the coordinator the trace delivered and
+the files written, or their budgets spent), the rank is **armed**. It **fires on its own evidence** only:
+a collective it had in flight when it took part is still in flight, the same one, and has been for at
+least ``abort_after_s`` by its own recorder. A verdict read from the store, which anything that reaches
+the store's port can write, ends nothing by itself: a rank whose collectives move on is not stuck.
+
+Ranks in no collective (often the culprit itself) do not exit on their own: torchrun ends a node's
+other workers once one fails, and the peers' leaving fails any collective they enter later.
+
+The exit is ``os._exit(ABORT_EXIT_CODE)`` from the agent's thread: the training thread sits in a
+collective inside C++, where neither an exception nor a signal handler reaches it, and everything the
+incident owed is done. The log line says what it did and why. torchrun exits 1 for any failed worker
+(its summary shows ``exitcode: 75``); under ``fr-otel run --on-hang abort`` the rank also appends its
+number to ``FR_OTEL_ABORT_MARK``'s file, and ``fr-otel run`` exits 75 itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..common.commands import exclude_command_lines
+from ..common.log import logger
+from ..common.text import one_line
+from .config import FR_OTEL_ABORT_MARK
+from .state import GroupStatus
+
+__all__ = ["ABORT_EXIT_CODE", "HangAbort", "stuck_collectives"]
+
+#: sysexits' EX_TEMPFAIL, "a temporary failure; the caller is invited to retry": what torchrun's
+#: ``--max-restarts``, Slurm's ``--requeue`` and a Kubernetes Job's ``backoffLimit`` act on.
+ABORT_EXIT_CODE = 75
+#: How long the exit waits, at most, for this node's copy of the incident's files (fetched on a thread).
+FILES_WAIT_S = 10.0
+_MAX_HOSTS = 64
+
+log = logger("fr_otel.agent")
+
+
+def stuck_collectives(statuses: Iterable[GroupStatus]) -> frozenset[tuple[str, int]]:
+    """This rank's collectives in flight now, by group and sequence number (what an armed abort watches)."""
+    return frozenset((g.name, g.inflight_seq) for g in statuses if g.inflight_seq is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Armed:
+    incident: int
+    stuck: frozenset[tuple[str, int]]
+    culprits: str
+    exclude_hosts: tuple[str, ...]
+    reason: str
+    before_exit: tuple[threading.Thread, ...]
+
+
+class HangAbort:
+    """This rank's armed incidents, and the check each poll makes of them."""
+
+    def __init__(self, rank: int, abort_after_s: float, *, end: Callable[[int], Any] = os._exit) -> None:
+        self.rank = rank
+        self.abort_after_s = abort_after_s
+        self._end = end
+        self._lock = threading.Lock()
+        self._armed: list[_Armed] = []
+
+    def arm(self, k: int, summary: Mapping[str, Any] | None, stuck: frozenset[tuple[str, int]],
+            before_exit: tuple[threading.Thread, ...] = ()) -> bool:
+        """Incident ``k`` ended for this rank with verdict ``summary`` (the store's result shape; None:
+        unknown here); ``stuck``: this rank's collectives in flight when it took part. True when armed."""
+        if not isinstance(summary, Mapping) or summary.get("hang") is not True:
+            return False
+        if not stuck:
+            log.info("incident %d calls for a restart, but rank %d was in no collective when it took part: it "
+                     "does not end itself (its launcher ends it once a peer has)", k, self.rank)
+            return False
+        hosts = summary.get("exclude_hosts")
+        hosts = tuple(one_line(h, 255) for h in hosts[:_MAX_HOSTS] if isinstance(h, str)) if isinstance(hosts, list) else ()
+        ranks = summary.get("culprits")
+        culprits = ",".join(str(r) for r in ranks[:16] if isinstance(r, int)) if isinstance(ranks, list) else ""
+        reason = one_line(str(summary.get("verdict", "hang")), 40)
+        with self._lock:
+            self._armed.append(_Armed(k, stuck, culprits, hosts, reason, before_exit))
+        log.info("incident %d: rank %d ends itself (FR_OTEL_ON_HANG=abort) if its collective of the hang is still "
+                 "in flight %.0f s after it began", k, self.rank, self.abort_after_s)
+        return True
+
+    def check(self, statuses: Iterable[GroupStatus], now_ns: int | None = None) -> None:
+        """End this process when an armed incident's collective is still in flight, at least the abort age old."""
+        with self._lock:
+            armed = list(self._armed)
+        if not armed:
+            return
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        for g in statuses:
+            if g.inflight_seq is None or g.age_s(now_ns) < self.abort_after_s:
+                continue
+            for a in armed:
+                if (g.name, g.inflight_seq) in a.stuck:
+                    self._abort(a, g, g.age_s(now_ns))
+                    return
+
+    def _abort(self, a: _Armed, g: GroupStatus, age_s: float) -> None:
+        exclude = ""
+        if a.exclude_hosts:
+            commands = "; ".join(c for _, c in exclude_command_lines(a.exclude_hosts, f"fr-otel incident {a.incident}"))
+            exclude = f"; leave out next time: {', '.join(a.exclude_hosts)} ({commands})"
+        log.error("rank %d ends its process with exit code %d (FR_OTEL_ON_HANG=abort): incident %d's verdict is a %s "
+                  "(culprit rank(s) %s) and this rank's %s #%s on group %s has been in flight %.0f s (>= %.0f s): "
+                  "the launcher can restart the job now instead of at the watchdog%s", self.rank, ABORT_EXIT_CODE,
+                  a.incident, a.reason, a.culprits or "none; a host lost", g.op or "collective", g.inflight_seq,
+                  g.name, age_s, self.abort_after_s, exclude)
+        deadline = time.monotonic() + FILES_WAIT_S
+        for thread in a.before_exit:  # this node's copy of the incident's files, fetched on a thread
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        mark = os.environ.get(FR_OTEL_ABORT_MARK, "")
+        if mark:  # fr-otel run's: it then exits with the abort's code, not torchrun's 1
+            try:
+                with open(mark, "a", encoding="utf-8") as f:
+                    f.write(f"{self.rank}\n")
+            except OSError as exc:
+                log.warning("cannot mark the abort for fr-otel run in %s: %s", mark, exc.strerror or exc)
+        for handler in log.handlers:
+            handler.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        self._end(ABORT_EXIT_CODE)
