@@ -916,3 +916,19 @@ def test_architecture_and_deploy_docs() -> None:
     assert "no Docker engine" in readme and "statically" in readme
     for rel in ("compose/", "kubernetes/", "slurm/"):
         assert rel in readme
+
+
+def test_the_deploy_examples_restart_a_job_for_the_abort_exit_code_alone() -> None:
+    """FR_OTEL_ON_HANG=abort's exit code, as the Kubernetes example's podFailurePolicy and the sbatch script
+    test it: the pod restarts for it and fails the Job for any other code; the script requeues for it."""
+    from fr_otel.agent.hang_abort import ABORT_EXIT_CODE
+
+    job = load_yaml(K8S_DIR / "training-job.example.yaml")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert [(r["action"], r["onExitCodes"]["operator"], r["onExitCodes"]["values"]) for r in rules] == [
+        ("Count", "In", [ABORT_EXIT_CODE]), ("FailJob", "NotIn", [0, ABORT_EXIT_CODE])]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] > 0
+    trainer = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer")
+    assert {"name": "FR_OTEL_ON_HANG", "value": "abort"} in trainer["env"]
+    sbatch = (SLURM_DIR / "fr-otel.sbatch").read_text(encoding="utf-8")
+    assert "#SBATCH --requeue" in sbatch and f'[ "$rc" -eq {ABORT_EXIT_CODE} ]' in sbatch

@@ -50,8 +50,11 @@ sys.exit(next((c for c in codes if c), 0))
 '''
 
 _SCONTROL = '''#!/bin/sh
-# scontrol show hostnames LIST: one node per line (comma lists only)
-[ "$1 $2" = "show hostnames" ] || {{ echo "fake scontrol: only 'show hostnames'" >&2; exit 2; }}
+# scontrol show hostnames LIST: one node per line (comma lists only); update and requeue: logged, one line each
+case "$1" in
+    update|requeue) echo "$*" >> "${{FAKE_SCONTROL_LOG:?}}"; exit 0 ;;
+esac
+[ "$1 $2" = "show hostnames" ] || {{ echo "fake scontrol: only 'show hostnames', update and requeue" >&2; exit 2; }}
 echo "${{3:-$SLURM_JOB_NODELIST}}" | tr , '\\n'
 '''
 
@@ -70,6 +73,7 @@ def allocation(tmp: Path, job_id: str = "4242", job_name: str = "fr-otel-train")
     return {
         "PATH": os.pathsep.join([str(slurm_bin(tmp / "slurm-bin")), os.environ.get("PATH", "")]),
         "FAKE_SRUN_LOG": str(tmp / "srun.jsonl"),
+        "FAKE_SCONTROL_LOG": str(tmp / "scontrol.log"),
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": job_name,
         "SLURM_JOB_NODELIST": NODE,
