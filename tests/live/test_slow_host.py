@@ -92,7 +92,7 @@ def test_a_throttled_host_is_named_by_the_alerts_and_the_log_within_a_minute_and
         job = lab.torchrun(TRAIN_LOOP, 2, _env(out), wrap=fr_otel_run())
         targets = [f"{ip}:{9740 + local}" for ip in lab.ips for local in range(2)]
         job.wait_step(10, timeout=180)
-        with LabPrometheus(lab, 0, targets, scrape_interval="1s", rule_files=[write_lowered_rules(tmp_path, fors={EVERY_ALERT: "10s"})],
+        with LabPrometheus(lab, 0, targets, scrape_interval="2s", rule_files=[write_lowered_rules(tmp_path, fors={EVERY_ALERT: "10s"})],
                            workdir=tmp_path / "prometheus", startup_timeout=60) as prom:
             prom.wait_for_targets(up=6, timeout=60)
             began = time.monotonic()
