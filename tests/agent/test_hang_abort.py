@@ -84,6 +84,28 @@ def test_a_rank_in_no_collective_does_not_end_itself(caplog: pytest.LogCaptureFi
     assert ends.codes == []
 
 
+def test_a_rank_that_enters_the_incidents_collective_only_later_is_watched_too() -> None:
+    """The incident's own stall (its group and sequence number) is watched besides what the rank had in flight."""
+    a, ends = abort(1.0)
+    meta = {"rank": 0, "reason": "stall", "pg_name": "0", "seq": 7}
+    assert a.arm(1, HANG, stuck_collectives([group(None)], meta))
+    a.check([group(7, 5.0)], NOW)
+    assert ends.codes == [75]
+    assert stuck_collectives([group(None)], {"pg_name": 0, "seq": "7"}) == frozenset()  # a forged shape: nothing
+
+
+def test_an_armed_rank_waits_its_grace_before_it_ends() -> None:
+    """The others read the verdict and fetch the files in their next polls (and the store may live here)."""
+    ends = Ends()
+    a = HangAbort(rank=0, abort_after_s=1.0, grace_s=0.4, end=ends)
+    assert a.arm(1, HANG, stuck_collectives([group(7, 5.0)]))
+    a.check([group(7, 5.0)], NOW)
+    assert ends.codes == []
+    time.sleep(0.45)
+    a.check([group(7, 5.0)], NOW)
+    assert ends.codes == [75]
+
+
 def test_the_exit_waits_for_this_nodes_copy_of_the_files_bounded() -> None:
     a, ends = abort(1.0)
     done = threading.Event()
@@ -97,9 +119,10 @@ def test_the_exit_waits_for_this_nodes_copy_of_the_files_bounded() -> None:
 def test_forged_summary_fields_are_bounded_in_the_log_line(caplog: pytest.LogCaptureFixture) -> None:
     a, ends = abort(1.0)
     forged = {"hang": True, "verdict": "hang\nfr-otel: all is well" + "x" * 500, "culprits": list(range(10_000)),
-              "exclude_hosts": ["h\n2"] * 10_000 + [7]}
+              "exclude_hosts": ["h\n2", "-lkubernetes.io/os=linux", "a,b"] * 10_000 + [7, "node9"]}
     assert a.arm(1, forged, stuck_collectives([group(7, 5.0)]))
     with caplog.at_level(logging.ERROR, logger="fr_otel.agent"):
         a.check([group(7, 5.0)], NOW)
     (line,) = [r.getMessage() for r in caplog.records]
     assert "\n" not in line and len(line) < 40_000 and ends.codes == [75]
+    assert "-lkubernetes" not in line and "a,b" not in line  # only host names reach the commands

@@ -64,16 +64,19 @@ def test_an_incident_raised_as_the_job_ended_excludes_nothing() -> None:
     assert not calls_for_restart(v) and hosts_to_exclude(v) == ()
 
 
-def test_the_commands_quote_every_host_and_the_reason() -> None:
-    """Host names come from files others can write: each stays one quoted word."""
+def test_the_commands_name_only_host_names_and_quote_the_reason() -> None:
+    """Host names come from files others can write: one that is no host name (a command substitution, a leading
+    ``-`` a command would take for an option, a comma that would split the list) is left out, never quoted in."""
     v = analyze_incident(DATA / "node-folders" / "freeze" / "node0").verdict
     assert exclude_reason(v) == "fr-otel hang: node2 lost, culprit rank(s) 4-5"
-    lines = exclude_command_lines(("node2", "n3 $(touch /tmp/x)"), "why; rm -rf /")
+    lines = exclude_command_lines(("node2", "n3 $(touch /tmp/x)", "-lkubernetes.io/os=linux", "a,b", "gpu-7.dc"),
+                                  "why; rm -rf /")
+    assert [shlex.split(c) for _, c in lines] == [
+        ["sbatch", "--exclude=node2,gpu-7.dc", "JOB_SCRIPT"],
+        ["scontrol", "update", "NodeName=node2,gpu-7.dc", "State=DRAIN", "Reason=why; rm -rf /"],
+        ["kubectl", "cordon", "node2"], ["kubectl", "cordon", "gpu-7.dc"]]
     assert [who for who, _ in lines] == ["Slurm", "Slurm", "Kubernetes", "Kubernetes"]
-    assert shlex.split(lines[0][1]) == ["sbatch", "--exclude=node2,n3 $(touch /tmp/x)", "JOB_SCRIPT"]
-    assert shlex.split(lines[1][1])[-1] == "Reason=why; rm -rf /"
-    assert shlex.split(lines[3][1]) == ["kubectl", "cordon", "n3 $(touch /tmp/x)"]
-    assert exclude_command_lines((), "x") == ()
+    assert exclude_command_lines((), "x") == () == exclude_command_lines(("-x",), "x")
 
 
 def test_a_host_goes_by_the_schedulers_node_name_where_the_job_knew_it(tmp_path: Path) -> None:

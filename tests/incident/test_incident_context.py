@@ -35,6 +35,15 @@ def test_this_process_says_host_pid_and_local_rank() -> None:
     assert me.label == f"host {me.host}, pid {me.pid}" and me.address == f"{me.host}:{me.pid}"
 
 
+def test_the_node_name_is_slurms_else_the_one_kubernetes_passes_in() -> None:
+    """A pod's host name is the pod's: FR_OTEL_NODE_NAME (the downward API's spec.nodeName) names the node;
+    Slurm's SLURMD_NODENAME comes first; anything that is no host name is no node name."""
+    assert this_process(0, {"FR_OTEL_NODE_NAME": "k8s-node-3"}).node == "k8s-node-3"
+    assert this_process(0, {"FR_OTEL_NODE_NAME": "k8s-node-3", "SLURMD_NODENAME": "gpu017"}).node == "gpu017"
+    assert this_process(0, {"FR_OTEL_NODE_NAME": "-lrole=gpu"}).node is None
+    assert this_process(0, {}).node is None
+
+
 def test_process_from_raw_round_trips_its_json_shape() -> None:
     """What the payload carries reads back as the same record."""
     where = RankProcess(host="node-7", pid=4242, local_rank=1, source="agent")

@@ -26,7 +26,7 @@ def test_the_kubernetes_example_watch_sidecar_exports_the_watchdog_dumps_left_on
     spec = pod_spec()
     trainer, watcher = container(spec, "trainer"), container(spec, "fr-otel-watch")
     node_ip = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
-    fields = {"status.hostIP": node_ip}
+    fields = {"status.hostIP": node_ip, "spec.nodeName": "k8s-node-3"}
     dump_prefix = kubelet_env(trainer, fields, volumes(spec, trainer, tmp_path))["TORCH_FR_DUMP_TEMP_FILE"]
     env = job_env(tmp_path, **kubelet_env(watcher, fields, volumes(spec, watcher, tmp_path)))
     env["PATH"] = f"{installed_bin(tmp_path / 'bin')}:{env['PATH']}"

@@ -184,7 +184,8 @@ def test_the_kubernetes_example_trainer_runs_an_agent_in_every_rank_even_with_an
     one agent per worker, none in torchrun. (8 GPUs become 2 ranks; the port base a free block.)"""
     spec = pod_spec()
     trainer = container(spec, "trainer")
-    env_k8s = kubelet_env(trainer, {"status.hostIP": "127.0.0.1"}, volumes(spec, trainer, tmp_path))
+    env_k8s = kubelet_env(trainer, {"status.hostIP": "127.0.0.1", "spec.nodeName": "k8s-node-3"},
+                          volumes(spec, trainer, tmp_path))
     assert env_k8s["FR_OTEL_METRICS_PORT"] == str(trainer["ports"][0]["containerPort"])
     base = free_port_block(NPROC)
     env = _launch_env(tmp_path, base, **env_k8s,

@@ -120,9 +120,9 @@ SBATCH = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "fr-otel.sba
 
 def test_the_shipped_sbatch_script_requeues_a_hung_job_without_the_host_its_verdict_names(
         tmp_path: Path, jobs: list[Job]) -> None:
-    """deploy/slurm/fr-otel.sbatch (FR_OTEL_ON_HANG=abort by default), run by bash with a one-node srun/scontrol:
+    """deploy/slurm/fr-otel.sbatch with FR_OTEL_ON_HANG=abort, run by bash with a one-node srun/scontrol/sbatch:
     rank 1 stalls 600 s with a 300 s gloo timeout; the job ends with exit 75 about one incident later, and the
-    script tells Slurm to leave the node out (its Slurm name) and requeue the job."""
+    script submits itself again leaving the node out (by its Slurm name), the count of resubmissions carried."""
     from fr_otel.common.ports import free_port_block, unused_tcp_port
     from support.slurm import NODE, allocation
 
@@ -131,6 +131,7 @@ def test_the_shipped_sbatch_script_requeues_a_hung_job_without_the_host_its_verd
                   RDZV_PORT=str(unused_tcp_port()), FR_OTEL_UPSTREAM_OTLP=f"127.0.0.1:{unused_tcp_port()}",
                   FR_OTEL_METRICS_PORT=str(free_port_block(2)), FR_OTEL_STALL_SECONDS=str(STALL_S),
                   FR_OTEL_GATHER_SECONDS="5", OTEL_EXPORTER_OTLP_TIMEOUT="2000", FR_OTEL_EXPORT_GRACE_S="0",
+                  FR_OTEL_ON_HANG="abort",
                   TRAIN_LOOP_STALL_RANK="1", TRAIN_LOOP_STALL_STEP="3", TRAIN_LOOP_STALL_SECONDS="600",
                   TRAIN_LOOP_GLOO_TIMEOUT="300", TRAIN_LOOP_STEPS="10")
     del env["FR_OTEL_OUT_DIR"]  # the script's own: under the submit dir, per job
@@ -139,9 +140,10 @@ def test_the_shipped_sbatch_script_requeues_a_hung_job_without_the_host_its_verd
     code = job.wait(ENDED_WITHIN_S + 60)
     took = time.time() - stall["time"]
     assert code == ABORT_EXIT_CODE, job.output[-6000:]
-    assert (tmp_path / "scontrol.log").read_text().splitlines() == [
-        f"update JobId=4243 ExcNodeList={NODE}", "requeue 4243"], job.output[-6000:]
-    assert f"requeueing job 4243 without {NODE}" in job.output
+    submitted = [json.loads(line) for line in (tmp_path / "sbatch.jsonl").read_text().splitlines()]
+    assert submitted == [[f"--exclude={NODE}", f"--export=ALL,FR_OTEL_RESUBMITS=1,FR_OTEL_EXCLUDED={NODE}",
+                          str(SBATCH)]], job.output[-6000:]
+    assert f"resubmitting it without {NODE}" in job.output
     lists = list((tmp_path / "fr-otel-out" / "4243").glob("dumps/*/exclude-hosts.txt"))
     assert lists and all(p.read_text() == f"{NODE}\n" for p in lists)
-    print(f"the batch script ended {took:.1f} s after the stall began and asked for its requeue")
+    print(f"the batch script ended {took:.1f} s after the stall began and resubmitted itself")

@@ -920,7 +920,7 @@ def test_architecture_and_deploy_docs() -> None:
 
 def test_the_deploy_examples_restart_a_job_for_the_abort_exit_code_alone() -> None:
     """FR_OTEL_ON_HANG=abort's exit code, as the Kubernetes example's podFailurePolicy and the sbatch script
-    test it: the pod restarts for it and fails the Job for any other code; the script requeues for it."""
+    test it: the pod restarts for it and fails the Job for any other code; the script resubmits itself for it."""
     from fr_otel.agent.hang_abort import ABORT_EXIT_CODE
 
     job = load_yaml(K8S_DIR / "training-job.example.yaml")
@@ -931,4 +931,4 @@ def test_the_deploy_examples_restart_a_job_for_the_abort_exit_code_alone() -> No
     trainer = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer")
     assert {"name": "FR_OTEL_ON_HANG", "value": "abort"} in trainer["env"]
     sbatch = (SLURM_DIR / "fr-otel.sbatch").read_text(encoding="utf-8")
-    assert "#SBATCH --requeue" in sbatch and f'[ "$rc" -eq {ABORT_EXIT_CODE} ]' in sbatch
+    assert f'[ "$rc" -eq {ABORT_EXIT_CODE} ]' in sbatch and 'sbatch ${hosts:+"--exclude=$hosts"}' in sbatch

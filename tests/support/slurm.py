@@ -50,20 +50,27 @@ sys.exit(next((c for c in codes if c), 0))
 '''
 
 _SCONTROL = '''#!/bin/sh
-# scontrol show hostnames LIST: one node per line (comma lists only); update and requeue: logged, one line each
-case "$1" in
-    update|requeue) echo "$*" >> "${{FAKE_SCONTROL_LOG:?}}"; exit 0 ;;
-esac
-[ "$1 $2" = "show hostnames" ] || {{ echo "fake scontrol: only 'show hostnames', update and requeue" >&2; exit 2; }}
+# scontrol show hostnames LIST: one node per line (comma lists only)
+[ "$1 $2" = "show hostnames" ] || {{ echo "fake scontrol: only 'show hostnames'" >&2; exit 2; }}
 echo "${{3:-$SLURM_JOB_NODELIST}}" | tr , '\\n'
+'''
+
+_SBATCH = '''#!{python}
+"""sbatch: nothing is queued here; the submission's arguments are logged, one JSON list a line."""
+import json, os, sys
+
+with open(os.environ["FAKE_SBATCH_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+print("Submitted batch job 4300")
 '''
 
 
 def slurm_bin(folder: Path) -> Path:
-    """``folder`` with ``srun``, ``scontrol``, ``fr-otel`` and ``torchrun``: put it first on PATH."""
+    """``folder`` with ``srun``, ``scontrol``, ``sbatch``, ``fr-otel`` and ``torchrun``: put it first on PATH."""
     installed_bin(folder)
     write_executable(folder / "srun", _SRUN.format(python=sys.executable, node=NODE))
     write_executable(folder / "scontrol", _SCONTROL.format())
+    write_executable(folder / "sbatch", _SBATCH.format(python=sys.executable))
     return folder
 
 
@@ -73,7 +80,7 @@ def allocation(tmp: Path, job_id: str = "4242", job_name: str = "fr-otel-train")
     return {
         "PATH": os.pathsep.join([str(slurm_bin(tmp / "slurm-bin")), os.environ.get("PATH", "")]),
         "FAKE_SRUN_LOG": str(tmp / "srun.jsonl"),
-        "FAKE_SCONTROL_LOG": str(tmp / "scontrol.log"),
+        "FAKE_SBATCH_LOG": str(tmp / "sbatch.jsonl"),
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": job_name,
         "SLURM_JOB_NODELIST": NODE,

@@ -52,6 +52,7 @@ __all__ = [
     "FR_OTEL_ON_HANG",
     "FR_OTEL_ABORT_AFTER_SECONDS",
     "FR_OTEL_ABORT_MARK",
+    "FR_OTEL_NODE_NAME",
     "FR_OTEL_PG_WARN_SECONDS",
     "FR_OTEL_POLL_INTERVAL",
     "FR_OTEL_RANK_PID",
@@ -126,6 +127,9 @@ FR_OTEL_ON_HANG = "FR_OTEL_ON_HANG"
 #: With ``abort``: how long a rank's own collective must have been in flight before it ends (unset: the
 #: stall threshold, :attr:`AgentConfig.abort_after_s`).
 FR_OTEL_ABORT_AFTER_SECONDS = "FR_OTEL_ABORT_AFTER_SECONDS"
+#: The scheduler's name for this machine where the host name is not it (a Kubernetes pod's: set it from the
+#: downward API's ``spec.nodeName``); Slurm's ``SLURMD_NODENAME`` comes first.
+FR_OTEL_NODE_NAME = "FR_OTEL_NODE_NAME"
 #: Set by ``fr-otel run --on-hang abort``: a file each rank that ends a hang appends its rank to, so
 #: ``fr-otel run`` exits with the abort's code where torchrun exits 1 for any failed worker.
 FR_OTEL_ABORT_MARK = "FR_OTEL_ABORT_MARK"

@@ -34,6 +34,7 @@ from .health import HealthTracker
 from .hooks import ExitHooks
 from .host_map import HostMapKeeper
 from .incident_rank import IncidentRank, node_dump_folders
+from .hang_abort import attempt_number, mark_attempt
 from .incident_runner import IncidentRunner
 from .logs import set_log_rank
 from .node_leader import node_role_for
@@ -323,6 +324,8 @@ class Agent:
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
                                   node)
                 self.incidents = IncidentRunner(me, self.tracker)
+                if self.incidents.abort is not None:
+                    mark_attempt(f"start {attempt_number()}")
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
                                           stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,

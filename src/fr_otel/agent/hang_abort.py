@@ -32,11 +32,12 @@ from typing import Any
 
 from ..common.commands import exclude_command_lines
 from ..common.log import logger
+from ..common.names import host_name
 from ..common.text import one_line
 from .config import FR_OTEL_ABORT_MARK
 from .state import GroupStatus
 
-__all__ = ["ABORT_EXIT_CODE", "HangAbort", "stuck_collectives"]
+__all__ = ["ABORT_EXIT_CODE", "HangAbort", "attempt_number", "mark_attempt", "stuck_collectives"]
 
 #: sysexits' EX_TEMPFAIL, "a temporary failure; the caller is invited to retry": what torchrun's
 #: ``--max-restarts``, Slurm's ``--requeue`` and a Kubernetes Job's ``backoffLimit`` act on.
@@ -48,9 +49,34 @@ _MAX_HOSTS = 64
 log = logger("fr_otel.agent")
 
 
-def stuck_collectives(statuses: Iterable[GroupStatus]) -> frozenset[tuple[str, int]]:
-    """This rank's collectives in flight now, by group and sequence number (what an armed abort watches)."""
-    return frozenset((g.name, g.inflight_seq) for g in statuses if g.inflight_seq is not None)
+def attempt_number() -> int:
+    """Which attempt of the job this process belongs to (torchelastic's restart count; 0 without it)."""
+    raw = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def mark_attempt(line: str) -> None:
+    """One line (``start N`` when a rank of attempt N starts, ``abort N RANK`` when it ends a hang) in the file
+    ``fr-otel run --on-hang abort`` reads after COMMAND: it exits 75 only when the last attempt ended a hang,
+    not for a later attempt's own failure. Nothing without that file; a failure to write is a log line."""
+    mark = os.environ.get(FR_OTEL_ABORT_MARK, "")
+    if not mark:
+        return
+    try:
+        with open(mark, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as exc:
+        log.warning("cannot tell fr-otel run about this attempt in %s: %s", mark, exc.strerror or exc)
+
+
+def stuck_collectives(statuses: Iterable[GroupStatus], meta: Mapping[str, Any] | None = None) -> frozenset[tuple[str, int]]:
+    """What an armed abort watches: this rank's collectives in flight now, by group and sequence number, and
+    the incident's own stall (``meta``'s group and sequence number: a rank that enters that collective only
+    after it took part is stuck in the hang all the same)."""
+    keys = {(g.name, g.inflight_seq) for g in statuses if g.inflight_seq is not None}
+    if meta is not None and isinstance(meta.get("pg_name"), str) and type(meta.get("seq")) is int:
+        keys.add((meta["pg_name"], meta["seq"]))
+    return frozenset(keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +87,20 @@ class _Armed:
     exclude_hosts: tuple[str, ...]
     reason: str
     before_exit: tuple[threading.Thread, ...]
+    not_before: float  # monotonic: the grace after arming (see HangAbort.grace_s)
 
 
 class HangAbort:
     """This rank's armed incidents, and the check each poll makes of them."""
 
-    def __init__(self, rank: int, abort_after_s: float, *, end: Callable[[int], Any] = os._exit) -> None:
+    def __init__(self, rank: int, abort_after_s: float, *, grace_s: float = 0.0,
+                 end: Callable[[int], Any] = os._exit) -> None:
         self.rank = rank
         self.abort_after_s = abort_after_s
+        #: How long an armed rank waits before it may end: the others read the verdict and fetch the files
+        #: in their next polls, and the store may live in this very process (rank 0, with torchrun's
+        #: store not shared): gone too early, it would send them to a verdict of their own without it.
+        self.grace_s = grace_s
         self._end = end
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
@@ -76,7 +108,8 @@ class HangAbort:
     def arm(self, k: int, summary: Mapping[str, Any] | None, stuck: frozenset[tuple[str, int]],
             before_exit: tuple[threading.Thread, ...] = ()) -> bool:
         """Incident ``k`` ended for this rank with verdict ``summary`` (the store's result shape; None:
-        unknown here); ``stuck``: this rank's collectives in flight when it took part. True when armed."""
+        unknown here); ``stuck``: the collectives this rank watches (those it had in flight when it took part,
+        and the incident's own stall). True when armed."""
         if not isinstance(summary, Mapping) or summary.get("hang") is not True:
             return False
         if not stuck:
@@ -84,12 +117,12 @@ class HangAbort:
                      "does not end itself (its launcher ends it once a peer has)", k, self.rank)
             return False
         hosts = summary.get("exclude_hosts")
-        hosts = tuple(one_line(h, 255) for h in hosts[:_MAX_HOSTS] if isinstance(h, str)) if isinstance(hosts, list) else ()
+        hosts = tuple(h for h in hosts[:_MAX_HOSTS] if host_name(h)) if isinstance(hosts, list) else ()
         ranks = summary.get("culprits")
         culprits = ",".join(str(r) for r in ranks[:16] if isinstance(r, int)) if isinstance(ranks, list) else ""
         reason = one_line(str(summary.get("verdict", "hang")), 40)
         with self._lock:
-            self._armed.append(_Armed(k, stuck, culprits, hosts, reason, before_exit))
+            self._armed.append(_Armed(k, stuck, culprits, hosts, reason, before_exit, time.monotonic() + self.grace_s))
         log.info("incident %d: rank %d ends itself (FR_OTEL_ON_HANG=abort) if its collective of the hang is still "
                  "in flight %.0f s after it began", k, self.rank, self.abort_after_s)
         return True
@@ -105,7 +138,7 @@ class HangAbort:
             if g.inflight_seq is None or g.age_s(now_ns) < self.abort_after_s:
                 continue
             for a in armed:
-                if (g.name, g.inflight_seq) in a.stuck:
+                if (g.name, g.inflight_seq) in a.stuck and time.monotonic() >= a.not_before:
                     self._abort(a, g, g.age_s(now_ns))
                     return
 
@@ -117,18 +150,12 @@ class HangAbort:
         log.error("rank %d ends its process with exit code %d (FR_OTEL_ON_HANG=abort): incident %d's verdict is a %s "
                   "(culprit rank(s) %s) and this rank's %s #%s on group %s has been in flight %.0f s (>= %.0f s): "
                   "the launcher can restart the job now instead of at the watchdog%s", self.rank, ABORT_EXIT_CODE,
-                  a.incident, a.reason, a.culprits or "none; a host lost", g.op or "collective", g.inflight_seq,
+                  a.incident, a.reason, a.culprits or "in its incident.json", g.op or "collective", g.inflight_seq,
                   g.name, age_s, self.abort_after_s, exclude)
         deadline = time.monotonic() + FILES_WAIT_S
         for thread in a.before_exit:  # this node's copy of the incident's files, fetched on a thread
             thread.join(max(deadline - time.monotonic(), 0.0))
-        mark = os.environ.get(FR_OTEL_ABORT_MARK, "")
-        if mark:  # fr-otel run's: it then exits with the abort's code, not torchrun's 1
-            try:
-                with open(mark, "a", encoding="utf-8") as f:
-                    f.write(f"{self.rank}\n")
-            except OSError as exc:
-                log.warning("cannot mark the abort for fr-otel run in %s: %s", mark, exc.strerror or exc)
+        mark_attempt(f"abort {attempt_number()} {self.rank}")  # fr-otel run then exits 75, not torchrun's 1
         for handler in log.handlers:
             handler.flush()
         for stream in (sys.stdout, sys.stderr):

@@ -75,7 +75,8 @@ class IncidentRunner:
         self.failed: tuple[FailedCollective, ...] = ()
         self._aftermath = False  # this rank is on its way out after a collective's failure or SIGTERM
         #: FR_OTEL_ON_HANG=abort: armed by a hang's verdict, checked on every poll (:meth:`check_abort`).
-        self.abort = HangAbort(me.rank, me.config.abort_after_s) if me.config.on_hang == "abort" else None
+        self.abort = (HangAbort(me.rank, me.config.abort_after_s, grace_s=max(3 * me.config.poll_interval, 2.0))
+                      if me.config.on_hang == "abort" else None)
 
     # -- on every poll ------------------------------------------------------------------
     def reachable(self) -> bool:
@@ -277,7 +278,7 @@ class IncidentRunner:
             self.me.node.incidents.append((k, meta))
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
-        at, stuck = deadline, stuck_collectives(self._tracker.statuses)  # what an abort may watch
+        at, stuck = deadline, stuck_collectives(self._tracker.statuses, meta)  # what an abort may watch
 
         def work() -> None:
             with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(at):

@@ -194,28 +194,44 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUS
 
 def supervise(command: Sequence[str], env: dict[str, str]) -> int:
     """``--on-hang abort``: run COMMAND as a child instead of becoming it, passing signals on, and exit with
-    :data:`~fr_otel.agent.hang_abort.ABORT_EXIT_CODE` when it failed after a rank ended a hang (torchrun exits
-    1 for any failed worker: the scheduler's restart rules need the abort's own code); else with its status."""
+    :data:`~fr_otel.agent.hang_abort.ABORT_EXIT_CODE` when it failed and its last attempt (torchrun restarts
+    it) ended a hang: torchrun exits 1 for any failed worker, and the scheduler's restart rules need the
+    abort's own code. Any other failure keeps its status. The ranks say what happened in a private file
+    (:func:`~fr_otel.agent.hang_abort.mark_attempt`) on this node."""
     from ..agent.hang_abort import ABORT_EXIT_CODE
 
     fd, mark = tempfile.mkstemp(prefix="fr-otel-abort-")
     os.close(fd)
     env[FR_OTEL_ABORT_MARK] = mark
+    child: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if child:
+            child[0].send_signal(signum)
+        else:
+            pending.append(signum)  # before the child exists: passed on once it does
     try:
+        for sig in FORWARDED_SIGNALS:  # before the child starts: no window where a signal ends us alone
+            signal.signal(sig, forward)
+        signal.signal(signal.SIGINT, lambda _signum, _frame: None)  # Ctrl-C reaches the child itself
         try:
-            child = subprocess.Popen(list(command), env=env)
+            child.append(subprocess.Popen(list(command), env=env))
         except OSError as exc:
             error(f"cannot run {command[0]}: {exc.strerror or exc}")
             return 127
-        for sig in FORWARDED_SIGNALS:
-            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-        status = child.wait()
-        aborted = Path(mark).read_text(encoding="utf-8", errors="replace").split()
+        for signum in pending:
+            child[0].send_signal(signum)
+        status = child[0].wait()
+        lines = [line.split() for line in Path(mark).read_text(encoding="utf-8", errors="replace").splitlines()]
     finally:
         with contextlib.suppress(OSError):
             os.unlink(mark)
+    attempts = {int(w[1]) for w in lines if len(w) >= 2 and w[0] in ("start", "abort") and w[1].isdigit()}
+    last = str(max(attempts, default=-1))
+    aborted = {w[2] for w in lines if len(w) == 3 and w[0] == "abort" and w[1] == last and w[2].isdigit()}
     if status != 0 and aborted:
-        error(f"{command[0]} exited with {status} after rank(s) {','.join(sorted(set(aborted), key=int))} ended a hang "
+        error(f"{command[0]} exited with {status} after rank(s) {','.join(sorted(aborted, key=int))} ended a hang "
               f"(--on-hang abort): exit code {ABORT_EXIT_CODE}, for the scheduler to restart the job")
         return ABORT_EXIT_CODE
     return status if status >= 0 else 128 - status

@@ -19,6 +19,8 @@ import os
 import shlex
 from collections.abc import Iterable, Sequence
 
+from .names import host_name
+
 __all__ = ["PLACEHOLDER_COLLECTOR", "exclude_command_lines", "py_spy_command_line", "replay_command_line", "shown_endpoint"]
 
 PLACEHOLDER_COLLECTOR = "http://COLLECTOR:4317"
@@ -61,7 +63,9 @@ def py_spy_command_line(what: str, pid: int | None, host: str | None = None) -> 
 def exclude_command_lines(hosts: Sequence[str], reason: str) -> tuple[tuple[str, str], ...]:
     """(scheduler, command) pairs that leave ``hosts`` out of the next run: Slurm's ``--exclude`` for the
     resubmission and ``scontrol`` to drain them, Kubernetes' ``cordon``. Printed for a person (or a
-    wrapper) to run: fr-otel never drains or cordons anything itself."""
+    wrapper) to run: fr-otel never drains or cordons anything itself. Only host names (:func:`host_name`: no
+    leading ``-`` that a command would take for an option, no comma that would split a list) are named."""
+    hosts = [h for h in hosts if host_name(h)]
     if not hosts:
         return ()
     joined = ",".join(hosts)
