@@ -118,8 +118,9 @@ def test_live_stall_metrics_culprit_query_and_one_trace(tmp_path: Path, jobs: li
     assert f"culprits: rank 2 (not_enqueued, host {host}, step 20)" in job.output
     assert "(rank 2 stopped first, " in job.output
     dumps = tmp_path / "out" / "dumps" / trace_id
-    assert sorted(p.name for p in dumps.iterdir()) == [*(f"fr_trace_rank_{r}" for r in range(ws)), "incident.html",
-                                                       "incident.json", "ranks.json", "steps.json"]
+    assert sorted(p.name for p in dumps.iterdir()) == ["exclude-hosts.txt", *(f"fr_trace_rank_{r}" for r in range(ws)),
+                                                       "incident.html", "incident.json", "ranks.json", "steps.json"]
+    assert (dumps / "exclude-hosts.txt").read_text() == f"{host}\n"  # the hang's culprit host
     assert pickle.loads((dumps / "fr_trace_rank_0").read_bytes())["version"]  # torch's own pickle, as is
     offline = run_cli("analyze", str(dumps), "--json")
     verdict = json.loads(offline.stdout)
