@@ -147,3 +147,22 @@ def test_the_shipped_sbatch_script_requeues_a_hung_job_without_the_host_its_verd
     lists = list((tmp_path / "fr-otel-out" / "4243").glob("dumps/*/exclude-hosts.txt"))
     assert lists and all(p.read_text() == f"{NODE}\n" for p in lists)
     print(f"the batch script ended {took:.1f} s after the stall began and resubmitted itself")
+
+
+def test_abort_never_ends_a_straggling_job(tmp_path: Path, jobs: list[Job]) -> None:
+    """Rank 1 takes 0.25 s more than its peers every step: the agent names it (a slow incident, the straggler
+    verdict), and with abort on nothing ends: the job runs through and exits 0, no list of hosts to leave out."""
+    env = job_env(tmp_path, TRAIN_LOOP_SLOW_RANK="1", TRAIN_LOOP_SLOW_SECONDS="0.25", TRAIN_LOOP_STEPS="150",
+                  TRAIN_LOOP_GLOO_TIMEOUT="300", FR_OTEL_METRICS_PORT="off", FR_OTEL_GATHER_SECONDS="5")
+    cmd = [sys.executable, "-m", "fr_otel.cli", "run", "--on-hang", "abort", "--stall-seconds", str(STALL_S), "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(TRAIN_LOOP)]
+    jobs.append(job := Job(cmd, env, tmp_path))
+    assert job.wait(180) == 0, job.output[-6000:]
+    incidents = [json.loads(p.read_text()) for p in (tmp_path / "out" / "dumps").glob("*/incident.json")]
+    assert incidents, f"the straggler was never named\n{job.output[-6000:]}"
+    for incident in incidents:
+        summary = incident["summary"]
+        assert summary["verdict"] == "straggler" and [c["rank"] for c in summary["culprits"]] == [1], summary
+        assert summary["exclude_hosts"] == []
+    assert "ends its process" not in job.output and not list((tmp_path / "out").glob("dumps/*/exclude-hosts.txt"))
+    assert sorted(p.name for p in (tmp_path / "markers").glob("done_rank_*")) == [f"done_rank_{r}" for r in range(4)]

@@ -20,6 +20,9 @@ Environment:
 =========================  ================================================================
 TRAIN_LOOP_STEPS           steps (default 40)
 TRAIN_LOOP_STEP_SLEEP      seconds of "data loading" per step (default 0.05)
+TRAIN_LOOP_SLOW_RANK       a rank whose "data loading" takes TRAIN_LOOP_SLOW_SECONDS more every step: a straggler
+                           (default: none)
+TRAIN_LOOP_SLOW_SECONDS    how much more (default 0)
 TRAIN_LOOP_PAUSE_STEP      a step whose "data loading" lasts TRAIN_LOOP_PAUSE_SECONDS instead (default: none):
                            a fault injected during it lands before that step's all_reduce, in that step
 TRAIN_LOOP_PAUSE_SECONDS   how long (default 0)
@@ -130,6 +133,7 @@ def main() -> int:
     pause = float(_env("STEP_SLEEP", "0.05"))
     long_step = int(_env("PAUSE_STEP", "-1"))
     long_pause = float(_env("PAUSE_SECONDS", "0"))
+    slow_rank, slow_s = int(_env("SLOW_RANK", "-1")), float(_env("SLOW_SECONDS", "0"))
     hidden = int(_env("HIDDEN", "64"))
     stall_rank = int(_env("STALL_RANK", "-1"))
     stall_step = int(_env("STALL_STEP", "10"))
@@ -157,7 +161,7 @@ def main() -> int:
     for step in range(steps):
         if markers is not None:  # a reader may catch it half-written: it retries
             _mark(markers / f"step_rank_{rank}", json.dumps({"step": step, "time": time.time(), "host": host}))
-        time.sleep(long_pause if step == long_step else pause)
+        time.sleep((long_pause if step == long_step else pause) + (slow_s if rank == slow_rank else 0.0))
         x = torch.randn(32, hidden)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
