@@ -40,7 +40,8 @@ from .state import GroupStatus
 __all__ = ["ABORT_EXIT_CODE", "HangAbort", "attempt_number", "mark_attempt", "stuck_collectives"]
 
 #: sysexits' EX_TEMPFAIL, "a temporary failure; the caller is invited to retry": what torchrun's
-#: ``--max-restarts``, Slurm's ``--requeue`` and a Kubernetes Job's ``backoffLimit`` act on.
+#: ``--max-restarts``, a Slurm resubmission (deploy/slurm/fr-otel.sbatch) and a Kubernetes Job's
+#: ``podFailurePolicy`` act on.
 ABORT_EXIT_CODE = 75
 #: How long the exit waits, at most, for this node's copy of the incident's files (fetched on a thread).
 FILES_WAIT_S = 10.0
