@@ -10,6 +10,7 @@ hosts to leave out next time (the culprits' hosts and the lost ones): the one li
 
 from __future__ import annotations
 
+from ..common.names import host_name
 from ..common.ranks import compress_ranks
 from .hosts import LOST_STATES
 from .kinds import VerdictWord
@@ -40,7 +41,7 @@ def hosts_to_exclude(verdict: Verdict) -> tuple[str, ...]:
     hosts = [next((node[r] for r in h.ranks if r in node), h.host) for h in verdict.hosts if h.state in LOST_STATES]
     hosts += [next((node[r] for r in h.blamed if r in node), h.host) for h in verdict.hosts if set(h.blamed) & blamed]
     hosts += [node.get(c.rank) or c.host or "" for c in verdict.blamed]
-    return tuple(dict.fromkeys(h for h in hosts if h))
+    return tuple(dict.fromkeys(h for h in hosts if host_name(h)))  # what a scheduler command may name
 
 
 def exclude_reason(verdict: Verdict) -> str:
