@@ -18,7 +18,7 @@ from support.node_ranks import flat_rank
 
 from fr_otel.agent import incident_memory
 from fr_otel.agent.incident_runner import IncidentRunner
-from fr_otel.agent.poller import ProgressTracker
+from fr_otel.agent.poller import ProgressTracker, Stall
 from fr_otel.agent.state import GroupStatus
 
 CRASH = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1955")
@@ -163,5 +163,47 @@ def test_a_failure_long_after_a_concluded_incident_it_had_no_part_in_raises_a_ne
     rank1.at_exception(CRASH, time.monotonic() + 20)
     owner = rank1.me.channel.owner(2)
     assert owner is not None and owner["rank"] == 1
+    rank1.stop(5)
+    raiser.stop(5)
+
+
+def _stall(seq: int) -> list[Stall]:
+    group = GroupStatus("0", "default_pg", (0, 1, 2, 3), 0, seq, seq - 1, inflight_seq=seq,
+                        inflight_since_ns=time.time_ns() - 20 * 10**9)
+    return [Stall(group, 20.0, 10.0)]
+
+
+@pytest.mark.parametrize("seen", ["looking for open ones", "losing the claim"])
+def test_a_stall_whose_incident_concluded_before_this_rank_looked_raises_no_second_one(
+        tmp_path: Path, port: int, seen: str) -> None:
+    """Rank 0 raises incident 1 for all_reduce #13 and concludes it before rank 1's poll thread looks (rank 1
+    slow under load; seen on a loaded 3-host lab: rank 0 raised incident 2 for the frozen host rank 2 had raised
+    incident 1 for): rank 1 raises nothing for the same #13, whether it finds incident 1 concluded as it looks
+    or as it loses the claim to number 1."""
+    raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
+    raiser.raise_for(_stall(13))
+    assert raiser.me.channel.owner(1) is not None and raiser.wait_idle(20)
+    raiser.me.channel.set_result(1, {"verdict": "hang"})
+    if seen == "losing the claim":
+        rank1.join_open = lambda deadline=None: []  # type: ignore[method-assign]
+    rank1.raise_for(_stall(13))
+    assert rank1.me.channel.owner(2) is None, "a second incident for the same stall"
+    assert rank1._known == 1 and rank1._taken == 0
+    rank1.raise_for(_stall(13))  # and not on its next poll either
+    assert rank1.me.channel.owner(2) is None
+    rank1.stop(5)
+    raiser.stop(5)
+
+
+def test_a_new_stall_after_a_concluded_incident_for_an_earlier_one_is_a_new_incident(
+        tmp_path: Path, port: int) -> None:
+    """The control: incident 1 was raised (and concluded) for #12; rank 1's stall is on #13: incident 2."""
+    raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
+    raiser.raise_for(_stall(12))
+    assert raiser.wait_idle(20)
+    raiser.me.channel.set_result(1, {"verdict": "hang"})
+    rank1.raise_for(_stall(13))
+    owner = rank1.me.channel.owner(2)
+    assert owner is not None and owner["rank"] == 1 and owner["seq"] == 13
     rank1.stop(5)
     raiser.stop(5)

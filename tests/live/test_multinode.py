@@ -100,7 +100,11 @@ def _offline_blames(tmp: Path, r: CaseResult, ranks: tuple[int, ...], nodes: tup
 
 
 def _story(r: CaseResult) -> str:
-    return "\n".join([*r.agent_lines[-30:], *(str(i) for i in r.incidents)])[-6000:]
+    """What a failed assertion prints: each host's agent lines (the newest 40) and each incident without its page
+    (the page alone would fill the message and hide the lines that explain the failure)."""
+    lines = [f"[{host}] {line[:400]}" for host, host_lines in r.agent_lines_by_host.items() for line in host_lines[-40:]]
+    incidents = [str({k: v for k, v in i.items() if k != "html"})[:1500] for i in r.incidents]
+    return "\n".join(["agent lines:", *lines, "incidents:", *incidents, f"exits (s after the fault): {r.worker_exit_s}"])
 
 
 def _exits_in_time(r: CaseResult) -> None:

@@ -49,15 +49,26 @@ class IncidentMemory:
             self._completed_then[g.name] = g.completed
             if g.inflight_seq is not None:
                 self.covered.add((g.name, g.inflight_seq))
-        stalled = (meta.get("pg_name"), meta.get("seq"))
-        if isinstance(stalled[0], str) and type(stalled[1]) is int:
-            self.covered.add((stalled[0], stalled[1]))
+        self._cover_stall(meta)
 
     def saw_concluded(self, meta: Mapping[str, Any]) -> None:
-        """An incident this rank did not take part in, concluded already (its owner record ``meta``)."""
+        """An incident this rank did not take part in, concluded already (its owner record ``meta``): the
+        collective it was raised for is its business too (a rank that looks only after the verdict, late under
+        load, must not raise a second incident for the same stall)."""
         when = meta.get("time_ns")
         if type(when) is int and (self._concluded_raised_ns is None or when > self._concluded_raised_ns):
             self._concluded_raised_ns = when
+        self._cover_stall(meta)
+
+    def covers(self, meta: Mapping[str, Any]) -> bool:
+        """The stall an owner record (or a detection record) names is one an incident covers already."""
+        stalled = (meta.get("pg_name"), meta.get("seq"))
+        return stalled in self.covered
+
+    def _cover_stall(self, meta: Mapping[str, Any]) -> None:
+        stalled = (meta.get("pg_name"), meta.get("seq"))
+        if isinstance(stalled[0], str) and type(stalled[1]) is int:
+            self.covered.add((stalled[0], stalled[1]))
 
     def unresolved(self, statuses: Iterable[GroupStatus]) -> bool:
         """A collective an incident covers has not been followed by a later one on this rank (only

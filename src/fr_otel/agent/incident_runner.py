@@ -253,7 +253,7 @@ class IncidentRunner:
                 if self._joinable(k, owner_meta):  # another rank raised it first: join
                     return self._take_part(k, owner_meta, owner=False, deadline=deadline)
                 self._known = k  # a forged, stale or concluded number: the next one, unless this is its sequel
-                if unless_sequel and self.sequel():
+                if (unless_sequel and self.sequel()) or self._memory.covers(meta):  # or it concluded on this stall
                     return None
             return None
 
