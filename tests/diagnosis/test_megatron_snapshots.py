@@ -24,8 +24,8 @@ def scenario(name: str, *args: object, **kw: object) -> Scenario:
 
 
 @cache
-def verdict_of(name: str, *args: object, **kw: object) -> Verdict:
-    return scenario(name, *args, **kw).verdict()
+def verdict_of(name: str, *args: object, dated: bool = True, **kw: object) -> Verdict:
+    return scenario(name, *args, **kw).verdict(dated=dated)
 
 
 def named(v: Verdict) -> dict[int, str]:
@@ -59,6 +59,52 @@ def test_a_healthy_job_dumped_mid_step_with_only_active_entries_is_healthy(phase
     v = verdict_of("healthy_snapshot", phase, only_active=True)
     assert (v.verdict, named(v)) == ("healthy", {})
     assert v.ages is not None and v.ages.wait_s is None and v.ages.threshold_s == 60.0
+
+
+#: Points of the last step (its share of the step) a snapshot is pulled at: the forward warm-up, steady 1F1B,
+#: the backward cool-down, the distributed optimizer (reduce_scatter, grad norm, all_gather) and the step's end.
+STEP_POINTS = {"warm-up": 0.02, "steady-1F1B": 0.3, "cool-down": 0.5, "optimizer": 0.75, "step-end": 0.99}
+
+
+@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
+@pytest.mark.parametrize("point", STEP_POINTS)
+def test_a_healthy_job_dumped_at_any_point_of_a_step_is_never_a_hang(point: str, dated: bool) -> None:
+    """Stages at different microbatches, recvs posted with the previous send and pending, tensor-parallel
+    all_reduces in flight for milliseconds: healthy, whether the dumps keep their pull times or not (copied off
+    the nodes: their ages are then measured to the newest activity, and the waits, read as stopped, scatter over
+    many ranks and groups, where a hang's converge)."""
+    v = verdict_of("healthy_snapshot", STEP_POINTS[point], dated=dated)
+    assert (v.verdict, named(v)) == ("healthy", {})
+    assert v.ages is not None and v.ages.stuck == 0 and v.ages.to_newest_activity is (not dated)
+    if not dated:
+        note = next(n for n in v.notes if n.startswith("no dump time"))
+        assert "read as a snapshot of a running job" in note and "cp -p" in note
+
+
+@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
+@pytest.mark.parametrize("phase", [0.2, 0.55, 0.9])
+@pytest.mark.parametrize("rank", [3, 11, 19, 27], ids=lambda r: f"stage{r // 8}-rank{r}")
+def test_a_data_parallel_straggler_at_any_stage_dumped_mid_step_is_the_only_rank_named(
+        rank: int, phase: float, dated: bool) -> None:
+    """600 ms of CPU before its reduce_scatter every step, on a rank of each pipeline stage: it alone is named
+    (compared with its equals, seq by seq where most hold the seq: not the data-loading ranks of the last stage
+    whose newest all_reduces are complete on some equals only), dated or not (undated at the end of the step
+    the waits converge on it, and its lateness history says it is late every step: a straggler, not a hang)."""
+    v = verdict_of("straggler", rank, phase=phase, dated=dated)
+    assert (v.verdict, named(v)) == ("straggler", {rank: "straggler"})
+    assert "DATA_PARALLEL_GROUP" in v.culprits[0].evidence
+
+
+@pytest.mark.parametrize("rank,nth", [(21, 2), (13, 2), (5, 1)])
+def test_a_stage_that_never_posts_its_next_send_recv_is_shown_on_the_pipeline_group(rank: int, nth: int) -> None:
+    """Its pipeline neighbour waits in the recv at once; the other replicas' reduce_scatter waits begin half a step
+    later (a consequence, though more ranks wait there): the culprit is shown on the pipeline group first, the
+    reduce_scatter among the related evidence."""
+    v = verdict_of("never_posts_recv", rank, nth)
+    c = v.culprits[0]
+    assert (v.verdict, c.rank, c.kind) == ("hang", rank, "not_enqueued")
+    assert c.group_desc == "PIPELINE_MODEL_PARALLEL_GROUP" and c.op is not None and " " in c.op  # "nccl:recv 1<-2"
+    assert any(e.desc == "DATA_PARALLEL_GROUP" and e.op and "reduce_scatter" in e.op for e in c.related)
 
 
 def test_a_consistent_straggler_dumped_mid_step_is_a_straggler_naming_only_it() -> None:
@@ -173,12 +219,14 @@ INJECTORS = [
 ]
 
 
+@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
 @pytest.mark.parametrize("name,args,kw", INJECTORS, ids=lambda x: x if isinstance(x, str) else "-".join(map(str, x))
                          if isinstance(x, tuple) else "-".join(f"{k}={v}" for k, v in x.items()))
-def test_every_injector_is_named_as_its_ground_truth_says(name: str, args: tuple, kw: dict) -> None:
-    """Verdict, culprits and kinds exact; the root's evidence names the group the fault hit, at its step."""
+def test_every_injector_is_named_as_its_ground_truth_says(name: str, args: tuple, kw: dict, dated: bool) -> None:
+    """Verdict, culprits and kinds exact; the root's evidence names the group the fault hit, at its step; the same
+    from dumps that lost their pull times (a hang's waits converge on its culprits)."""
     s = scenario(name, *args, **kw)
-    v = verdict_of(name, *args, **kw)
+    v = verdict_of(name, *args, dated=dated, **kw)
     truth = s.truth
     assert v.verdict == truth.verdict
     assert named(v) == {**truth.culprits, **{r: "unknown" for r in truth.unknown}}

@@ -207,3 +207,57 @@ def test_a_slow_host_incident_counts_a_wait_whose_age_a_compact_recorder_cannot_
         undated.dumps[r] = d
     assert analyze(build_job(undated)).verdict == "hang"
     assert analyze(build_job(undated), AnalysisOptions(running_stall_s=60.0)).verdict != "hang"
+
+
+def test_undated_dumps_are_measured_to_the_newest_activity_only_when_every_rank_was_at_work() -> None:
+    """A snapshot copied without its dates: every rank active within half a usual longest pause of the newest
+    activity, ages measured to it. Not so when a rank went quiet first (a hang), a rank left no dump, or the
+    history is too short to learn a rhythm from (then every undated wait counts as stuck, as before)."""
+    from support.megatron import catalog
+
+    from fr_otel.diagnosis.pace import AT_WORK_FRACTION, AT_WORK_HISTORY, Clock, at_work_until
+
+    snapshot = build_job(catalog.healthy_snapshot(0.4).read(dated=False))
+    pace = learn_pace(snapshot)
+    newest = max(d.latest_ns for d in snapshot.dumps.values())
+    assert at_work_until(snapshot.dumps, pace) == newest
+    clock = Clock.of(snapshot)
+    assert clock.at_work_ns == newest and set(clock.dumped.values()) == {newest}
+    assert not Clock.of(snapshot, infer=False).dumped and not Clock.of(snapshot, weigh=False).dumped
+    quiet = max(newest - d.latest_ns for d in snapshot.dumps.values()) / 1e9
+    assert pace.pause_s is not None and quiet <= AT_WORK_FRACTION * pace.pause_s
+
+    hang = build_job(catalog.cpu_stop().read(dated=False))  # rank 10 went quiet first
+    hang_pace = learn_pace(hang)
+    assert hang_pace.pause_s is not None and at_work_until(hang.dumps, hang_pace) is None
+    assert Clock.of(hang).at_work_ns is None
+
+    dead = build_job(catalog.dead_node().read(dated=False))  # a node's ranks left no dump
+    assert dead.missing_ranks and Clock.of(dead).at_work_ns is None
+
+    b = DumpBuilder(4)  # a few collectives: no rhythm to speak of
+    for _ in range(AT_WORK_HISTORY - 1):
+        b.collective(b.world)
+    short = ReadResult()
+    for r in range(4):
+        short.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=None)  # type: ignore[assignment]
+    short_job = build_job(short)
+    assert at_work_until(short_job.dumps, learn_pace(short_job)) is None
+
+
+def test_an_undated_snapshot_on_disk_is_healthy_in_analyze_json_with_its_lower_bound_ages(
+        tmp_path: Path, run_cli) -> None:
+    """The files dated two days after their last activity (copied later): `fr-otel analyze --json` says healthy,
+    ages measured to the newest activity, and the note says why and what would settle it."""
+    from support.megatron import catalog
+
+    folder = catalog.healthy_snapshot(0.3).write(tmp_path / "dumps")
+    for path in folder.iterdir():
+        later = path.stat().st_mtime_ns + 2 * DAY_NS
+        os.utime(path, ns=(later, later))
+    proc = run_cli("analyze", str(folder), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["verdict"], out["culprits"]) == ("healthy", [])
+    assert out["ages"]["to_newest_activity"] and out["ages"]["stuck"] == 0
+    assert any(n.startswith("no dump time") and "rsync -t" in n for n in out["notes"])

@@ -16,15 +16,25 @@ from .job import Job
 from .kinds import KIND_ORDER, CulpritKind
 from .verdict import Culprit, Evidence
 
-__all__ = ["culprit_record"]
+__all__ = ["SAME_WAVE_NS", "culprit_record"]
+
+#: Waits on one culprit that began within this of its first are one wave (simulated 3D jobs: the pipeline and
+#: tensor-parallel waits within 1 ms; the other replicas' optimizer waits ~0.5 s later; NVRx within 20 ms).
+SAME_WAVE_NS = 100_000_000
 
 
 def culprit_record(job: Job, rank: int, evidence: list[Evidence], explained: tuple[int, str] | None = None) -> Culprit:
     """The rank's record, strongest evidence first; ``explained``: (culprit, why) for an absent rank
     whose silence that culprit explains (kind ``unknown``)."""
+    first = min((e.since_ns for e in evidence if e.since_ns), default=0)
+
+    def later_wave(e: Evidence) -> bool:
+        """Its waiters began waiting well after the culprit's first waiters did: a consequence (the other data-
+        parallel replicas reaching their optimizer step, say), not where the critical path stopped."""
+        return e.since_ns is not None and e.since_ns > 0 and e.since_ns - first > SAME_WAVE_NS
     ordered = sorted(
         evidence,
-        key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, -len(e.waiting), e.seq or 0),
+        key=lambda e: (KIND_ORDER.index(e.kind), not e.direct, not e.sole, later_wave(e), -len(e.waiting), e.seq or 0),
     )
     if explained is not None:
         head = ordered[0]

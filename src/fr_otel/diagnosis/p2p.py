@@ -238,7 +238,7 @@ def _unmatched(job: Job, pg: ProcessGroup, op: _Op, peer: int | None, graph: Wai
         key = (pg.name, None, f"p2p {op.rank} {op.name} {op.index}")
         graph.add(op.rank, key, present, CulpritKind.NOT_ENQUEUED,
                   lambda q, w: f"rank(s) {w} wait in {call} {_dir(call)} rank {q} on "
-                  f"{where}; rank {q} never posted the matching {counterpart}", op=prof)
+                  f"{where}; rank {q} never posted the matching {counterpart}", op=prof, since_ns=op.created_ns)
     if absent:
         key = (pg.name, None, f"p2p-missing {op.rank} {op.name} {op.index}")
         graph.add(op.rank, key, absent, CulpritKind.MISSING_DUMP,

@@ -9,9 +9,15 @@ a wait look older than both sides saw it). "Normal" is learnt from the recorder'
 how long ranks waited for their peers to arrive, how long completed ops stayed in flight
 (where the recorder timed them), and how long a rank's longest pause between two enqueues
 was (its step's slow part). An op is stuck when its age is well past that
-(:func:`stall_threshold_s`, the one rule the live agent's threshold is built on too). When a
-dump's time is unknown (files copied, dated long after their last activity) its ages cannot
-be weighed and its waits count as stuck, as before.
+(:func:`stall_threshold_s`, the one rule the live agent's threshold is built on too).
+
+When no dump's time is known (files copied, dated long after their last activity), ages are
+measured to the newest activity any rank recorded instead (:func:`at_work_until`), but only when
+the job reads as caught at work: its pace is learnt from some history, every rank left a dump, and
+every rank was active within half a rank's usual longest pause of that moment (in a hang the culprit goes quiet first; the ranks that
+wait keep going until they block on it). Those ages are lower bounds: one past the threshold is a
+stall for sure, one under it is not evidence of a hang, and the verdict says it cannot tell a
+snapshot from a hang dumped at once. Otherwise an undated wait counts as stuck, as before.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ if TYPE_CHECKING:  # types only: the live agent imports the rule without the ana
     from ..read.dump import GroupHistory, RankDump
     from .job import Job
 
-__all__ = ["DAY_NS", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "dumped_at_ns",
-           "learn_pace", "stall_threshold_s"]
+__all__ = ["AT_WORK_FRACTION", "DAY_NS", "MIN_STALL_S", "STALL_FACTOR", "Ages", "Clock", "Pace", "at_work_until",
+           "dumped_at_ns", "learn_pace", "stall_threshold_s"]
 
 #: A dump file written within this long after its last recorded activity dates the dump.
 DAY_NS = 86_400 * 10**9
@@ -38,6 +44,11 @@ DAY_NS = 86_400 * 10**9
 STALL_FACTOR = 3.0
 #: Never a stall below this, whatever the pace (a millisecond-step job still pauses for GC).
 MIN_STALL_S = 1.0
+#: Undated dumps read as a job caught at work when every rank was active within this fraction of a rank's usual
+#: longest pause of the newest activity (simulated 3D jobs: at most 0.38 mid-step, at least 0.47 in a hang).
+AT_WORK_FRACTION = 0.5
+#: ... and when every dump holds at least this many completed collectives: a rhythm learnt, not guessed.
+AT_WORK_HISTORY = 16
 _WINDOW = 256  # most recent collectives per group to learn from
 _SAMPLE = 48  # groups per kind learnt from (16k ranks stay cheap)
 _PAUSE_SAMPLE = 16  # ranks whose longest pause is learnt (their median is the pace)
@@ -64,6 +75,22 @@ def dumped_at_ns(dump: RankDump) -> int | None:
     if not when or not dump.latest_ns or not 0 <= when - dump.latest_ns <= DAY_NS:
         return None
     return when
+
+
+def at_work_until(dumps: dict[int, RankDump], pace: Pace) -> int | None:
+    """The newest activity of undated ``dumps`` (ns), when every rank was active within
+    :data:`AT_WORK_FRACTION` of a rank's usual longest pause (``pace.pause_s``) of it: the moment
+    their ages are measured to. None when the pause is not learnt, a dump holds too short a history
+    (:data:`AT_WORK_HISTORY`), or some rank went quiet earlier."""
+    if pace.pause_s is None or len(dumps) < 2:
+        return None
+    if any(sum(h.completed.count(1) for h in d.histories.values()) < AT_WORK_HISTORY for d in dumps.values()):
+        return None
+    latest = [d.latest_ns for d in dumps.values()]
+    newest = max(latest)
+    if not min(latest) or newest - min(latest) > AT_WORK_FRACTION * pace.pause_s * 1e9:
+        return None
+    return newest
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +203,7 @@ def _longest_pause(dump: RankDump) -> int | None:
 class Ages:
     """How old the ops in flight were when dumped, against the job's pace: the verdict's ``ages``."""
 
-    known: bool  # some dump's time was known, so ages could be weighed
+    known: bool  # some dump's time was known (or inferred), so ages could be weighed
     threshold_s: float  # in flight this long (or more) is a stall
     wait_s: float | None  # the pace learnt: longest normal wait for peers,
     run_s: float | None  # longest a completed op was in flight,
@@ -185,13 +212,16 @@ class Ages:
     young: int  # waits judged the job at work
     oldest_young: tuple[float, int, str] | None = None  # (age s, rank, op) of the oldest wait judged normal
     oldest_stuck: tuple[float, int, str] | None = None
+    #: No dump's time was known: ages are lower bounds, measured to the newest activity (see :func:`at_work_until`).
+    to_newest_activity: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         def op(x: tuple[float, int, str] | None) -> dict[str, Any] | None:
             return None if x is None else {"age_s": round(x[0], 6), "rank": x[1], "op": x[2]}
         return {"known": self.known, "threshold_s": self.threshold_s, "wait_s": self.wait_s, "run_s": self.run_s,
                 "pause_s": self.pause_s, "stuck": self.stuck, "young": self.young,
-                "oldest_young": op(self.oldest_young), "oldest_stuck": op(self.oldest_stuck)}
+                "oldest_young": op(self.oldest_young), "oldest_stuck": op(self.oldest_stuck),
+                "to_newest_activity": self.to_newest_activity}
 
 
 @dataclass(slots=True)
@@ -206,19 +236,28 @@ class Clock:
     young: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged not stuck
     old: list[tuple[float, int, str]] = field(default_factory=list)  # (age s, rank, what) judged stuck
     unknown: int = 0  # waits whose age could not be measured (counted stuck)
+    at_work_ns: int | None = None  # no dump dated: the newest activity, which ages are measured to (lower bounds)
 
     @classmethod
-    def of(cls, job: Job, *, weigh: bool = True, raised_over_s: float | None = None,
+    def of(cls, job: Job, *, weigh: bool = True, infer: bool = True, raised_over_s: float | None = None,
            running_stall_s: float | None = None) -> Clock:
         """``weigh``: False when the job is known to be ending (every wait then counts, whatever its age).
+        ``infer``: False never measures undated dumps to their newest activity (their waits count as stuck).
         ``raised_over_s``: the threshold the live agent raised this incident over, so the verdict never
         calls young the wait the agent has just called stuck (a short history, or ranks that started
         seconds apart, can make the learnt pace ask for more). ``running_stall_s``: the live agent's stall
         threshold when it raised this incident for a slow host, the job running: the verdict never calls
         stuck a wait the agent had not."""
         dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None} if weigh else {}
-        return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s,
-                   running_stall_s=running_stall_s)
+        if dumped or not weigh:
+            return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s,
+                       running_stall_s=running_stall_s)
+        pace = learn_pace(job)
+        at_work = None if job.missing_ranks or not infer else at_work_until(job.dumps, pace)  # the absent may have gone quiet first
+        if at_work is None:
+            return cls({}, Pace(), raised_over_s=raised_over_s, running_stall_s=running_stall_s)
+        return cls(dict.fromkeys(job.dumps, at_work), pace, raised_over_s=raised_over_s,
+                   running_stall_s=running_stall_s, at_work_ns=at_work)
 
     def threshold_s(self, timeout_ms: int | None = None) -> float:
         learnt = stall_threshold_s(timeout_ms, self.pace.normal_s, self.stall_seconds)
@@ -273,4 +312,5 @@ class Clock:
         return Ages(known=bool(self.dumped), threshold_s=self.threshold_s(), wait_s=self.pace.wait_s,
                     run_s=self.pace.run_s, pause_s=self.pace.pause_s,
                     stuck=len(self.old) + (self.unknown if self.running_stall_s is None else 0),
-                    young=len(self.young), oldest_young=self.oldest_young(), oldest_stuck=max(self.old, default=None))
+                    young=len(self.young), oldest_young=self.oldest_young(), oldest_stuck=max(self.old, default=None),
+                    to_newest_activity=self.at_work_ns is not None)

@@ -60,6 +60,9 @@ class AnalysisOptions:
     # learnt pace (a rank starved of CPU for a moment looks stuck against a 50 ms step); a wait whose age a
     # compact recorder cannot tell is not counted stuck either (the agents' stall detectors had not fired).
     running_stall_s: float | None = None
+    # Undated dumps count every wait as stuck, as if the job had stopped when dumped (never measured to the newest
+    # activity, see diagnosis.pace): what a hang would blame, said beside an undated snapshot's verdict.
+    undated_waits_stuck: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ class Evidence:
     peer: int | None = None  # the other side's global rank of a send/recv
     desc: str = ""  # the group's desc (filled with the culprit record)
     p2p: bool = False  # point-to-point evidence (a send/recv), not a collective
+    since_ns: int | None = None  # when its first waiter began waiting here (the critical path's first wait first)
 
     @property
     def where(self) -> str:

@@ -46,6 +46,7 @@ class WaitGraph:
         # Proven causes (own device or network stalled; called a different op): what they in
         # turn wait on is a consequence, so their outgoing edges do not make them less of a cause.
         self.stalled: set[int] = set()
+        self.since: dict[Any, int] = {}  # hub -> when its first waiter began waiting there (epoch ns, where known)
 
     @property
     def unexplained(self) -> list[str]:
@@ -95,9 +96,12 @@ class WaitGraph:
 
     def add(
         self, waiter: int, hub: tuple[str, int | None, str], targets: list[int], kind: CulpritKind,
-        describe: Callable[[int, str], str], op: Call = None,
+        describe: Callable[[int, str], str], op: Call = None, since_ns: int | None = None,
     ) -> None:
-        """``waiter`` waits (through ``hub``) on ``targets``; ``op`` names a send/recv hub's call."""
+        """``waiter`` waits (through ``hub``) on ``targets``, since ``since_ns`` where known; ``op`` names a
+        send/recv hub's call."""
+        if since_ns:
+            self.since[hub] = min(self.since.get(hub, since_ns), since_ns)
         self.edges.setdefault(waiter, set()).add(hub)
         self.edges.setdefault(hub, set()).update(targets)
         for t in targets:
@@ -114,7 +118,7 @@ class WaitGraph:
                 peer = waiters[0] if op is not None and len(waiters) == 1 else None
                 call = op.get(rank) if isinstance(op, dict) else op
                 out.append(Evidence(kind, hub[0], hub[1], text, waiters, len(targets) == 1, op=call, peer=peer,
-                                    p2p=op is not None))
+                                    p2p=op is not None, since_ns=self.since.get(hub)))
         return out
 
     def culprits(self) -> tuple[list[int], list[str]]:
@@ -239,7 +243,7 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         if laggards:
             graph.add(r, (pg.name, seq, "enq"), laggards, CulpritKind.NOT_ENQUEUED,
                       partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; rank {q} never "
-                      f"enqueued it (its last on this group is #{known[q].enqueued})", inside))
+                      f"enqueued it (its last on this group is #{known[q].enqueued})", inside), since_ns=created)
             continue
         if unknown:
             missing = [q for q in unknown if q not in job.dumps]

@@ -62,18 +62,20 @@ class Scenario:
                     self._bytes[rank] = data[: len(data) // 2] if rank in self.truncated else data
         return self._bytes
 
-    def read(self) -> ReadResult:
-        """The dumps as the product's reader parses them (in memory, each with its pull time)."""
+    def read(self, *, dated: bool = True) -> ReadResult:
+        """The dumps as the product's reader parses them (in memory, each with its pull time, or with none:
+        ``dated`` False, as files copied off the nodes without their dates are)."""
         result = ReadResult()
         for rank, data in self.dumps().items():
-            dump = parse_dump_bytes(data, rank, self.source(rank), dumped_at_ns=ns(self.dump_at[rank]),
+            dump = parse_dump_bytes(data, rank, self.source(rank),
+                                    dumped_at_ns=ns(self.dump_at[rank]) if dated else None,
                                     problems=result.problems, full=False)
             if dump is not None:
                 result.dumps[rank] = dump
         return result
 
-    def verdict(self) -> Verdict:
-        return analyze(build_job(self.read()))
+    def verdict(self, *, dated: bool = True) -> Verdict:
+        return analyze(build_job(self.read(dated=dated)))
 
     def step_of(self, group: str, seq: int) -> int | None:
         """The training step collective ``group`` #``seq`` (as the dumps number it) belongs to."""
