@@ -207,3 +207,23 @@ def test_a_new_stall_after_a_concluded_incident_for_an_earlier_one_is_a_new_inci
     assert owner is not None and owner["rank"] == 1 and owner["seq"] == 13
     rank1.stop(5)
     raiser.stop(5)
+
+
+def test_an_earlier_runs_concluded_incident_for_the_same_collective_covers_nothing_in_this_run(
+        tmp_path: Path, port: int) -> None:
+    """The store holds incident 1, concluded, raised for all_reduce #13 before this run's agents started (an
+    earlier run of the job, restarted on the same store): a rank that skips it covers nothing by it (no sequel
+    either), and this run's stall on #13 is a new incident."""
+    raiser = _runner(tmp_path, port, 0)
+    raiser.raise_for(_stall(13))
+    assert raiser.wait_idle(20)
+    raiser.me.channel.set_result(1, {"verdict": "hang"})
+    time.sleep(0.01)  # this run's agents start after incident 1 was raised
+    rank1, rank2 = _runner(tmp_path, port, 1), _runner(tmp_path, port, 2)
+    assert rank2.join_open() == [] and rank2._known == 1  # skipped: concluded
+    assert not rank2._memory.covers(("0", 13)) and not rank2._memory.unresolved(_world(12, inflight=13))
+    rank1.raise_for(_stall(13))
+    owner = rank1.me.channel.owner(2)
+    assert owner is not None and owner["rank"] == 1 and owner["seq"] == 13
+    for r in (rank1, rank2, raiser):
+        r.stop(5)

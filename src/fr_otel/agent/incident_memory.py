@@ -39,6 +39,10 @@ class IncidentMemory:
         self.last_taken_part = float("-inf")  # monotonic time this rank last took part in one
         self._completed_then: dict[str, int] | None = None  # each group's last completed seq at that part
         self._concluded_raised_ns: int | None = None  # when the newest concluded incident seen was raised
+        self._started_ns = time.time_ns()
+        #: (group, seq) that incidents raised during this run, concluded before this rank looked, were raised for:
+        #: no new incident for them, but no sequel either (this rank took no part).
+        self._concluded_stalls: set[tuple[str, int]] = set()
 
     def took_part(self, statuses: Iterable[GroupStatus], meta: Mapping[str, Any]) -> None:
         """This rank takes part in an incident: what is stuck now is that incident's business, and so is the
@@ -49,26 +53,30 @@ class IncidentMemory:
             self._completed_then[g.name] = g.completed
             if g.inflight_seq is not None:
                 self.covered.add((g.name, g.inflight_seq))
-        self._cover_stall(meta)
+        stalled = _stall_of(meta)
+        if stalled is not None:
+            self.covered.add(stalled)
 
     def saw_concluded(self, meta: Mapping[str, Any]) -> None:
-        """An incident this rank did not take part in, concluded already (its owner record ``meta``): the
-        collective it was raised for is its business too (a rank that looks only after the verdict, late under
-        load, must not raise a second incident for the same stall)."""
+        """An incident this rank did not take part in, concluded already (its owner record ``meta``). Raised
+        during this run (not an earlier run's leftover in the store), the collective it was raised for is not
+        raised again: a rank that looks only after the verdict, late under load, raises no second incident."""
         when = meta.get("time_ns")
         if type(when) is int and (self._concluded_raised_ns is None or when > self._concluded_raised_ns):
             self._concluded_raised_ns = when
-        self._cover_stall(meta)
+        stalled = _stall_of(meta)
+        if stalled is not None and type(when) is int and when >= self._started_ns:
+            self._concluded_stalls.add(stalled)
 
-    def covers(self, meta: Mapping[str, Any]) -> bool:
-        """The stall an owner record (or a detection record) names is one an incident covers already."""
-        stalled = (meta.get("pg_name"), meta.get("seq"))
-        return stalled in self.covered
+    def covers(self, key: tuple[str, int | None]) -> bool:
+        """An incident covers the stall on (group, seq) ``key``: one this rank took part in, or one raised during
+        this run for it that concluded before this rank looked."""
+        return key in self.covered or key in self._concluded_stalls
 
-    def _cover_stall(self, meta: Mapping[str, Any]) -> None:
-        stalled = (meta.get("pg_name"), meta.get("seq"))
-        if isinstance(stalled[0], str) and type(stalled[1]) is int:
-            self.covered.add((stalled[0], stalled[1]))
+    def covers_record(self, meta: Mapping[str, Any]) -> bool:
+        """:meth:`covers` the stall a detection (or owner) record names."""
+        stalled = _stall_of(meta)
+        return stalled is not None and self.covers(stalled)
 
     def unresolved(self, statuses: Iterable[GroupStatus]) -> bool:
         """A collective an incident covers has not been followed by a later one on this rank (only
@@ -100,3 +108,9 @@ class IncidentMemory:
         recent = raised is not None and 0 <= time.time_ns() - raised < SEQUEL_WINDOW_S * 1e9  # never future-dated
         return (self.unresolved(groups) or time.monotonic() - self.last_taken_part < SEQUEL_WINDOW_S
                 or (aftermath and (not self.progressed(groups, failed) or recent)))
+
+
+def _stall_of(meta: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The (group, seq) an incident's owner record says it was raised for (a stall's), if any."""
+    group, seq = meta.get("pg_name"), meta.get("seq")
+    return (group, seq) if isinstance(group, str) and type(seq) is int else None

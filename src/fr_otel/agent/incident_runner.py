@@ -187,7 +187,7 @@ class IncidentRunner:
                     self._take_part(k, meta, owner=False)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
-        return [s for s in stalls if s.key not in self._memory.covered]
+        return [s for s in stalls if not self._memory.covers(s.key)]
 
     def raise_for(self, stalls: list[Stall]) -> None:
         """Raise an incident for the oldest stall no incident covers yet (after joining those raised
@@ -253,7 +253,7 @@ class IncidentRunner:
                 if self._joinable(k, owner_meta):  # another rank raised it first: join
                     return self._take_part(k, owner_meta, owner=False, deadline=deadline)
                 self._known = k  # a forged, stale or concluded number: the next one, unless this is its sequel
-                if (unless_sequel and self.sequel()) or self._memory.covers(meta):  # or it concluded on this stall
+                if (unless_sequel and self.sequel()) or self._memory.covers_record(meta):  # it concluded on this stall
                     return None
             return None
 
@@ -377,7 +377,7 @@ class IncidentRunner:
         self._aftermath = True
         with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
             self.me.channel.announce_termination(self.me.rank, self._known)
-        stuck = any(g.inflight_seq is not None and (g.name, g.inflight_seq) not in self._memory.covered
+        stuck = any(g.inflight_seq is not None and not self._memory.covers((g.name, g.inflight_seq))
                     for g in self._tracker.statuses)
         self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
                    raise_new=stuck, unless_sequel=True, deadline=deadline - EXIT_COPY_RESERVE_S)
