@@ -70,15 +70,15 @@ STEP_POINTS = {"warm-up": 0.02, "steady-1F1B": 0.3, "cool-down": 0.5, "optimizer
 @pytest.mark.parametrize("point", STEP_POINTS)
 def test_a_healthy_job_dumped_at_any_point_of_a_step_is_never_a_hang(point: str, dated: bool) -> None:
     """Stages at different microbatches, recvs posted with the previous send and pending, tensor-parallel
-    all_reduces in flight for milliseconds: healthy, whether the dumps keep their pull times or not (copied off
-    the nodes: their ages are then measured to the newest activity, and the waits, read as stopped, scatter over
-    many ranks and groups, where a hang's converge)."""
+    all_reduces in flight for milliseconds: healthy with the pull times; without them (copied off the nodes)
+    inconclusive, never a hang: ages are measured to the newest activity, and the waits, read as stopped,
+    scatter over many ranks and hosts, where a hang's converge."""
     v = verdict_of("healthy_snapshot", STEP_POINTS[point], dated=dated)
-    assert (v.verdict, named(v)) == ("healthy", {})
+    assert (v.verdict, named(v)) == ("healthy" if dated else "inconclusive", {})
     assert v.ages is not None and v.ages.stuck == 0 and v.ages.to_newest_activity is (not dated)
-    if not dated:
+    if not dated:  # a hang dumped at once cannot be ruled out without dump times: never "healthy"
         note = next(n for n in v.notes if n.startswith("no dump time"))
-        assert "read as a snapshot of a running job" in note and "cp -p" in note
+        assert "reads as a snapshot of a running job" in note and "cannot be ruled out" in note and "cp -p" in note
 
 
 @pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
@@ -93,6 +93,20 @@ def test_a_data_parallel_straggler_at_any_stage_dumped_mid_step_is_the_only_rank
     v = verdict_of("straggler", rank, phase=phase, dated=dated)
     assert (v.verdict, named(v)) == ("straggler", {rank: "straggler"})
     assert "DATA_PARALLEL_GROUP" in v.culprits[0].evidence
+    if not dated and phase == 0.9:  # said as what it is read as, and what it would look like had it stopped
+        note = next(n for n in v.notes if n.startswith("no dump time"))
+        assert f"converge on rank(s) {rank}" in note and "waiting for a straggler" in note and "a hang on it" in note
+
+
+@pytest.mark.parametrize("name,args", [("cpu_stop", (10, "dp_rs", 0)), ("mismatch", ("dp",))])
+def test_an_undated_hang_whose_ranks_were_all_at_work_is_read_as_stopped_because_its_waits_converge(
+        name: str, args: tuple) -> None:
+    """Every rank active moments before the newest activity (its ages measured to it would all be young), but
+    the waits, counted stuck, converge on the one culprit: the hang's verdict, with a note saying so."""
+    v = verdict_of(name, *args, dated=False)
+    assert v.verdict == scenario(name, *args).truth.verdict and named(v) == scenario(name, *args).truth.culprits
+    note = next(n for n in v.notes if n.startswith("no dump time"))
+    assert "converge on rank(s)" in note and "read as stopped when dumped" in note
 
 
 @pytest.mark.parametrize("rank,nth", [(21, 2), (13, 2), (5, 1)])

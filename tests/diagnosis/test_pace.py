@@ -224,6 +224,7 @@ def test_undated_dumps_are_measured_to_the_newest_activity_only_when_every_rank_
     clock = Clock.of(snapshot)
     assert clock.at_work_ns == newest and set(clock.dumped.values()) == {newest}
     assert not Clock.of(snapshot, infer=False).dumped and not Clock.of(snapshot, weigh=False).dumped
+    assert Clock.of(snapshot, raised_over_s=10.0).at_work_ns is None  # a live incident's stall was no snapshot
     quiet = max(newest - d.latest_ns for d in snapshot.dumps.values()) / 1e9
     assert pace.pause_s is not None and quiet <= AT_WORK_FRACTION * pace.pause_s
 
@@ -245,10 +246,11 @@ def test_undated_dumps_are_measured_to_the_newest_activity_only_when_every_rank_
     assert at_work_until(short_job.dumps, learn_pace(short_job)) is None
 
 
-def test_an_undated_snapshot_on_disk_is_healthy_in_analyze_json_with_its_lower_bound_ages(
+def test_an_undated_snapshot_on_disk_is_inconclusive_in_analyze_json_with_its_lower_bound_ages(
         tmp_path: Path, run_cli) -> None:
-    """The files dated two days after their last activity (copied later): `fr-otel analyze --json` says healthy,
-    ages measured to the newest activity, and the note says why and what would settle it."""
+    """The files dated two days after their last activity (copied later): `fr-otel analyze --json` blames no
+    one and says inconclusive (a hang dumped at once cannot be ruled out), ages measured to the newest activity,
+    and the note says why and what would settle it."""
     from support.megatron import catalog
 
     folder = catalog.healthy_snapshot(0.3).write(tmp_path / "dumps")
@@ -258,6 +260,28 @@ def test_an_undated_snapshot_on_disk_is_healthy_in_analyze_json_with_its_lower_b
     proc = run_cli("analyze", str(folder), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert (out["verdict"], out["culprits"]) == ("healthy", [])
-    assert out["ages"]["to_newest_activity"] and out["ages"]["stuck"] == 0
+    assert (out["verdict"], out["culprits"]) == ("inconclusive", [])
+    assert out["ages"]["to_newest_activity"] and out["ages"]["stuck"] == 0 and not out["ages"]["known"]
     assert any(n.startswith("no dump time") and "rsync -t" in n for n in out["notes"])
+
+
+def test_an_undated_hang_inside_one_collective_every_rank_entered_is_never_healthy() -> None:
+    """Forty healthy all_reduces, then one every rank entered and none completed (a network or device fault
+    inside it), dumps copied without their dates: every rank was active moments before the newest activity, but
+    read as stopped the collective is stuck with no rank to single out: inconclusive, not healthy."""
+    from fr_otel import analyze
+    from fr_otel.diagnosis.pace import Clock
+
+    b = DumpBuilder(4)
+    for _ in range(40):
+        b.collective(b.world)
+    b.collective(b.world, done=False)
+    read = ReadResult()
+    for r in range(4):
+        read.dumps[r] = parse_dump_bytes(b.dump(r), r, f"rank_{r}", dumped_at_ns=None)  # type: ignore[assignment]
+    job = build_job(read)
+    assert Clock.of(job).at_work_ns is not None  # the at-work reading applies
+    v = analyze(job)
+    assert v.verdict == "inconclusive" and v.culprits == []
+    assert any("none completed" in n for n in v.notes)
+    assert any(n.startswith("no dump time") and "read as stopped when dumped" in n for n in v.notes)

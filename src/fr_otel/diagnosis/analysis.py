@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..common.clock import format_clock
 from ..common.ranks import compress_ranks
 from .cascade import explained_absences, waiting_on
 from .culprit_record import culprit_record
@@ -31,6 +30,7 @@ from .pace import DAY_NS, Clock
 from .step_map import step_of_collective
 from .stop_order import order_stops
 from .straggler import find_stragglers
+from .undated import scattered, undated_note
 from .verdict import (
     AnalysisOptions,
     Culprit,
@@ -58,14 +58,17 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     clock = Clock.of(job, weigh=not options.ending, infer=not options.undated_waits_stuck,
                      raised_over_s=options.raised_over_s,
                      running_stall_s=options.running_stall_s)
-    if clock.at_work_ns is not None:  # undated, every rank active moments before the newest activity
+    as_stopped: Verdict | None = None  # undated dumps of a job at work: the verdict had it stopped when dumped
+    straggling: list[int] = []  # ... whose waits converge on ranks late step after step
+    if clock.at_work_ns is not None and not options.undated_waits_stuck:
         as_stopped = analyze(job, replace(options, undated_waits_stuck=True))
-        converging = _converging(job, as_stopped)
-        late = {r for r, _ in find_stragglers(job, options)} if converging is not None else set()
-        if converging is not None and not set(converging) <= late:  # a hang's shape, dumped at once
-            as_stopped.notes.append(_undated_note(job, clock, converging))
-            return as_stopped
-        notes.append(_undated_note(job, clock, converging, as_stopped, straggling=converging is not None))
+        stopped_on = [c.rank for c in as_stopped.culprits if c.blamed]
+        if not (as_stopped.verdict.stuck and scattered(job, stopped_on)):
+            late = {r for r, _ in find_stragglers(job, options)} if as_stopped.verdict.stuck and stopped_on else set()
+            if not (stopped_on and set(stopped_on) <= late):  # a hang's shape (or nothing to weigh), dumped at once
+                as_stopped.notes.append(undated_note(job, clock, as_stopped, as_stopped.verdict))
+                return as_stopped
+            straggling = stopped_on
     if options.ending:
         notes.append("the dumps were taken as the job ended: every wait counts, whatever its age")
     graph = WaitGraph()
@@ -113,6 +116,9 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         oldest = clock.oldest_young()  # None when nothing in flight is young
         if oldest is not None:
             notes.append(_young_note(clock, oldest))
+    if as_stopped is not None:  # without dump times a hang dumped at once cannot be ruled out: never healthy
+        verdict = VerdictWord.INCONCLUSIVE if verdict == VerdictWord.HEALTHY else verdict
+        notes.append(undated_note(job, clock, as_stopped, verdict, straggling))
     stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
     call = judge_network(job)
     if call.explains:
@@ -270,46 +276,6 @@ def _young_note(clock: Clock, oldest: tuple[float, int, str]) -> str:
     when = "when dumped" if clock.at_work_ns is None else "or more (no dump time)"
     return (f"{len(clock.young)} wait(s) in flight, none older than normal: the oldest, rank {rank}'s {what}, "
             f"{age:.2f} s {when}; {clock.pace.describe()}; a stall needs {clock.threshold_s():.2f} s")
-
-
-#: Undated waits read as stopped that blame this many ranks, on more than one host, are a running job's
-#: snapshot (each group's own op in flight), not a hang (simulated 3D snapshots: 10-20 ranks; hangs: 1-2).
-SCATTERED_CULPRITS = 3
-
-
-def _converging(job: Job, as_stopped: Verdict) -> list[int] | None:
-    """The ranks undated waits converge on, read as if the job had stopped: a hang's few culprits (or one host's
-    ranks); None when they scatter over many ranks and hosts, as a running job's ops in flight do."""
-    if not as_stopped.verdict.stuck:
-        return None
-    blamed = [c.rank for c in as_stopped.culprits if c.blamed]
-    hosts = {job.hosts.get(r) or f"rank {r}" for r in blamed}
-    return blamed if blamed and (len(blamed) < SCATTERED_CULPRITS or len(hosts) == 1) else None
-
-
-def _undated_note(job: Job, clock: Clock, converging: list[int] | None, as_stopped: Verdict | None = None, *,
-                  straggling: bool = False) -> str:
-    """Why undated dumps read as a hang dumped at once (``converging``: the ranks the waits converge on), as a
-    running job's snapshot (``as_stopped``: what every wait counted stuck would blame), or (``straggling``) as a
-    snapshot of the waits for ranks late in every step; and what would settle it."""
-    assert clock.at_work_ns is not None
-    quiet = max((clock.at_work_ns - d.latest_ns) / 1e9 for d in job.dumps.values())
-    head = (f"no dump time (the files' dates are not believable): every rank was active within {quiet:.2f} s of the "
-            f"newest recorded activity, {format_clock(clock.at_work_ns)} (a rank's usual longest pause is "
-            f"{clock.pace.pause_s or 0:.2f} s)")
-    tail = "; the dumps' own times (files copied with their dates: cp -p, rsync -t) would settle it"
-    if converging is not None and straggling:
-        return (f"{head}; the waits converge on rank(s) {compress_ranks(converging)}, which the lateness history "
-                f"shows late in step after step, and none measured to it is past the stall threshold (ages are lower "
-                f"bounds): read as a snapshot of the others waiting for a straggler, not a hang{tail}")
-    if converging is not None:
-        return (f"{head}, but the waits converge on rank(s) {compress_ranks(converging)}, as in a hang: read as "
-                f"stopped when dumped, every wait counted{tail}")
-    blamed = [c.rank for c in as_stopped.culprits if c.blamed] if as_stopped is not None else []
-    spread = (f"; counted stuck, the waits would blame {len(blamed)} ranks in as many places, a running job's ops "
-              "in flight, where a hang converges on the ranks it waits on") if blamed else ""
-    return (f"{head}, and no wait measured to it is past the stall threshold (ages are lower bounds){spread}: "
-            f"read as a snapshot of a running job{tail}")
 
 
 def _step_or(step: int | None, otherwise: int | None) -> int | None:

@@ -11,13 +11,13 @@ how long ranks waited for their peers to arrive, how long completed ops stayed i
 was (its step's slow part). An op is stuck when its age is well past that
 (:func:`stall_threshold_s`, the one rule the live agent's threshold is built on too).
 
-When no dump's time is known (files copied, dated long after their last activity), ages are
-measured to the newest activity any rank recorded instead (:func:`at_work_until`), but only when
-the job reads as caught at work: its pace is learnt from some history, every rank left a dump, and
-every rank was active within half a rank's usual longest pause of that moment (in a hang the culprit goes quiet first; the ranks that
-wait keep going until they block on it). Those ages are lower bounds: one past the threshold is a
-stall for sure, one under it is not evidence of a hang, and the verdict says it cannot tell a
-snapshot from a hang dumped at once. Otherwise an undated wait counts as stuck, as before.
+When no dump's time is known (files copied, dated long after their last activity), ages can be
+measured to the newest activity any rank recorded instead (:func:`at_work_until`), only when the job
+reads as caught at work: its pace is learnt from some history, every rank left a dump, and every rank
+was active within half a rank's usual longest pause of that moment (in a hang the culprit goes quiet
+first; the ranks that wait keep going until they block on it). Those ages are lower bounds; the
+analysis still reads the dumps as stopped first and keeps that reading when its waits converge, as a
+hang's do (:mod:`.analysis`). Otherwise an undated wait counts as stuck, as before.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ STALL_FACTOR = 3.0
 #: Never a stall below this, whatever the pace (a millisecond-step job still pauses for GC).
 MIN_STALL_S = 1.0
 #: Undated dumps read as a job caught at work when every rank was active within this fraction of a rank's usual
-#: longest pause of the newest activity (simulated 3D jobs: at most 0.38 mid-step, at least 0.47 in a hang).
+#: longest pause of the newest activity (simulated 3D jobs: at most 0.38 mid-step; 0.47 in one hang, 1.1-2.2 in
+#: the others). A first filter only: a job at work is still judged a hang when its waits converge (analysis).
 AT_WORK_FRACTION = 0.5
 #: ... and when every dump holds at least this many completed collectives: a rhythm learnt, not guessed.
 AT_WORK_HISTORY = 16
@@ -203,7 +204,7 @@ def _longest_pause(dump: RankDump) -> int | None:
 class Ages:
     """How old the ops in flight were when dumped, against the job's pace: the verdict's ``ages``."""
 
-    known: bool  # some dump's time was known (or inferred), so ages could be weighed
+    known: bool  # some dump's time was known, so ages could be weighed (to the newest activity: see below)
     threshold_s: float  # in flight this long (or more) is a stall
     wait_s: float | None  # the pace learnt: longest normal wait for peers,
     run_s: float | None  # longest a completed op was in flight,
@@ -249,11 +250,13 @@ class Clock:
         threshold when it raised this incident for a slow host, the job running: the verdict never calls
         stuck a wait the agent had not."""
         dumped = {r: t for r, d in job.dumps.items() if (t := dumped_at_ns(d)) is not None} if weigh else {}
-        if dumped or not weigh:
+        # A stall the live agent raised the incident over (``raised_over_s``) was no snapshot; the absent may have
+        # gone quiet first.
+        if dumped or not weigh or not infer or raised_over_s is not None or job.missing_ranks:
             return cls(dumped, learn_pace(job) if dumped else Pace(), raised_over_s=raised_over_s,
                        running_stall_s=running_stall_s)
         pace = learn_pace(job)
-        at_work = None if job.missing_ranks or not infer else at_work_until(job.dumps, pace)  # the absent may have gone quiet first
+        at_work = at_work_until(job.dumps, pace)
         if at_work is None:
             return cls({}, Pace(), raised_over_s=raised_over_s, running_stall_s=running_stall_s)
         return cls(dict.fromkeys(job.dumps, at_work), pace, raised_over_s=raised_over_s,
@@ -309,7 +312,7 @@ class Clock:
         return max(self.young, default=None)
 
     def summary(self) -> Ages:
-        return Ages(known=bool(self.dumped), threshold_s=self.threshold_s(), wait_s=self.pace.wait_s,
+        return Ages(known=bool(self.dumped) and self.at_work_ns is None, threshold_s=self.threshold_s(), wait_s=self.pace.wait_s,
                     run_s=self.pace.run_s, pause_s=self.pace.pause_s,
                     stuck=len(self.old) + (self.unknown if self.running_stall_s is None else 0),
                     young=len(self.young), oldest_young=self.oldest_young(), oldest_stuck=max(self.old, default=None),
