@@ -57,7 +57,6 @@ ENDING_WINDOW_S = 60.0
 MAX_SKIPPED_PER_LOOK = 64
 
 
-
 class IncidentRunner:
     """Incident bookkeeping of one rank (numbers seen, stalls covered) and its worker thread."""
 
@@ -234,12 +233,13 @@ class IncidentRunner:
 
     def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
                        deadline: float | None = None, *, unless_sequel: bool = False) -> threading.Event | None:
-        """Raise the next incident (or join the one someone raised first); None when capped, or (with
+        """Raise the next incident (or join the one someone raised first); None when capped, when the incident
+        its look joined covers the stall ``detail`` names (another rank raised it in between), or (with
         ``unless_sequel``) when an incident it finds concluded already, looking or losing the claim, makes this
         its :meth:`sequel`."""
         with self._lock:
             self.join_open(deadline)
-            if unless_sequel and self.sequel():  # its look found the incident this belongs to concluded already
+            if (unless_sequel and self.sequel()) or (detail is not None and self._memory.covers_record(detail)):
                 return None
             for _ in range(MAX_SKIPPED_PER_LOOK):
                 k = self._next_number()
