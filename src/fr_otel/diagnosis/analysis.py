@@ -63,10 +63,11 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if clock.at_work_ns is not None and not options.undated_waits_stuck:
         as_stopped = analyze(job, replace(options, undated_waits_stuck=True))
         stopped_on = [c.rank for c in as_stopped.culprits if c.blamed]
-        if not (as_stopped.verdict.stuck and scattered(job, stopped_on)):
-            late = {r for r, _ in find_stragglers(job, options)} if as_stopped.verdict.stuck and stopped_on else set()
-            if not (stopped_on and set(stopped_on) <= late):  # a hang's shape (or nothing to weigh), dumped at once
-                as_stopped.notes.append(undated_note(job, clock, as_stopped, as_stopped.verdict))
+        if not (as_stopped.verdict == VerdictWord.HANG and scattered(job, stopped_on)):
+            hang = as_stopped.verdict == VerdictWord.HANG and stopped_on
+            late = {r for r, _ in find_stragglers(job, options)} if hang else set()
+            if not (hang and set(stopped_on) <= late):  # a hang's shape, a desync (or nothing to weigh): as stopped
+                as_stopped.notes.append(undated_note(job, clock, as_stopped, as_stopped.verdict, "stopped"))
                 return as_stopped
             straggling = stopped_on
     if options.ending:
@@ -118,7 +119,6 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
             notes.append(_young_note(clock, oldest))
     if as_stopped is not None:  # without dump times a hang dumped at once cannot be ruled out: never healthy
         verdict = VerdictWord.INCONCLUSIVE if verdict == VerdictWord.HEALTHY else verdict
-        notes.append(undated_note(job, clock, as_stopped, verdict, straggling))
     stall_ns = min((s.in_flight.since_ns for s in states if s.in_flight and s.in_flight.since_ns), default=None)
     call = judge_network(job)
     if call.explains:
@@ -127,6 +127,9 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         notes.append(f"rank(s) {compress_ranks(job.missing_ranks)} left no dump: their state is unknown, so the job "
                      "is not called healthy")
         verdict, chosen = VerdictWord.INCONCLUSIVE, set()
+    if as_stopped is not None:  # said as the verdict finally stands
+        notes.append(undated_note(job, clock, as_stopped, verdict, "straggler" if straggling else "snapshot",
+                                  straggling))
     incomplete = None
     if (job.world_size and 2 * len(job.dumps) < job.world_size
             and verdict in (VerdictWord.HANG, VerdictWord.STRAGGLER, VerdictWord.HEALTHY)

@@ -30,11 +30,11 @@ def scattered(job: Job, blamed: list[int]) -> bool:
     return len(blamed) >= SCATTERED_CULPRITS and len({hosts.get(r) or f"rank {r}" for r in blamed}) > 1
 
 
-def undated_note(job: Job, clock: Clock, as_stopped: Verdict, verdict: VerdictWord,
-                  straggling: list[int] | None = None) -> str:
-    """Which reading undated dumps of a job at work got, and why: stopped when dumped (``verdict`` is
-    ``as_stopped``'s), the others waiting for ranks late step after step (``straggling``), or a snapshot whose
-    waits, counted stuck, would scatter; and what would settle it."""
+def undated_note(job: Job, clock: Clock, as_stopped: Verdict, verdict: VerdictWord, reading: str,
+                 straggling: list[int] | None = None) -> str:
+    """Which reading undated dumps of a job at work got (``reading``: "stopped" when dumped, the others waiting for
+    a "straggler" late step after step (``straggling``), or a "snapshot" whose waits, counted stuck, would
+    scatter), why, and what would settle it; said as the final ``verdict`` stands."""
     assert clock.at_work_ns is not None
     quiet = max((clock.at_work_ns - d.latest_ns) / 1e9 for d in job.dumps.values())
     head = (f"no dump time (the files' dates are not believable): every rank was active within {quiet:.2f} s of the "
@@ -42,21 +42,21 @@ def undated_note(job: Job, clock: Clock, as_stopped: Verdict, verdict: VerdictWo
             f"{clock.pace.pause_s or 0:.2f} s)")
     tail = "; the dumps' own times (files copied with their dates: cp -p, rsync -t) would settle it"
     blamed = [c.rank for c in as_stopped.culprits if c.blamed]
-    if verdict is as_stopped.verdict and not straggling and (not blamed or not scattered(job, blamed)):
+    if reading == "stopped":
         shape = f", and the waits converge on rank(s) {compress_ranks(blamed)}, as in a hang" if blamed else ""
         return f"{head}{shape}: read as stopped when dumped, every wait counted{tail}"
-    if straggling:
-        return (f"{head}; the waits converge on rank(s) {compress_ranks(straggling)}, which the lateness history "
-                f"shows late step after step, and none measured to it is past the stall threshold (ages are lower "
-                f"bounds): read as the others waiting for a straggler (had it stopped since, it would look the same: "
-                f"a hang on it){tail}")
+    if clock.old:
+        return (f"{head}; its ages measured to it are lower bounds, and some wait is past the stall threshold even "
+                f"so{tail}")
+    if reading == "straggler":
+        said = (": read as the others waiting for a straggler (had it stopped since, it would look the same: a hang "
+                "on it)") if verdict == VerdictWord.STRAGGLER else ""
+        return (f"{head}; the waits converge on rank(s) {compress_ranks(straggling or blamed)}, which the lateness "
+                f"history shows late step after step, and none measured to it is past the stall threshold (ages are "
+                f"lower bounds){said}{tail}")
     hosts = job.hosts
     where = len({hosts.get(r) or f"rank {r}" for r in blamed})
-    spread = (f"counted stuck, the waits would blame {len(blamed)} ranks on {where} host(s), scattered as a running "
-              "job's ops in flight are, where a hang converges on the ranks it waits on")
-    if clock.old:
-        return (f"{head}; {spread}, but some wait measured to it is past the stall threshold even as a lower bound"
-                f"{tail}")
-    return (f"{head}; no wait measured to it is past the stall threshold (ages are lower bounds); {spread}: "
-            f"this reads as a snapshot of a running job, but without dump times a hang dumped at once cannot be "
-            f"ruled out{tail}")
+    return (f"{head}; no wait measured to it is past the stall threshold (ages are lower bounds); counted stuck, the "
+            f"waits would blame {len(blamed)} ranks on {where} host(s), scattered as a running job's ops in flight "
+            "are, where a hang converges on the ranks it waits on: this reads as a snapshot of a running job, but "
+            f"without dump times a hang dumped at once cannot be ruled out{tail}")
