@@ -158,7 +158,7 @@ def _scrape_cost_s(agent: Any) -> float:
     from prometheus_client import CollectorRegistry
     from prometheus_client.openmetrics.exposition import generate_latest
 
-    from fr_otel.agent.metrics import FrCollector
+    from fr_otel.agent.serve.metrics import FrCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FrCollector(agent.snapshot))

@@ -2,16 +2,16 @@
 """The live incident path at 16k, 64k and 100k simulated ranks through node leaders, against a real TCPStore.
 
 What is real: the store (``torch.distributed.TCPStore`` server in its own process); every store
-request the node leaders make (:class:`fr_otel.agent.channel.IncidentChannel` over the
+request the node leaders make (:class:`fr_otel.agent.links.channel.IncidentChannel` over the
 ``PrefixStore`` chain the agent builds): in steady state one per node per poll interval, in turn
 an incident check (``owner``) and the node's heartbeat (``node_heartbeat``, with its 8 ranks'
 times); at the incident each node's summary (``publish_summary``) and its leader's polls for the
 coordinator's request (``asked``), answered with whole payloads (``publish_whole``); the
-payloads (:func:`fr_otel.agent.payload.encode_payload` of each rank's recorder, from
+payloads (:func:`fr_otel.agent.observe.payload.encode_payload` of each rank's recorder, from
 ``tests/support/scale_job.py``) and the node summaries (the leaders' own
-:func:`fr_otel.agent.node_leader.summarise_node`, one per node, made before the run); the
-coordinator (:func:`fr_otel.agent.store_gather.gather` and
-:func:`fr_otel.agent.incident_work.conclude`, with the whole-recorder request) in a process of its
+:func:`fr_otel.agent.links.node_leader.summarise_node`, one per node, made before the run); the
+coordinator (:func:`fr_otel.agent.incident.gather.gather` and
+:func:`fr_otel.agent.incident.part.conclude`, with the whole-recorder request) in a process of its
 own on a real ``IncidentRank``; and the trace's destination (a loopback OTLP/gRPC receiver).
 
 What is simulated: the nodes. ``--procs`` processes play N/8 node leaders over ``--conns`` store
@@ -149,8 +149,8 @@ def prepare(world: int, fault: Fault) -> tuple[Path, dict[str, Any]]:
 
 def sample_leader(world: int, fault: Fault, t_end: int) -> dict[str, float]:
     """One node leader's own work, measured: what every one of the N/8 leaders does on its node."""
-    from fr_otel.agent.node_channel import NodeChannel
-    from fr_otel.agent.node_leader import summarise_node
+    from fr_otel.agent.links.node_channel import NodeChannel
+    from fr_otel.agent.links.node_leader import summarise_node
 
     layout = layout_for(world)
     first = fault.rank - fault.rank % RANKS_PER_NODE
@@ -172,7 +172,7 @@ def sample_leader(world: int, fault: Fault, t_end: int) -> dict[str, float]:
     encode_s = time.perf_counter() - t
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # where node folders are by default
     with tempfile.TemporaryDirectory(prefix="fr-otel-node-", dir=shm) as tmp:
-        from fr_otel.agent.node_channel import Board
+        from fr_otel.agent.links.node_channel import Board
 
         leader, member = NodeChannel(Path(tmp), 0), NodeChannel(Path(tmp), 1)
         for r in range(RANKS_PER_NODE):
@@ -209,7 +209,7 @@ def channel(port: int) -> Any:
     """The agent's channel, built as connect_channel builds it over its own connection."""
     import torch.distributed as dist
 
-    from fr_otel.agent.channel import IncidentChannel, job_digest
+    from fr_otel.agent.links.channel import IncidentChannel, job_digest
 
     root = dist.PrefixStore("fr_otel/", _store(port))
     return IncidentChannel(dist.PrefixStore(f"{job_digest(JOB_ID)}/", root), "bench")
@@ -241,7 +241,7 @@ def _wait_start(clock: Clock) -> float:
 def _retried(call: Any, tries: int = 5) -> Any:
     """Set-up calls (registering 1k nodes from one process) may meet the store link's 5 s bound on a loaded
     box; a real leader registers once and its next poll tries again, so the bench retries too."""
-    from fr_otel.agent.store_link import StoreUnavailable
+    from fr_otel.agent.links.store_link import StoreUnavailable
 
     for attempt in range(tries):
         try:
@@ -355,10 +355,10 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
                 out: Any) -> None:
     """Rank 0: raises incident 1 at ``raise_at`` and runs the real coordinator on a real IncidentRank."""
     from fr_otel.agent.config import AgentConfig
-    from fr_otel.agent.health import HealthTracker
-    from fr_otel.agent.host_map import HostMapKeeper
-    from fr_otel.agent.incident_rank import IncidentRank
-    from fr_otel.agent.incident_work import coordinate, incident_budget_s
+    from fr_otel.agent.serve.health import HealthTracker
+    from fr_otel.agent.links.host_map import HostMapKeeper
+    from fr_otel.agent.incident.rank import IncidentRank
+    from fr_otel.agent.incident.part import coordinate, incident_budget_s
     from fr_otel.common.ids import trace_id_for
     from fr_otel.otlp.config import resolve_export_config
     from fr_otel.read.rank_process import RankProcess
@@ -443,7 +443,8 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.pipeline
     import fr_otel.incident.sinks
     import fr_otel.trace.spans
-    from fr_otel.agent import incident_work, store_gather
+    from fr_otel.agent.incident import gather as store_gather
+    from fr_otel.agent.incident import part as incident_work
 
     phases: dict[str, float] = {}
 

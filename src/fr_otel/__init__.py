@@ -23,7 +23,7 @@ from .version import __version__
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up (type checkers know the name)
 if TYPE_CHECKING:  # the names __getattr__ serves, as a type checker (the user's too) must see them
     from .agent import start, stop
-    from .agent.step_counter import step
+    from .agent.guest.step_counter import step
     from .diagnosis.analysis import analyze
     from .diagnosis.job import Job, ProcessGroup, build_job
     from .diagnosis.verdict import AnalysisOptions, Culprit, GroupState, Verdict

@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from fr_otel.agent.config import DEFAULT_METRICS_PORT, resolve_config
-from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.metrics import FrCollector
-from fr_otel.agent.poller import ProgressTracker, stall_threshold_s
-from fr_otel.agent.recorder import GroupInfo, InFlightEntry, scan_entries
-from fr_otel.agent.server import port_for, start_metrics_server
-from fr_otel.agent.state import GroupStatus, Health, ProcessInfo, Snapshot
+from fr_otel.agent.serve.health import HealthTracker
+from fr_otel.agent.serve.metrics import FrCollector
+from fr_otel.agent.observe.poller import ProgressTracker, stall_threshold_s
+from fr_otel.agent.observe.recorder import GroupInfo, InFlightEntry, scan_entries
+from fr_otel.agent.serve.server import port_for, start_metrics_server
+from fr_otel.agent.observe.state import GroupStatus, Health, ProcessInfo, Snapshot
 from fr_otel.cli.run import BOOTSTRAP_DIR, child_environment
 from fr_otel.incident.delivery import OUT_DIR_ENV
 
@@ -206,7 +206,7 @@ def test_recorder_that_is_off_is_turned_on_before_the_process_group(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """TORCH_FR_BUFFER_SIZE=0 before any process group: one clear warning, and the recorder is on."""
-    from fr_otel.agent.recorder import prepare_recorder
+    from fr_otel.agent.observe.recorder import prepare_recorder
 
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
     monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")
@@ -220,7 +220,7 @@ def test_recorder_that_is_off_is_turned_on_before_the_process_group(
 
 def test_recorder_capacity_setting_sizes_the_recorder(monkeypatch: pytest.MonkeyPatch) -> None:
     """FR_OTEL_RECORDER_CAPACITY (or recorder_capacity=) becomes TORCH_FR_BUFFER_SIZE while it still matters."""
-    from fr_otel.agent.recorder import prepare_recorder
+    from fr_otel.agent.observe.recorder import prepare_recorder
 
     monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
     prepare_recorder(resolve_config({"recorder_capacity": 20000}, environ={})[0])
@@ -338,7 +338,7 @@ def test_a_poll_loop_that_fails_outside_its_steps_is_a_log_line_and_the_agent_li
 
 HOOK_SCRIPT = """
     import os, signal, sys, time
-    from fr_otel.agent.hooks import ExitHooks
+    from fr_otel.agent.guest.hooks import ExitHooks
     log = lambda what: open(os.environ["OUT"], "a").write(what + "\\n")
     if os.environ.get("PREV") == "python":
         signal.signal(signal.SIGTERM, lambda *a: (log("previous handler"), sys.exit(3)))
@@ -412,7 +412,7 @@ def _p2p_entry(slot: int, name: str, *, done: bool, created: int, pg: str = "43"
 
 def test_pending_send_recv_become_per_peer_ages_with_global_ranks() -> None:
     """A full read's pending send/recv map local ranks to global ones; the oldest per peer is kept."""
-    from fr_otel.agent.recorder import scan_p2p
+    from fr_otel.agent.observe.recorder import scan_p2p
 
     entries = [_p2p_entry(6, "send 1->2", done=False, created=5_000_000_000),
                _p2p_entry(6, "send 1->2", done=False, created=6_000_000_000),
@@ -432,7 +432,7 @@ def test_pending_send_recv_become_per_peer_ages_with_global_ranks() -> None:
 
 def test_p2p_groups_expose_peer_ages_and_no_cross_rank_counters() -> None:
     """fr_inflight_p2p_age_seconds names the peer; a p2p group's per-rank counters are not exposed."""
-    from fr_otel.agent.state import P2PWait
+    from fr_otel.agent.observe.state import P2PWait
 
     snap = Snapshot(
         info=ProcessInfo("4", "0", "node01", "2.13.0", "nccl", "16", "2000"), recorder_enabled=True,

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, HangAbort, stuck_collectives
-from fr_otel.agent.state import GroupStatus
+from fr_otel.agent.observe.state import GroupStatus
 
 S = 1_000_000_000
 NOW = 1_764_000_000 * S

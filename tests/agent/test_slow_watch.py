@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from support.counting_store import CountingStore
 
-from fr_otel.agent.recorder import Counters
+from fr_otel.agent.observe.recorder import Counters
 from fr_otel.agent.slow_watch import (
     FORGET_AFTER_S,
     LOG_AFTER_S,
@@ -21,8 +21,8 @@ from fr_otel.agent.slow_watch import (
     SlowWatch,
     decode,
 )
-from fr_otel.agent.state import GroupStatus
-from fr_otel.agent.wait_sampler import WaitSampler, group_waits
+from fr_otel.agent.observe.state import GroupStatus
+from fr_otel.agent.observe.wait_sampler import WaitSampler, group_waits
 from fr_otel.diagnosis.lateness import Holdup, RankWait
 from fr_otel.common.ports import unused_tcp_port
 
@@ -71,7 +71,7 @@ def store() -> object:
 
 
 def _channel(port: int) -> object:
-    from fr_otel.agent.channel import IncidentChannel
+    from fr_otel.agent.links.channel import IncidentChannel
 
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=3))
     return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
@@ -245,8 +245,8 @@ def test_with_node_leaders_the_waits_ride_in_the_node_heartbeats_and_rank_0_stil
     a second at 100k ranks, before."""
     from pathlib import Path
 
-    from fr_otel.agent.node_channel import NodeChannel
-    from fr_otel.agent.node_leader import NodeRole
+    from fr_otel.agent.links.node_channel import NodeChannel
+    from fr_otel.agent.links.node_leader import NodeRole
     from fr_otel.read.rank_process import RankProcess
 
     port = store.port  # type: ignore[attr-defined]
@@ -285,7 +285,7 @@ def test_rank_0_reads_a_thousand_ranks_waits_from_their_node_heartbeats_in_a_few
     """1,024 ranks on 128 nodes whose leaders carry their waits, and 2 ranks (a lost leader's) that publish on
     their own: rank 0 reads all 1,024 in a handful of requests (the nodes, their heartbeats in batches of 256,
     the list of own publishers and their keys), never one per rank (it made 1,024 before the list)."""
-    from fr_otel.agent.channel import IncidentChannel
+    from fr_otel.agent.links.channel import IncidentChannel
 
     port = store.port  # type: ignore[attr-defined]
     wall = 1_700_000_000.0

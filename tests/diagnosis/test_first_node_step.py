@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
-from fr_otel.agent.step_counter import StepCounter
+from fr_otel.agent.guest.step_counter import StepCounter
 from fr_otel.read.discovery import host_from_name
 from fr_otel.read.steps import StepLog, step_log_from_raw
 from fr_otel.report.text import render_verdict
@@ -378,7 +378,7 @@ def test_slurm_node_name_is_carried_beside_the_socket_host_and_groups_culprits(t
     (the DCGM join); a ranks.json with nodes makes the verdict group culprits by node name."""
     import socket
 
-    from fr_otel.agent.process_identity import this_process
+    from fr_otel.agent.guest.process_identity import this_process
     from fr_otel.read.rank_map import host_map_json
     from fr_otel.read.rank_process import process_from_raw
 

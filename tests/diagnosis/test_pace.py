@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel import build_job
-from fr_otel.agent.poller import stall_threshold_s as agent_threshold
+from fr_otel.agent.observe.poller import stall_threshold_s as agent_threshold
 from fr_otel.diagnosis.pace import DAY_NS, dumped_at_ns, learn_pace, stall_threshold_s
 from fr_otel.read.dump import RankDump
 from fr_otel.read.dump_file import parse_dump_bytes

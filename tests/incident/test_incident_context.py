@@ -20,10 +20,10 @@ from fr_otel.common.ids import trace_id_for
 from fr_otel.incident.files import write_identity
 from fr_otel.read.incident_file import IncidentIdentity
 from fr_otel.read.rank_map import write_host_map
-from fr_otel.agent.stack_capture import capture_stacks, collective_of
+from fr_otel.agent.guest.stack_capture import capture_stacks, collective_of
 from fr_otel.read.live_stack import LiveStacks, ThreadStack, stacks_from_raw
 from fr_otel.otlp.jsonl import read_jsonl
-from fr_otel.agent.process_identity import this_process
+from fr_otel.agent.guest.process_identity import this_process
 from fr_otel.read.rank_process import RankProcess, process_from_raw
 from fr_otel.testing.otlp import ReceivedSpan
 
@@ -131,8 +131,8 @@ def test_live_stack_names_the_collective_the_main_thread_is_in() -> None:
 
 SIGTERMED_JOB = """
 import json, os, signal, sys, threading, time
-from fr_otel.agent.hooks import ExitHooks
-from fr_otel.agent.stack_capture import capture_stacks
+from fr_otel.agent.guest.hooks import ExitHooks
+from fr_otel.agent.guest.stack_capture import capture_stacks
 
 def flush():  # what the agent does on SIGTERM: a moment later (the main thread is in the handler by then), capture
     time.sleep(0.5)

@@ -314,8 +314,8 @@ def test_agent_says_how_many_spans_the_collector_rejected(tmp_path: Path, jobs: 
 def test_payload_keeps_what_the_verdict_needs_with_true_membership(scenario_dumps) -> None:
     """What a rank sends its coordinator: in-flight entries and the last few per group, with
     pg_config replaced by the real groups (gloo's own is empty)."""
-    from fr_otel.agent.payload import decode_payload, encode_payload
-    from fr_otel.agent.recorder import GroupInfo
+    from fr_otel.agent.observe.payload import decode_payload, encode_payload
+    from fr_otel.agent.observe.recorder import GroupInfo
 
     raw = (scenario_dumps("subgroup_stall") / "pickle" / "rank_2").read_bytes()  # waits in B's all_reduce
     original = pickle.loads(raw)

@@ -23,9 +23,9 @@ from support.operate import (
     variable_values,
 )
 
-from fr_otel.agent.metrics import FrCollector
-from fr_otel.agent.server import start_metrics_server
-from fr_otel.agent.state import GroupStatus, P2PWait, ProcessInfo, Snapshot
+from fr_otel.agent.serve.metrics import FrCollector
+from fr_otel.agent.serve.server import start_metrics_server
+from fr_otel.agent.observe.state import GroupStatus, P2PWait, ProcessInfo, Snapshot
 from support.prometheus import PrometheusServer, find_prometheus
 
 PIPE = ("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 1, 2, 3))

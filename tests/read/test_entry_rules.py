@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel import read_dumps
-from fr_otel.agent.recorder import scan_entries, scan_p2p
+from fr_otel.agent.observe.recorder import scan_entries, scan_p2p
 from fr_otel.testing.dump_builder import DumpBuilder
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fr_otel import analyze, build_job, read_dumps
 from fr_otel.common.ids import trace_id_for
-from fr_otel.agent.payload import decode_payload, encode_payload
-from fr_otel.agent.recorder import GroupInfo
+from fr_otel.agent.observe.payload import decode_payload, encode_payload
+from fr_otel.agent.observe.recorder import GroupInfo
 from fr_otel.read.failed import FailedCollective
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.testing.dump_builder import DumpBuilder

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from fr_otel.agent.channel import IncidentChannel
+from fr_otel.agent.links.channel import IncidentChannel
 from fr_otel.agent.config import AgentConfig
-from fr_otel.agent.health import HealthTracker
-from fr_otel.agent.host_map import HostMapKeeper
-from fr_otel.agent.incident_rank import IncidentRank
-from fr_otel.agent.node_channel import NodeChannel
-from fr_otel.agent.node_leader import NodeRole
+from fr_otel.agent.serve.health import HealthTracker
+from fr_otel.agent.links.host_map import HostMapKeeper
+from fr_otel.agent.incident.rank import IncidentRank
+from fr_otel.agent.links.node_channel import NodeChannel
+from fr_otel.agent.links.node_leader import NodeRole
 from fr_otel.otlp.config import resolve_export_config
 from fr_otel.read.rank_process import RankProcess
 

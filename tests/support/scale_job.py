@@ -1,7 +1,7 @@
 """A Megatron-like job of any size, simulated as the agents' payloads: the scale tests' and the bench's.
 
 Each rank's recorder is built in torch's dump shape (NCCL) and turned into the payload its agent
-would send by the real :func:`fr_otel.agent.payload.encode_payload`, with its host (8 ranks per
+would send by the real :func:`fr_otel.agent.observe.payload.encode_payload`, with its host (8 ranks per
 node, ``node00042``) and its training steps. Groups: TP 8 (one node), PP 4 below 16k ranks, 8 at
 16k and 64k, 10 at 100k, DP the rest; rank = pp*(DP*TP) + dp*TP + tp. One iteration (one training
 step) is 3 TP all_reduce, PP send + recv, DP reduce_scatter + all_gather and a world all_reduce,
@@ -193,7 +193,7 @@ def _steps(t0: int, skew: int) -> Any:
 
 def bulk_entries(world: int) -> int:
     """The newest entries enough for the payload's trim at this world size (the same bytes as all of them)."""
-    from fr_otel.agent.payload import entries_per_group
+    from fr_otel.agent.observe.payload import entries_per_group
 
     return 9 * len(ITERATION) * entries_per_group(KEEP, world) // 8 + 16
 
@@ -207,8 +207,8 @@ def payload_for(layout: Layout, rank: int, fault: Fault, t_end_ns: int, n_entrie
 
 def encode(layout: Layout, rank: int, raw: bytes, t_end_ns: int) -> bytes:
     """The agent's own encoding of a recorder's bytes at an incident."""
-    from fr_otel.agent.payload import encode_payload, entries_per_group
-    from fr_otel.agent.recorder import GroupInfo
+    from fr_otel.agent.observe.payload import encode_payload, entries_per_group
+    from fr_otel.agent.observe.recorder import GroupInfo
     from fr_otel.read.rank_process import RankProcess
 
     groups = [GroupInfo(name=n, desc=d, ranks=r, local_id=s) for n, d, r, s in layout.groups(rank).values()]
@@ -249,7 +249,7 @@ def make_payloads(world: int, fault: Fault, t_end_ns: int, workers: int = 2,
 
 
 def _some_summaries(payloads: dict[int, bytes], heard_ns: int, firsts: list[int]) -> list[tuple[int, bytes, tuple[int, ...], bool]]:
-    from fr_otel.agent.node_leader import summarise_node
+    from fr_otel.agent.links.node_leader import summarise_node
 
     out = []
     for first in firsts:

@@ -27,7 +27,7 @@ from ..common.names import MAX_IDENTITY, identity_problem
 from ..common.stall import DEFAULT_STALL_S
 from ..incident.delivery import DEFAULT_OUT_DIR, OUT_DIR_ENV
 from ..trace.ids import JOB_ID_ENV
-from .role import FR_OTEL_RANK_PID
+from .guest.role import FR_OTEL_RANK_PID
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",
@@ -82,7 +82,7 @@ FR_OTEL_STALL_SECONDS = "FR_OTEL_STALL_SECONDS"
 #: and exact age (never more than half the stall threshold).
 FR_OTEL_SUSPECT_SECONDS = "FR_OTEL_SUSPECT_SECONDS"
 #: Mean seconds between two samples of the progress counters that measure how long this rank
-#: waits in collectives (the slow-rank signal, :mod:`fr_otel.agent.wait_sampler`); ``off`` disables.
+#: waits in collectives (the slow-rank signal, :mod:`fr_otel.agent.observe.wait_sampler`); ``off`` disables.
 FR_OTEL_WAIT_SAMPLE_INTERVAL = "FR_OTEL_WAIT_SAMPLE_INTERVAL"
 #: Base port of ``/metrics``; each rank serves ``base + LOCAL_RANK``. ``off`` disables it,
 #: ``0`` picks a free port (logged).
@@ -116,7 +116,7 @@ FR_OTEL_HOOKS = "FR_OTEL_HOOKS"
 #: only) or ``error``; the agent logs to stderr.
 FR_OTEL_LOG_LEVEL = "FR_OTEL_LOG_LEVEL"
 #: ``auto``: in a multi-node job one agent per node talks to the job's store for the node and sends
-#: one summary of it at an incident; ``on``/``off`` force it (see :mod:`fr_otel.agent.node_leader`).
+#: one summary of it at an incident; ``on``/``off`` force it (see :mod:`fr_otel.agent.links.node_leader`).
 FR_OTEL_NODE_LEADERS = "FR_OTEL_NODE_LEADERS"
 #: Node-local folder a node's ranks share with their leader (a RAM file system where there is one).
 FR_OTEL_NODE_DIR = "FR_OTEL_NODE_DIR"

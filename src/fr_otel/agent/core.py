@@ -28,20 +28,20 @@ from typing import Any
 from ..common.log import logger
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
-from .channel import connect_channel
+from .links.channel import connect_channel
 from .config import FR_OTEL_AGENT_PID, FR_OTEL_PG_WARN_SECONDS, AgentConfig
-from .health import HealthTracker
-from .hooks import ExitHooks
-from .host_map import HostMapKeeper
-from .incident_rank import IncidentRank, node_dump_folders
+from .serve.health import HealthTracker
+from .guest.hooks import ExitHooks
+from .links.host_map import HostMapKeeper
+from .incident.rank import IncidentRank, node_dump_folders
 from .hang_abort import attempt_number, mark_attempt
-from .incident_runner import IncidentRunner
+from .incident.runner import IncidentRunner
 from .logs import set_log_rank
-from .node_leader import node_role_for
-from .poller import ProgressTracker
-from .process_identity import this_process
-from .reachability import reachable_at
-from .recorder import (
+from .links.node_leader import node_role_for
+from .observe.poller import ProgressTracker
+from .guest.process_identity import this_process
+from .links.reachability import reachable_at
+from .observe.recorder import (
     GroupInfo,
     Recorder,
     groups_version,
@@ -50,14 +50,14 @@ from .recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
-from .role import in_launcher, rank_words
-from .server import MetricsServer, local_rank, port_for, start_metrics_server
+from .guest.role import in_launcher, rank_words
+from .serve.server import MetricsServer, local_rank, port_for, start_metrics_server
 from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
-from .state import ProcessInfo, Snapshot
-from .step_counter import COUNTER, optimizer_step_hook
-from .store_link import StoreUnavailable
-from .wait_sampler import WaitSampler, enqueue_is_start, group_waits
+from .observe.state import ProcessInfo, Snapshot
+from .guest.step_counter import COUNTER, optimizer_step_hook
+from .links.store_link import StoreUnavailable
+from .observe.wait_sampler import WaitSampler, enqueue_is_start, group_waits
 
 __all__ = ["Agent"]
 
@@ -305,7 +305,7 @@ class Agent:
                                      enqueue_is_start=enqueue_is_start(recorder.backend))
         self._refresh_groups()
         if self.config.metrics_port is not None:
-            from .metrics import FrCollector
+            from .serve.metrics import FrCollector
 
             port = port_for(self.config.metrics_port, local_rank())
             self.server = start_metrics_server(FrCollector(self.snapshot), port, self.config.metrics_addr or "0.0.0.0")

@@ -35,7 +35,7 @@ from ..common.log import logger
 from ..common.names import host_name
 from ..common.text import one_line
 from .config import FR_OTEL_ABORT_MARK
-from .state import GroupStatus
+from .observe.state import GroupStatus
 
 __all__ = ["ABORT_EXIT_CODE", "HangAbort", "attempt_number", "mark_attempt", "stuck_collectives"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..common.log import logger
 from .config import FR_OTEL_AUTOSTART, AgentConfig, resolve_config
 from .logs import configure_logging
-from .recorder import prepare_recorder
+from .observe.recorder import prepare_recorder
 
 if TYPE_CHECKING:
     from ..otlp.config import ExportConfig
@@ -43,7 +43,7 @@ def start(**options: Any) -> Any:
             if _agent is not None and _agent.running and _agent.pid == os.getpid():
                 return _agent
             from .core import Agent  # loaded only when an agent starts
-            from .role import in_launcher
+            from .guest.role import in_launcher
 
             config, problems = resolve_config(options)
             configure_logging(config.log_level)

@@ -1,6 +1,6 @@
 """The agent names the host that slows the whole job: one log line, before anything hangs.
 
-Each rank measures only its own waits (:mod:`.wait_sampler`); telling the slow rank from the
+Each rank measures only its own waits (:mod:`.observe.wait_sampler`); telling the slow rank from the
 waiting ones needs everyone's. So every rank publishes a few bytes of its recent waits per
 group to the job's store every :data:`PUBLISH_EVERY_S` (one bounded ``set``), and global rank 0
 fetches them all as often (a ``check`` and a ``multi_get`` per 256 ranks) and applies the rule of
@@ -16,11 +16,11 @@ the offline verdict, one trace: ``on_holdup``). Ranks that merely wait get no li
 holdup has not been seen for :data:`FORGET_AFTER_S`, one line says it ended.
 
 Store load: N small ``set``s and 2N/256 round trips per interval, next to the N heartbeats per
-second the incident channel already makes. With node leaders (:mod:`.node_leader`) a node's ranks
+second the incident channel already makes. With node leaders (:mod:`.links.node_leader`) a node's ranks
 leave their waits in the node's folder and the leader sends them in the node's heartbeat: no
 request of their own (0.2 a second per rank, 20,000 at 100k ranks, before); rank 0 reads the node
 heartbeats (2 round trips per 256 nodes) and the keys of the ranks that publish on their own
-(listed in ``w/who``: never a key that is not there). Every call is bounded (:mod:`.store_link`). Rank 0
+(listed in ``w/who``: never a key that is not there). Every call is bounded (:mod:`.links.store_link`). Rank 0
 spaces its comparisons to at least 200 times the last one's cost: at 16k ranks in 3 groups a
 comparison takes ~0.4 s here, so rank 0 compares every ~80 s and spends 0.5 % of its time on it.
 """
@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 from ..common.ranks import compress_ranks
 from ..diagnosis.lateness import Holdup, RankWait, holdups
 from ..read.incident_file import SLOW_REASON_PREFIX
-from .channel import IncidentChannel
-from .incident_runner import IncidentRunner
-from .state import GroupStatus, GroupWait
-from .wait_sampler import WINDOW_S, WaitSampler, group_waits
+from .links.channel import IncidentChannel
+from .incident.runner import IncidentRunner
+from .observe.state import GroupStatus, GroupWait
+from .observe.wait_sampler import WINDOW_S, WaitSampler, group_waits
 
 if TYPE_CHECKING:
-    from .node_leader import NodeRole
+    from .links.node_leader import NodeRole
 
 __all__ = ["FORGET_AFTER_S", "LOG_AFTER_S", "MAX_INCIDENTS", "PUBLISH_EVERY_S", "SlowWatch", "describe",
            "incident_for_holdups"]

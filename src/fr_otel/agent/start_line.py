@@ -11,8 +11,8 @@ import os
 from ..incident.delivery import out_dir
 from ..otlp.config import ExportConfig
 from .config import AgentConfig
-from .incident_rank import dump_root
-from .server import MetricsServer, local_rank
+from .incident.rank import dump_root
+from .serve.server import MetricsServer, local_rank
 
 __all__ = ["start_line"]
 

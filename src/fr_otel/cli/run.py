@@ -41,7 +41,7 @@ from .commands import command
 
 __all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "agent" / "bootstrap"
+BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "agent" / "guest" / "bootstrap"
 
 DESCRIPTION = (
     "Run COMMAND (torchrun, srun, python ...) with the fr-otel agent in every rank, with no change to the "

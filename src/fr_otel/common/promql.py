@@ -2,7 +2,7 @@
 
 One home for the query people run in Prometheus: the README prints it, ``fr-otel demo``
 shows it beside the culprit it scraped, and the tests run it against a real Prometheus. It is
-plain text over the metric names (the contract in :mod:`fr_otel.agent.metrics`), so it lives
+plain text over the metric names (the contract in :mod:`fr_otel.agent.serve.metrics`), so it lives
 below every application and imports nothing.
 
 Also the one home of what identifies a process group in PromQL (:data:`GROUP_LABELS`): the

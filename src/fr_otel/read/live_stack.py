@@ -2,7 +2,7 @@
 
 The recorder only knows the stack of each rank's last collective. A culprit that never
 called the collective its peers wait in is, by definition, somewhere else; the agent
-captures every thread's stack at the incident (:mod:`fr_otel.agent.stack_capture`), so
+captures every thread's stack at the incident (:mod:`fr_otel.agent.guest.stack_capture`), so
 the incident can say "rank 2 is in time.sleep at train.py:27 in main, not in all_reduce #26".
 The payload carries them under :data:`PAYLOAD_KEY`; dumps are untrusted, so
 :func:`stacks_from_raw` keeps only well-typed, bounded values. No torch.

@@ -2,7 +2,7 @@
 
 At 100k ranks one coordinator cannot decode 100k payloads (~1 ms each: inflate, unpickle, a
 column scan). So each node's leader decodes its own ranks' payloads (the same
-:func:`fr_otel.agent.payload.decode_payload`) and keeps, of each rank, exactly what the cross-rank
+:func:`fr_otel.agent.observe.payload.decode_payload`) and keeps, of each rank, exactly what the cross-rank
 analysis reads: the per-group columns (sequence numbers, completion flags, enqueue times, call
 fingerprints, send/recv channels) as raw bytes, the counters, the groups and their members, where
 the rank runs, its training steps over the span of its columns, its failed collectives, and the

@@ -1,6 +1,6 @@
 """Training steps as data: one rank's step counter and its recent step starts.
 
-The live agent counts steps (:mod:`fr_otel.agent.step_counter`) and sends them as a
+The live agent counts steps (:mod:`fr_otel.agent.guest.step_counter`) and sends them as a
 :class:`StepLog` in its payload; the coordinator writes them to ``steps.json`` beside the
 dumps. Here they are read back from that untrusted data; :mod:`fr_otel.diagnosis.step_map`
 answers which step a collective belongs to (the recorder stamps every collective with its

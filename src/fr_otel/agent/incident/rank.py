@@ -1,0 +1,79 @@
+"""What an incident needs of this rank, and where its dumps go.
+
+Known once the process group exists; the runner, the store's gathering and the local
+(store-less) incidents all take it, and nothing more of the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...incident.delivery import out_dir
+from ...otlp.config import ExportConfig
+from ...read.dump_location import configured_dump_folder
+from ...read.network import NetworkFacts
+from ...read.rank_process import RankProcess
+from ..links.channel import IncidentChannel
+from ..config import AgentConfig
+from ..serve.health import HealthTracker
+from ..links.host_map import HostMapKeeper
+from ..links.node_leader import NodeRole
+from ..links.reachability import network_facts
+from ..observe.recorder import GroupInfo
+
+__all__ = ["DUMP_FILE_PREFIX", "IncidentRank", "dump_path", "dump_root", "node_dump_folders"]
+
+DUMP_FILE_PREFIX = "fr_trace_rank_"
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentRank:
+    """What an incident needs of this rank, and nothing more: known once the process group exists."""
+
+    config: AgentConfig
+    export_config: ExportConfig
+    health: HealthTracker
+    channel: IncidentChannel
+    job_id: str
+    rank: int
+    world_size: int
+    #: Where this rank runs (host, pid, local rank), for the coordinator's job model.
+    process: RankProcess
+    #: This rank's recorder as torch's full pickle, stacks included.
+    read_recorder: Callable[[], bytes]
+    #: The process groups Python knows now (true membership; gloo's ``pg_config`` is empty).
+    groups: Callable[[], tuple[GroupInfo, ...]]
+    #: Where every rank runs, and the heartbeats that say who is still heard from.
+    hosts: HostMapKeeper
+    #: This rank's part on its node when node leaders are on (:mod:`..links.node_leader`); None: every rank
+    #: talks to the job's store itself.
+    node: NodeRole | None = None
+
+    def network_now(self, silent_hosts: set[str], store_lost_since_ns: int | None = None) -> NetworkFacts | None:
+        """The store and the other hosts as this node sees them now (bounded probes, see :mod:`..links.reachability`);
+        ``store_lost_since_ns``: the store is known not to answer this node since then, whatever this rank's own
+        link says (a member whose node leader found it gone made no store call of its own to fail)."""
+        since = self.channel.link.unreachable_since_ns or store_lost_since_ns
+        return network_facts(self.process.host, self.hosts.processes, self.config.metrics_port, self.channel.address,
+                             self.hosts.store_host, since, silent_hosts)
+
+
+def dump_root(config: AgentConfig) -> Path:
+    """The folder incident dumps go to: ``dump_dir``, else ``<out dir>/dumps``."""
+    return Path(config.dump_dir) if config.dump_dir else out_dir(config.out_dir) / "dumps"
+
+
+def node_dump_folders(config: AgentConfig) -> list[Path]:
+    """Where this node's dumps go: the incident folders' root, and the folder the job's own dump
+    setting names (NCCL's watchdog dumps), when one is set."""
+    folders = [dump_root(config)]
+    torch_folder = configured_dump_folder()
+    if torch_folder is not None and torch_folder not in folders:
+        folders.append(torch_folder)
+    return folders
+
+
+def dump_path(me: IncidentRank, trace_hex: str) -> Path:
+    return dump_root(me.config) / trace_hex / f"{DUMP_FILE_PREFIX}{me.rank}"

@@ -1,0 +1,314 @@
+"""One agent per node talks to the job's store for the whole node: its leader.
+
+Without leaders every rank polls the job's one store every second (100k requests a second at
+100k ranks) and sends it a payload at an incident, which one coordinator then decodes rank by
+rank. With them, the node is the unit:
+
+- **Steady.** The leader (local rank 0) makes one store request per poll for its node, in turn a
+  check for a new incident and the node's heartbeat (``nhb/<n>``: every local rank's last poll,
+  from the heartbeat files they write; :mod:`.node_channel`). It writes a board its ranks read on
+  their polls: who leads, when it last polled, the incidents it knows of. Its ranks make no store
+  call at all while the board is fresh.
+- **Incident.** Every local rank leaves its payload in the node's folder; the leader decodes them
+  (the coordinator's own :func:`~..observe.payload.decode_payload`), reduces them to one compact summary
+  (:mod:`fr_otel.read.node_summary`; the whole payloads too when a rank stands out on its node)
+  and sends that, then answers the coordinator's request for the whole recorders of the ranks its
+  verdict names (``i/<k>/need``).
+- **A lost leader.** A board that stops changing (its process died, froze, or holds the GIL) sends
+  the node's ranks back to the store on their own within :data:`~.node_channel.STALE_POLLS` polls
+  (after the bound of the store call its board says it is in, if any: a slow store is no lost leader),
+  exactly as without leaders; a rank the leader left out of its summary sends its own payload.
+
+Every store call still goes through the bounded :class:`~.store_link.StoreLink`; every wait here
+has a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ...read.dump import RankDump
+from ...read.node_summary import encode_node_summary
+from ...read.pg_meta import parse_ranks
+from ...read.rank_process import RankProcess
+from .channel import IncidentChannel, job_digest
+from ..config import AgentConfig
+from .node_channel import MAX_RANKS_PER_NODE, NODE_LEVELS, STALE_POLLS, Board, NodeChannel, node_folder
+from ..observe.payload import decode_payload
+from ..observe.poller import Stall
+from .store_link import StoreUnavailable
+
+__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_number", "node_role_for",
+           "send_summary", "summarise_node", "wait_until_sent"]
+
+log = logging.getLogger("fr_otel.agent")
+
+_WAIT_POLL_S = 0.05
+
+
+class NodeRole:
+    """This rank's part on its node: the leader's, or a rank its leader relays for."""
+
+    def __init__(self, channel: IncidentChannel, node: NodeChannel, rank: int, process: RankProcess, *,
+                 leader: bool, poll_interval: float, world_size: int) -> None:
+        self.channel = channel
+        self.world_size = world_size
+        self.node = node
+        self.rank = rank
+        self.process = process
+        self.leader = leader
+        self.poll_interval = poll_interval
+        self.board: Board | None = None  # a member's latest fresh board
+        self.sent: dict[int, tuple[int, ...]] = {}  # the leader's: k -> ranks in its summary
+        self.incidents: list[tuple[int, dict[str, Any]]] = []  # the store's incidents this rank took part in
+        self.ended: list[int] = []  # the leader's: incidents whose verdict it saw in the store
+        self.lost: list[int] = []  # the leader's: incidents it goes on with alone (the store went away)
+        self.hangs: list[int] = []  # the leader's: of ``ended``, those whose verdict calls for a restart
+        self.number: int | None = None  # the leader's node number in the store
+        self.own_waits: dict[str, Any] | None = None  # the leader's: its own latest waits (slow_watch)
+        self._polls = 0
+        self._lost_said = False
+        self._stalled_since: dict[tuple[str, int | None], float] = {}  # a member's stalls, first seen (monotonic)
+
+    def poll(self, now_ns: int, step: int | None = None) -> str:
+        """This poll's part: ``"relayed"`` (a member with a live leader: no store call), ``"owner"`` (look for
+        incidents in the store), ``"beat"`` (the leader's node heartbeat, sent here) or ``"flat"`` (no live
+        leader: this rank keeps in touch with the store itself). Store errors propagate."""
+        self._polls += 1
+        self.node.beat(now_ns, step)
+        if self.leader:
+            if self._polls % 2:
+                return "owner"
+            self.beat(now_ns, step)
+            return "beat"
+        board = self.node.board()
+        if board is not None and board.leader != self.rank and board.fresh(now_ns, self.poll_interval):
+            if self._lost_said:
+                log.info("this node's leader (rank %d) answers again: its ranks go through it", board.leader)
+                self._lost_said = False
+            self.board = board
+            return "relayed"
+        if self.board is None and self._polls <= STALE_POLLS:
+            return "relayed"  # the leader's first board is on its way: nothing to say yet
+        if not self._lost_said:
+            self._lost_said = True
+            log.warning("this node's leader %s has not polled for %d polls: rank %d keeps in touch with the job's "
+                        "store itself", f"(rank {self.board.leader})" if self.board else "", STALE_POLLS, self.rank)
+        self.board = None
+        return "flat"
+
+    def due_to_raise(self, uncovered: list[Stall]) -> list[Stall]:
+        """A member's stalls that no incident covers after its leader had :data:`STALE_POLLS` polls to raise
+        or join one for them (its board then lists it and the member takes part): those the member raises
+        through the store itself (a stall in a group its leader is not in). In a job-wide hang every rank
+        passes its threshold within a poll: without this wait each of 100k ranks would raise at once, three
+        store requests each, where the node's leader makes one or two for its node."""
+        if self.board is not None and self.board.store_down:
+            return uncovered  # the leader raises its own locally, which the board does not list: no wait
+        now = time.monotonic()
+        self._stalled_since = {s.key: self._stalled_since.get(s.key, now) for s in uncovered}
+        grace = STALE_POLLS * self.poll_interval
+        return [s for s in uncovered if now - self._stalled_since[s.key] >= grace]
+
+    def store_down(self) -> bool:
+        """A member's leader finds the job's store unreachable (its fresh board says so)."""
+        return not self.leader and self.board is not None and self.board.store_down
+
+    def relayed(self) -> bool:
+        """A member whose leader carries its part (a fresh board)."""
+        return not self.leader and self.board is not None
+
+    def beat(self, now_ns: int, step: int | None = None) -> None:
+        """The node's heartbeat: when each of its ranks last polled, and in which training step (a node
+        counts once in the store)."""
+        if self.number is None:
+            self.number = self.channel.register_node(self.rank, self.world_size)
+        beats = dict(sorted(self.node.beats().items())[:MAX_RANKS_PER_NODE])
+        beats[self.rank] = (now_ns, step)
+        beat: dict[str, Any] = {
+            "host": self.process.host or "", "leader": self.rank, "t": now_ns,
+            "ranks": {str(r): t for r, (t, _) in beats.items()},
+            "steps": {str(r): s for r, (_, s) in beats.items() if s is not None}}
+        waits = dict(sorted(self.node.waits().items())[:MAX_RANKS_PER_NODE])
+        if self.own_waits is not None:
+            waits[self.rank] = self.own_waits
+        if waits:  # the slow-host watch's part rides along: no request of its own (slow_watch)
+            beat["waits"] = {str(r): w for r, w in waits.items()}
+        self.channel.node_heartbeat(self.number, beat)
+
+    def publish_board(self, store_call_s: float | None = None) -> None:
+        """The leader's board for its ranks (after each poll, once its summary is sent, and before each
+        store call of its poll with ``store_call_s``, the longest that call may wait), stamped when
+        written: a stamp taken before the poll's store calls (up to their bound) would age it early."""
+        now = time.time_ns()
+        until = now + int(store_call_s * 1e9) if store_call_s is not None else None
+        self.node.write_board(Board(self.rank, os.getpid(), now, tuple(self.incidents[-16:]), dict(self.sent),
+                                    tuple(self.ended[-16:]), tuple(self.lost[-16:]), until,
+                                    not self.channel.reachable(), tuple(self.hangs[-16:])))
+
+    def ended_as(self, k: int, *, verdict: bool, hang: bool = False) -> None:
+        """The leader's word to its ranks on incident ``k``: its verdict is in the store (``verdict``; ``hang``:
+        one that calls for a restart), or the store went away during it and the node goes on alone."""
+        if self.leader:
+            (self.ended if verdict else self.lost).append(k)
+            if hang:
+                self.hangs.append(k)
+            self.publish_board()
+
+    def leader_saw_hang(self, k: int) -> bool:
+        """This node's leader said incident ``k``'s verdict calls for a restart (a member's view, no store call)."""
+        board = self.node.board()
+        return board is not None and not self.leader and k in board.hangs
+
+    def verdict_word(self, k: int) -> Literal["verdict", "lost", "waiting", "ask the store"]:
+        """A member's view of incident ``k`` through its leader's board: the leader saw its verdict in the
+        store, or found the store gone (the node goes on alone), or neither yet; "ask the store" when
+        no fresh board of another rank says (the member then checks the store itself)."""
+        board = self.node.board()
+        if self.leader or board is None or board.leader == self.rank or not board.fresh(time.time_ns(),
+                                                                                        self.poll_interval):
+            return "ask the store"
+        return "verdict" if k in board.ended else "lost" if k in board.lost else "waiting"
+
+    def local_ranks(self, now_ns: int) -> list[int]:
+        """This node's ranks heard from within a few polls (the leader included)."""
+        fresh = now_ns - int(STALE_POLLS * self.poll_interval * 1e9)
+        return sorted({r for r, t in self.node.heard().items() if t >= fresh} | {self.rank})
+
+
+def local_world_size(environ: Mapping[str, str]) -> int | None:
+    """How many ranks run on this node: torchrun's LOCAL_WORLD_SIZE, else Slurm's tasks per node."""
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        raw = environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return None
+
+
+def node_number(environ: Mapping[str, str]) -> str:
+    """This node's number in the job: torchrun's GROUP_RANK, else Slurm's SLURM_NODEID; "" when neither says."""
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        raw = environ.get(name, "").strip()
+        if raw.isascii() and raw.isdigit():
+            return raw
+    return ""
+
+
+def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, rank: int, world_size: int,
+                  process: RankProcess, local_rank: int | None, environ: Mapping[str, str]) -> NodeRole | None:
+    """This rank's node role, or None where every rank talks to the store itself: node leaders ``off``,
+    no local rank known, or (``auto``) a job on one node, or one rank per node."""
+    if config.node_leaders == "off" or local_rank is None:
+        return None
+    local_world = local_world_size(environ)
+    if config.node_leaders == "auto" and not (local_world and 1 < local_world < world_size):
+        return None
+    try:
+        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host",
+                             node=node_number(environ))
+    except OSError as exc:
+        log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
+                    rank, exc.strerror or exc)
+        return None
+    return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
+                    leader=local_rank == 0, poll_interval=config.poll_interval, world_size=world_size)
+
+
+def wait_until_sent(role: NodeRole, k: int, until: float) -> bool:
+    """A member, after leaving its payload: True once its leader's summary for ``k`` holds it; False
+    when the board goes stale, the leader sent without it, or ``until`` (monotonic) passes."""
+    while time.monotonic() < until:
+        board = role.node.board()
+        if board is None or not board.fresh(time.time_ns(), role.poll_interval):
+            return False
+        if k in board.sent:
+            return role.rank in board.sent[k]
+        time.sleep(_WAIT_POLL_S)
+    return False
+
+
+def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> tuple[int, ...]:
+    """The leader's part in incident ``k``: wait (until ``until``) for its live ranks' payloads, send the
+    node's summary, tell its ranks, and answer the coordinator's request for whole recorders (on a
+    thread of its own, until ``answer_until``). Returns the ranks summarised."""
+    expected = role.local_ranks(time.time_ns())
+    while time.monotonic() < until and len(role.node.ready(k, expected)) < len(expected):
+        time.sleep(_WAIT_POLL_S)
+    payloads = role.node.payloads(k, expected)
+    problems: list[str] = []
+    blob, ranks, whole = summarise_node(role.process.host or "", role.rank, payloads, role.node.heard(), problems)
+    for line in problems[:4]:
+        log.warning("incident %d: %s", k, line)
+    role.channel.publish_summary(k, blob, len(ranks))
+    role.sent[k] = ranks
+    role.publish_board()
+    missing = sorted(set(expected) - set(ranks))
+    log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s)", k, len(ranks), len(blob),
+             ", whole recorders of its ranks: one stands out" if whole else "",
+             f"; rank(s) {missing} left none in time" if missing else "")
+    threading.Thread(target=answer_need, args=(role.channel, k, {r: payloads[r] for r in ranks}, answer_until,
+                                               role.poll_interval, role.node),
+                     name="fr-otel-node-answer", daemon=True).start()
+    return ranks
+
+
+def summarise_node(host: str, leader: int, payloads: dict[int, bytes], heard: dict[int, int],
+                   problems: list[str]) -> tuple[bytes, tuple[int, ...], bool]:
+    """A node's summary from its ranks' payloads: the blob, the ranks it holds, and whether it carries
+    their whole payloads too (a rank stands out on the node)."""
+    dumps = {r: d for r, d in ((r, decode_payload(p, r, f"rank {r}", problems)) for r, p in payloads.items())
+             if d is not None}
+    whole = _stands_out(dumps)
+    blob = encode_node_summary(host, leader, time.time_ns(), dumps, full={r: payloads[r] for r in dumps} if whole
+                               else None, heard=heard)
+    return blob, tuple(sorted(dumps)), whole
+
+
+def _stands_out(dumps: dict[int, RankDump]) -> bool:
+    """A rank of this node got somewhere else than its node-mates in a group they share (or failed):
+    a likely culprit, so the node sends its ranks' whole recorders (the culprit's and its peers')."""
+    seen: dict[str, set[tuple[int, int]]] = {}
+    for dump in dumps.values():
+        if dump.failed:
+            return True
+        for name, h in dump.histories.items():
+            status = dump.pg_status.get(h.local_id)
+            pending = h.completed.find(0)
+            where = (status.enqueued if status else (h.seq[-1] if len(h.seq) else -1),
+                     h.seq[pending] if pending >= 0 else -1)
+            seen.setdefault(name, set()).add(where)
+    return any(len(states) > 1 for states in seen.values())
+
+
+def answer_need(channel: IncidentChannel, k: int, payloads: dict[int, bytes], until: float,
+                poll_interval: float, node: NodeChannel | None = None) -> None:
+    """Once the coordinator says which ranks it needs whole, send those of ``payloads`` (polls, bounded),
+    unless its verdict is already out; if it came out meanwhile, take back what was sent (the coordinator
+    cleans the store once, after its verdict: a recorder sent later would stay for the job's life). Then
+    the node's copies of the incident's recorders go (``node``)."""
+    try:
+        while time.monotonic() < until:
+            try:
+                asked = channel.asked(k)
+                if asked is not None:
+                    mine = [r for r in parse_ranks(f"[{asked}]") or () if r in payloads]
+                    if mine and not channel.concluded(k):
+                        for rank in mine:
+                            channel.publish_whole(k, rank, payloads[rank])
+                        if channel.concluded(k):
+                            channel.cleanup(k, mine)
+                    return
+            except StoreUnavailable:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a log line, never the training job's problem
+                log.debug("incident %d: answering the coordinator: %s", k, exc)
+                return
+            time.sleep(poll_interval)
+    finally:
+        if node is not None:
+            node.forget(k)

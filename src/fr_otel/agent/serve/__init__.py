@@ -1,0 +1,1 @@
+"""What the agent shows: the ``/metrics`` endpoint, the ``fr_*`` metrics, and its own health counters."""
