@@ -38,6 +38,7 @@ from fr_otel.testing.dump_builder import DumpBuilder
 
 AGENT = str(Path(importlib.import_module("fr_otel.agent").__file__ or "").parent) + os.sep
 JOB, WORLD = "incident-path", 2
+HARNESS = "bench harness"
 
 
 def _first(*names: str) -> Any:
@@ -66,44 +67,40 @@ GroupStatus = _first("fr_otel.agent.observe.state:GroupStatus", "fr_otel.agent.s
 
 
 class PathRecorder:
-    """Per thread, the agent files its frames are in, in order (repeats collapsed)."""
+    """Per thread, the agent files the work enters, in order, and the files it comes back to after it had
+    finished with them (called into again while no frame of theirs is on the stack)."""
 
     def __init__(self) -> None:
-        self.paths: dict[str, list[str]] = defaultdict(list)
+        self.entered: dict[str, list[str]] = defaultdict(list)
+        self.back: dict[str, list[str]] = defaultdict(list)
         self.on = False
+        self._stacks: dict[int | None, list[str | None]] = defaultdict(list)
         self._workers: dict[int | None, int] = {}
 
-    def _worker(self, ident: int | None) -> int:
+    def _key(self) -> str:
         """Worker threads by order of first call (rank 0's incident worker starts first)."""
-        return self._workers.setdefault(ident, len(self._workers))
+        thread = threading.current_thread()
+        if thread is threading.main_thread():
+            return thread.name
+        return f"{thread.name} {self._workers.setdefault(thread.ident, len(self._workers))}"
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if not self.on or event not in ("call", "return"):
             return
-        where = frame if event == "call" else frame.f_back
-        if where is None:
+        stack = self._stacks[threading.get_ident()]
+        if event == "return":
+            if stack:
+                stack.pop()
             return
-        file = where.f_code.co_filename
-        if not file.startswith(AGENT):
-            return
-        thread = threading.current_thread()
-        key = thread.name if thread is threading.main_thread() else f"{thread.name} {self._worker(thread.ident)}"
-        path = self.paths[key]
-        name = file[len(AGENT):]
-        if not path or path[-1] != name:
-            path.append(name)
-
-
-def entered_and_returns(path: list[str]) -> tuple[int, int, int]:
-    """Distinct files in ``path``; entries into a file left before (other than the one just left: a call's
-    return to its caller); and how many distinct files were returned to so."""
-    returns, seen, back = 0, set(), set()
-    for i, name in enumerate(path):
-        if name in seen and not (i >= 2 and path[i - 2] == name):
-            returns += 1
-            back.add(name)
-        seen.add(name)
-    return len(seen), returns, len(back)
+        file = frame.f_code.co_filename
+        name = file[len(AGENT):] if file.startswith(AGENT) else None
+        if name is not None:
+            key = self._key()
+            if name not in self.entered[key]:
+                self.entered[key].append(name)
+            elif name not in stack:
+                self.back[key].append(name)
+        stack.append(name)
 
 
 def one_incident(tmp: Path, recorder: PathRecorder) -> None:
@@ -137,6 +134,7 @@ def one_incident(tmp: Path, recorder: PathRecorder) -> None:
         raised = runners[0].raise_for([Stall(status, 10.0, 5.0)])  # the raiser's poll, on this thread
         threading.current_thread().name = "member poll"
         joined = runners[1].join_open()
+        threading.current_thread().name = HARNESS  # the waits below are the bench's, not the incident's
         for runner in runners:
             runner.wait_idle(30)
     finally:
@@ -151,16 +149,15 @@ def main() -> None:
     recorder = PathRecorder()
     with tempfile.TemporaryDirectory() as tmp:
         one_incident(Path(tmp), recorder)
-    totals = [0, 0, 0]
-    for thread, path in sorted(recorder.paths.items()):
-        counts = entered_and_returns(path)
-        totals = [a + b for a, b in zip(totals, counts)]
-        print(f"{thread:>16}: {counts[0]:3d} files entered, {counts[2]:3d} of them returned to, {counts[1]:4d} returns, "
-              f"{len(path):5d} moves between files")
-    files = sorted({name for path in recorder.paths.values() for name in path})
-    print(f"{'all threads':>16}: {totals[0]:3d} files entered, {totals[2]:3d} of them returned to, {totals[1]:4d} returns "
-          f"(per thread, summed); {len(files)} distinct files")
-    print("files:", " ".join(files))
+    entered = returned = returns = 0
+    for thread in sorted(t for t in recorder.entered if t != HARNESS):
+        files, back = recorder.entered[thread], recorder.back[thread]
+        entered, returned, returns = entered + len(files), returned + len(set(back)), returns + len(back)
+        print(f"{thread:>16}: {len(files):3d} files entered, {len(set(back)):3d} of them come back to "
+              f"({len(back)} times)")
+        print(f"{'':>18}entered: {' '.join(files)}")
+        print(f"{'':>18}come back to: {' '.join(sorted(set(back)))}")
+    print(f"{'all threads':>16}: {entered:3d} files entered, {returned:3d} come back to ({returns} times)")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ times); at the incident each node's summary (``publish_summary``) and its leader
 coordinator's request (``asked``), answered with whole payloads (``publish_whole``); the
 payloads (:func:`fr_otel.agent.observe.payload.encode_payload` of each rank's recorder, from
 ``tests/support/scale_job.py``) and the node summaries (the leaders' own
-:func:`fr_otel.agent.links.node_leader.summarise_node`, one per node, made before the run); the
+:func:`fr_otel.agent.incident.relay.summarise_node`, one per node, made before the run); the
 coordinator (:func:`fr_otel.agent.incident.gather.gather` and
-:func:`fr_otel.agent.incident.part.conclude`, with the whole-recorder request) in a process of its
+:func:`fr_otel.agent.incident.conclude.conclude`, with the whole-recorder request) in a process of its
 own on a real ``IncidentRank``; and the trace's destination (a loopback OTLP/gRPC receiver).
 
 What is simulated: the nodes. ``--procs`` processes play N/8 node leaders over ``--conns`` store
@@ -40,6 +40,7 @@ node, trace <= 20k spans. Benchmarks print numbers; they are not tests.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import heapq
 import json
@@ -89,7 +90,7 @@ CACHE = Path("/tmp/fr-otel-bench/scale")
 # --------------------------------------------------------------------------- data, made once and cached
 
 #: The code that shapes payloads and summaries (their bytes): a cache made by other code is not reused.
-_SHAPED_BY = ("agent/payload.py", "agent/node_leader.py", "agent/recorder.py", "read/node_summary.py",
+_SHAPED_BY = ("agent/observe/payload.py", "agent/incident/relay.py", "agent/observe/recorder.py", "read/node_summary.py",
               "read/pg_meta.py", "read/dump_file.py", "read/validate.py", "read/columns.py", "read/dump.py",
               "read/steps.py", "read/rank_process.py", "read/recent.py", "read/failed.py", "read/live_stack.py")
 
@@ -150,7 +151,7 @@ def prepare(world: int, fault: Fault) -> tuple[Path, dict[str, Any]]:
 def sample_leader(world: int, fault: Fault, t_end: int) -> dict[str, float]:
     """One node leader's own work, measured: what every one of the N/8 leaders does on its node."""
     from fr_otel.agent.links.node_channel import NodeChannel
-    from fr_otel.agent.links.node_leader import summarise_node
+    from fr_otel.agent.incident.relay import summarise_node
 
     layout = layout_for(world)
     first = fault.rank - fault.rank % RANKS_PER_NODE
@@ -358,8 +359,10 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     from fr_otel.agent.serve.health import HealthTracker
     from fr_otel.agent.links.host_map import HostMapKeeper
     from fr_otel.agent.incident.rank import IncidentRank
-    from fr_otel.agent.incident.part import coordinate, incident_budget_s
-    from fr_otel.common.ids import trace_id_for
+    from fr_otel.agent.incident.conclude import coordinate
+    from fr_otel.agent.incident.rank import incident_budget_s
+    from fr_otel.common.ids import trace_hex_for
+    from fr_otel.incident.trigger import SeenStall, Trigger
     from fr_otel.otlp.config import resolve_export_config
     from fr_otel.read.rank_process import RankProcess
 
@@ -378,13 +381,15 @@ def coordinator(port: int, world: int, clock: Any, endpoint: str, out_dir: str, 
     while time.time() < clock.raise_at.value:
         time.sleep(0.002)
     t_raise = time.time()
-    meta = {"rank": 0, "reason": "stall", "time_ns": time.time_ns(), "pg_name": "0", "seq": 0, "op": "all_reduce"}
-    won, _ = agent.channel.claim(1, meta)
-    trace_hex = f"{trace_id_for(JOB_ID, '1'):032x}"
+    # As the earlier runs' record: a stall's group and seq, no threshold (the analysis weighs the waits itself).
+    stall = dataclasses.replace(Trigger.requested("stall"), stall=SeenStall("0", 0, "all_reduce"))
+    trigger = stall.raised(1, 0, time.time_ns())
+    won, _ = agent.channel.claim(trigger)
+    trace_hex = trace_hex_for(JOB_ID, "1")
     phases = _time_phases(agent)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     deadline = time.monotonic() + incident_budget_s(agent)  # the agent's own bound for an incident
-    gathered, result = coordinate(agent, 1, meta, trace_hex, deadline)  # what flush_incident's owner runs
+    gathered, result = coordinate(agent, trigger, trace_hex, deadline)  # what flush_incident's owner runs
     agent.channel.set_result(1, result)
     if not gathered.asked:
         agent.channel.ask(1, "")
@@ -444,7 +449,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.sinks
     import fr_otel.trace.spans
     from fr_otel.agent.incident import gather as store_gather
-    from fr_otel.agent.incident import part as incident_work
+    from fr_otel.agent.incident import conclude as incident_work
 
     phases: dict[str, float] = {}
 
@@ -601,8 +606,9 @@ def report(r: dict[str, Any]) -> None:
     cpu = phases.pop("cpu", float("nan"))
     print(f"  coordinator: {cpu:.1f} s of CPU; phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     v = r["verdict"]
-    ok = v.get("culprits") == [r["culprit"]]
-    print(f"  verdict {v.get('verdict')}, culprits {v.get('culprits')} "
+    named = [c.get("rank") for c in v.get("culprits", []) if isinstance(c, dict) and c.get("kind") != "unknown"]
+    ok = named == [r["culprit"]]
+    print(f"  verdict {v.get('verdict')}, culprits {named} "
           f"({'names the injected culprit' if ok else 'FAIL: expected [' + str(r['culprit']) + ']'}); "
           f"{r['whole_ranks']} ranks analysed from whole payloads; asked of the leaders: {r['asked']!r}")
     print(f"  sample leader (measured): summarise its node {1000 * lead['summarise_s']:.1f} ms "

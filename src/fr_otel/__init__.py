@@ -55,7 +55,7 @@ _HOMES = {
     "read_dumps": ".read.reader",
     "start": ".agent",  # the live agent's, imported only when asked for
     "stop": ".agent",
-    "step": ".agent.step_counter",
+    "step": ".agent.guest.step_counter",
 }
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, HangAbort, stuck_collectives
 from fr_otel.agent.observe.state import GroupStatus
+from fr_otel.incident.trigger import SeenStall, Trigger
 
 S = 1_000_000_000
 NOW = 1_764_000_000 * S
-HANG = {"verdict": "hang", "hang": True, "culprits": [2], "exclude_hosts": ["node1"], "trace_id": "ab" * 16}
+HANG = {"verdict": "hang", "hang": True, "culprits": [{"rank": 2, "kind": "not_enqueued"}, {"rank": 5, "kind": "unknown"}], "exclude_hosts": ["node1"], "trace_id": "ab" * 16}
 
 
 def group(seq: int | None, age_s: float = 0.0, name: str = "0") -> GroupStatus:
@@ -87,11 +88,12 @@ def test_a_rank_in_no_collective_does_not_end_itself(caplog: pytest.LogCaptureFi
 def test_a_rank_that_enters_the_incidents_collective_only_later_is_watched_too() -> None:
     """The incident's own stall (its group and sequence number) is watched besides what the rank had in flight."""
     a, ends = abort(1.0)
-    meta = {"rank": 0, "reason": "stall", "pg_name": "0", "seq": 7}
-    assert a.arm(1, HANG, stuck_collectives([group(None)], meta))
+    trigger = Trigger.for_stall(SeenStall("0", 7, "all_reduce", 12.0), 10.0).raised(1, 0, NOW)
+    assert a.arm(1, HANG, stuck_collectives([group(None)], trigger))
     a.check([group(7, 5.0)], NOW)
     assert ends.codes == [75]
-    assert stuck_collectives([group(None)], {"pg_name": 0, "seq": "7"}) == frozenset()  # a forged shape: nothing
+    forged = Trigger.from_record(1, {"rank": 0, "reason": "stall", "time_ns": NOW, "pg_name": 0, "seq": "7"})
+    assert forged is not None and stuck_collectives([group(None)], forged) == frozenset()  # a forged shape: nothing
 
 
 def test_an_armed_rank_waits_its_grace_before_it_ends() -> None:
@@ -118,7 +120,7 @@ def test_the_exit_waits_for_this_nodes_copy_of_the_files_bounded() -> None:
 
 def test_forged_summary_fields_are_bounded_in_the_log_line(caplog: pytest.LogCaptureFixture) -> None:
     a, ends = abort(1.0)
-    forged = {"hang": True, "verdict": "hang\nfr-otel: all is well" + "x" * 500, "culprits": list(range(10_000)),
+    forged = {"hang": True, "verdict": "hang\nfr-otel: all is well" + "x" * 500, "culprits": [{"rank": r, "kind": "not_enqueued"} for r in range(10_000)] + ["x"],
               "exclude_hosts": ["h\n2", "-lkubernetes.io/os=linux", "a,b"] * 10_000 + [7, "node9"]}
     assert a.arm(1, forged, stuck_collectives([group(7, 5.0)]))
     with caplog.at_level(logging.ERROR, logger="fr_otel.agent"):

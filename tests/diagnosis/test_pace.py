@@ -66,10 +66,10 @@ def test_incidents_raised_as_the_job_ends_count_every_wait_whatever_its_age() ->
     a stall or an on-demand flush is a snapshot whose ages are weighed."""
     from fr_otel import analyze
     from fr_otel.diagnosis.verdict import AnalysisOptions
-    from fr_otel.read.incident_file import ends_job
+    from fr_otel.incident.trigger import Reason
 
-    assert ends_job("uncaught RuntimeError: injected failure at step 5") and ends_job("SIGTERM")
-    assert not ends_job("stall") and not ends_job("manual")
+    assert Reason.of("uncaught RuntimeError: injected failure at step 5").ends_job and Reason.of("SIGTERM").ends_job
+    assert not Reason.of("stall").ends_job and not Reason.of("manual").ends_job
     b = DumpBuilder(4)
     for _ in range(5):
         b.collective(b.world)

@@ -1,11 +1,12 @@
 """The package layout stays what docs/architecture.md says: layers import downwards, applications
 only what their APPLICATIONS row lists, no circles (type-only imports count), no module takes
-another's private (``_name``) names, no test machinery in the product, and big modules only by
-choice. The checks read the imports themselves: an internal module's ``__all__`` grants nothing
+another's private (``_name``) names, no test machinery in the product, every module opens with its one idea,
+and the agent's rooms stay small enough to read alone (a module's size is a review question: one idea per
+module, split by idea, never by a line count). The checks read the imports themselves: an internal module's ``__all__`` grants nothing
 (only ``fr_otel.__all__`` means something, the user API: tests/project/test_public_api.py).
 
 Static (AST) checks over src/fr_otel: fast, and they see imports inside functions too (a lazy
-import is still a dependency). Each import, API and size check has a planted-offence test that
+import is still a dependency). Each import, API, idea and room check has a planted-offence test that
 proves it can fail.
 """
 
@@ -22,12 +23,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "fr_otel"
 
-#: Modules allowed over ~400 lines, each with the one concept that needs the room.
-#: An entry whose module is back under 400 lines fails the test (the list stays honest).
-LARGE_MODULES: dict[str, str] = {
-    "fr_otel.agent.config": "the options table: every setting's variable, flag, parser, help and range in one place",
-    "fr_otel.agent.core": "the agent's lifecycle (start, the guarded poll loop, stop): to be split by idea with the agent's rooms",
-}
+#: The most modules one folder of the agent holds: a room a newcomer reads alone (the layers are folders of
+#: their own, split by reader and writer, not by size).
+MAX_AGENT_ROOM = 10
 
 #: Lower layers first; a module may import its own layer and the layers listed before it.
 LAYERS = ["common", "read", "diagnosis", "report", "trace", "otlp", "incident"]
@@ -411,11 +409,24 @@ def heavy_imports(modules: dict[str, Path]) -> list[str]:
             for i in imports_of(name, path) if i.target.split(".")[0] in roots]
 
 
-def size_offences(modules: dict[str, Path], large: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(modules over 400 lines not in ``large``, entries of ``large`` no longer over 400 lines)."""
-    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
-    unexplained = sorted(f"{n} ({s} lines)" for n, s in sizes.items() if s > 400 and n not in large)
-    return unexplained, sorted(n for n in large if sizes.get(n, 0) <= 400)
+def unexplained_modules(modules: dict[str, Path]) -> list[str]:
+    """Modules whose docstring does not open with their idea (none, or a few words)."""
+    out = []
+    for name, path in modules.items():
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if len(doc.split("\n\n")[0]) < 24:
+            out.append(name)
+    return out
+
+
+def crowded_rooms(modules: dict[str, Path], limit: int) -> list[str]:
+    """Folders of the agent holding more than ``limit`` modules (``__init__`` not counted)."""
+    rooms: dict[str, int] = {}
+    for name, path in modules.items():
+        if unit_of(name) == "agent" and path.name != "__init__.py":
+            room = name.rsplit(".", 1)[0]
+            rooms[room] = rooms.get(room, 0) + 1
+    return sorted(f"{room} ({n} modules)" for room, n in rooms.items() if n > limit)
 
 
 def test_the_product_does_not_depend_on_the_test_kit() -> None:
@@ -429,32 +440,41 @@ def test_light_layers_never_import_torch_grpc_or_the_sdk() -> None:
     assert heavy_imports(product_modules()) == []
 
 
-def test_modules_stay_small_unless_one_concept_needs_the_room() -> None:
-    """A module over 400 lines is listed in LARGE_MODULES with the reason; the list holds no stale entry."""
-    assert size_offences(product_modules(), LARGE_MODULES) == ([], [])
+def test_every_module_opens_with_the_one_idea_it_holds() -> None:
+    """Each product module's docstring opens with what it is for: a module holds one idea (split by idea, not by
+    size; a reviewer reads that sentence against the code)."""
+    assert unexplained_modules(product_modules()) == []
 
 
-def test_the_kit_heavy_and_size_checks_see_planted_offences(tmp_path: Path) -> None:
-    """A demo importing the test kit, a lazy torch import in read/, a 401-line module and a stale
-    LARGE_MODULES entry are each reported."""
+def test_no_room_of_the_agent_holds_more_than_ten_modules() -> None:
+    """The agent is folders by job (guest, observe, serve, links, incident and its face), each read alone."""
+    assert crowded_rooms(product_modules(), MAX_AGENT_ROOM) == []
+
+
+def test_the_kit_heavy_idea_and_room_checks_see_planted_offences(tmp_path: Path) -> None:
+    """A demo importing the test kit, a lazy torch import in read/, a module without its idea and an agent
+    room of eleven modules are each reported."""
     kit = tmp_path / "kit.py"
     kit.write_text("from .testing.otlp import OtlpGrpcReceiver\n")
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    import torch\n    from opentelemetry.sdk.trace import ReadableSpan\n")
-    big = tmp_path / "big.py"
-    big.write_text("x = 1\n" * 401)
-    small = tmp_path / "small.py"
-    small.write_text("x = 1\n")
+    bare = tmp_path / "bare.py"
+    bare.write_text('"""Helpers."""\nx = 1\n')
+    said = tmp_path / "said.py"
+    said.write_text('"""Why the store is trusted no further than the shape of the job."""\nx = 1\n')
     assert [u.split(" imports ")[1] for u in kit_imports({"fr_otel.demo": kit})] == [
         "fr_otel.testing.otlp ['OtlpGrpcReceiver']"]
     assert [h.split(" imports ")[1] for h in heavy_imports({"fr_otel.read.lazy": lazy})] == [
         "torch", "opentelemetry.sdk.trace"]
-    assert size_offences({"fr_otel.read.big": big, "fr_otel.read.small": small}, {"fr_otel.read.small": "why"}) == (
-        ["fr_otel.read.big (401 lines)"], ["fr_otel.read.small"])
+    assert unexplained_modules({"fr_otel.read.bare": bare, "fr_otel.read.said": said}) == ["fr_otel.read.bare"]
+    room = {f"fr_otel.agent.links.m{i}": said for i in range(11)} | {"fr_otel.agent.links": said}
+    assert crowded_rooms(room, MAX_AGENT_ROOM) == ["fr_otel.agent.links (11 modules)"]
+    assert crowded_rooms({f"fr_otel.agent.links.m{i}": said for i in range(10)}, MAX_AGENT_ROOM) == []
 
 
-@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("layer", [*LAYERS, "agent", *(f"agent/{room}" for room in ("guest", "observe", "serve",
+                                                                                 "links", "incident"))])
 def test_every_layer_package_says_what_it_is_for(layer: str) -> None:
-    """Each layer folder has an __init__ docstring (what a newcomer reads first)."""
+    """Each layer folder, the agent and each of its rooms has an __init__ docstring (what a newcomer reads first)."""
     doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text(encoding="utf-8")))
     assert doc and len(doc) > 40

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.scale_job import NO_FAULT, host_of, layout_for, payload_for
 
-from fr_otel.agent.links.node_leader import summarise_node
+from fr_otel.agent.incident.relay import summarise_node
 from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.safe_pickle import load_restricted
 

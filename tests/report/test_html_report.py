@@ -187,6 +187,7 @@ def test_a_folder_s_report_tells_what_became_of_the_live_incident_s_trace(nvrx: 
     from fr_otel.cli import main
     from fr_otel.incident.delivery import ExportOutcome
     from fr_otel.incident.files import INCIDENT_FILE, write_incident_files
+    from fr_otel.incident.summary import verdict_summary
     from fr_otel.otlp.config import ExportConfig
     from fr_otel.otlp.export import ExportResult
     from fr_otel.trace.spans import build_trace
@@ -210,7 +211,7 @@ def test_a_folder_s_report_tells_what_became_of_the_live_incident_s_trace(nvrx: 
         return text[start:text.index("</section>", start)]
 
     for status, outcome in cases.items():
-        write_incident_files(folder, job, verdict, trace, outcome, config)
+        write_incident_files(folder, job, verdict, trace, outcome, config, verdict_summary(verdict, trace, outcome, config))
         said = html.escape(outcome.describe(len(trace.spans), config))
         for argv in (["report", str(folder), "-o", str(tmp_path / "r.html")],
                      ["analyze", str(folder), "-q", "--html", str(tmp_path / "r.html")]):

@@ -249,7 +249,7 @@ def make_payloads(world: int, fault: Fault, t_end_ns: int, workers: int = 2,
 
 
 def _some_summaries(payloads: dict[int, bytes], heard_ns: int, firsts: list[int]) -> list[tuple[int, bytes, tuple[int, ...], bool]]:
-    from fr_otel.agent.links.node_leader import summarise_node
+    from fr_otel.agent.incident.relay import summarise_node
 
     out = []
     for first in firsts:

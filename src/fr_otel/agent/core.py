@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 from ..common.log import logger
+from ..incident.trigger import Trigger
 from ..otlp.config import ExportConfig
 from ..trace.ids import job_identity
 from .links.channel import connect_channel
@@ -358,7 +359,7 @@ class Agent:
     def flush(self, reason: str = "manual", timeout: float | None = None) -> bool:
         """Join any open incident, else raise one; wait (bounded) for this rank's part, and the
         verdict if this rank raised it. True when all of it finished; False without incidents."""
-        return self.incidents.flush(reason, timeout) if self.incidents is not None else False
+        return self.incidents.flush(Trigger.requested(reason), timeout) if self.incidents is not None else False
 
     # -- hooks (run in the training thread, or the signal watcher): one budget ---------
     def exit_deadline(self) -> float:

@@ -33,7 +33,10 @@ from typing import Any
 from ..common.commands import exclude_command_lines
 from ..common.log import logger
 from ..common.names import host_name
+from ..common.json_types import is_exact_int
 from ..common.text import one_line
+from ..diagnosis.verdict import NOT_BLAMED
+from ..incident.trigger import Trigger
 from .config import FR_OTEL_ABORT_MARK
 from .observe.state import GroupStatus
 
@@ -70,13 +73,14 @@ def mark_attempt(line: str) -> None:
         log.warning("cannot tell fr-otel run about this attempt in %s: %s", mark, exc.strerror or exc)
 
 
-def stuck_collectives(statuses: Iterable[GroupStatus], meta: Mapping[str, Any] | None = None) -> frozenset[tuple[str, int]]:
+def stuck_collectives(statuses: Iterable[GroupStatus], trigger: Trigger | None = None) -> frozenset[tuple[str, int]]:
     """What an armed abort watches: this rank's collectives in flight now, by group and sequence number, and
-    the incident's own stall (``meta``'s group and sequence number: a rank that enters that collective only
-    after it took part is stuck in the hang all the same)."""
+    the incident's own stall (``trigger``'s: a rank that enters that collective only after it took part is
+    stuck in the hang all the same)."""
     keys = {(g.name, g.inflight_seq) for g in statuses if g.inflight_seq is not None}
-    if meta is not None and isinstance(meta.get("pg_name"), str) and type(meta.get("seq")) is int:
-        keys.add((meta["pg_name"], meta["seq"]))
+    stall = trigger.stall if trigger is not None else None
+    if stall is not None and stall.seq is not None:
+        keys.add((stall.pg_name, stall.seq))
     return frozenset(keys)
 
 
@@ -108,7 +112,7 @@ class HangAbort:
 
     def arm(self, k: int, summary: Mapping[str, Any] | None, stuck: frozenset[tuple[str, int]],
             before_exit: tuple[threading.Thread, ...] = ()) -> bool:
-        """Incident ``k`` ended for this rank with verdict ``summary`` (the store's result shape; None:
+        """Incident ``k`` ended for this rank with verdict ``summary`` (:func:`fr_otel.incident.summary.verdict_summary`; None:
         unknown here); ``stuck``: the collectives this rank watches (those it had in flight when it took part,
         and the incident's own stall). True when armed."""
         if not isinstance(summary, Mapping) or summary.get("hang") is not True:
@@ -119,8 +123,11 @@ class HangAbort:
             return False
         hosts = summary.get("exclude_hosts")
         hosts = tuple(h for h in hosts[:_MAX_HOSTS] if host_name(h)) if isinstance(hosts, list) else ()
-        ranks = summary.get("culprits")
-        culprits = ",".join(str(r) for r in ranks[:16] if isinstance(r, int)) if isinstance(ranks, list) else ""
+        listed = summary.get("culprits")  # the summary's culprits (fr_otel.incident.summary), those blamed
+        ranks = [c.get("rank") for c in listed if isinstance(c, dict) and isinstance(c.get("kind"), str)
+                 and c["kind"] not in NOT_BLAMED] \
+            if isinstance(listed, list) else []
+        culprits = ",".join(str(r) for r in ranks[:16] if is_exact_int(r))
         reason = one_line(str(summary.get("verdict", "hang")), 40)
         with self._lock:
             self._armed.append(_Armed(k, stuck, culprits, hosts, reason, before_exit, time.monotonic() + self.grace_s))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common.ranks import compress_ranks
 from ..diagnosis.lateness import Holdup, RankWait, holdups
-from ..read.incident_file import SLOW_REASON_PREFIX
+from ..incident.trigger import Trigger
 from .links.channel import IncidentChannel
 from .incident.runner import IncidentRunner
 from .observe.state import GroupStatus, GroupWait
@@ -192,9 +192,8 @@ def incident_for_holdups(runner: IncidentRunner) -> Callable[[Holdup, str], None
     """Raise an incident for a holdup: every rank's recorder, the offline verdict, one trace."""
     def raise_one(h: Holdup, line: str) -> None:
         who = f"host {h.host}" if h.whole_host else f"rank {h.ranks[0]}"
-        runner.raise_incident(f"{SLOW_REASON_PREFIX}{who} holds up group {h.pg_name} ({h.pg_desc})",
-                              {"slow_ranks": list(h.ranks), "slow_host": h.host, "detail": line,
-                               "threshold_s": runner.me.config.stall_seconds})
+        runner.raise_incident(Trigger.for_slow(who, h.pg_name, h.pg_desc, h.ranks, h.host, line,
+                                               runner.me.config.stall_seconds))
     return raise_one
 
 

@@ -7,7 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..incident.delivery import ExportOutcome, ExportStatus, export_fix, replay_command
+from ..common.export_status import ExportStatus
+from ..incident.delivery import ExportOutcome, export_fix, replay_command
 from ..incident.pipeline import IncidentResult
 from ..incident.sinks import sink_for
 from ..otlp.config import ExportConfig

@@ -12,7 +12,8 @@ from types import FrameType
 
 from ..common.ranks import compress_ranks
 from ..common.text import PrintableFormatter
-from ..incident.delivery import ExportStatus, out_dir
+from ..common.export_status import ExportStatus
+from ..incident.delivery import out_dir
 from ..watch import (
     DEFAULT_DEADLINE_S,
     DEFAULT_POLL_S,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["hashed_id", "span_id_for", "trace_id_for"]
+__all__ = ["hashed_id", "span_id_for", "trace_hex_for", "trace_id_for"]
 
 
 def hashed_id(key: str, size: int) -> int:
@@ -22,6 +22,11 @@ def hashed_id(key: str, size: int) -> int:
 def trace_id_for(job_id: str, incident: str = "") -> int:
     """The 128-bit trace id of one incident of one job (run + restart)."""
     return hashed_id(f"fr-otel/trace\0{job_id}\0{incident}", 16)
+
+
+def trace_hex_for(job_id: str, incident: str = "") -> str:
+    """:func:`trace_id_for` as its 32 hex digits: the incident folder's name, the id people search for."""
+    return f"{trace_id_for(job_id, incident):032x}"
 
 
 def span_id_for(trace_id: int, *key: object) -> int:

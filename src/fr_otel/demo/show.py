@@ -19,7 +19,8 @@ from ..common.promql import BLAME_RULE, culprit_query
 from ..common.ranks import compress_ranks
 from ..common.text import printable
 from ..incident.files import REPORT_FILE
-from ..read.incident_file import IncidentIdentity, detected
+from ..incident.trigger import SeenStall, Trigger
+from ..read.incident_file import IncidentIdentity
 from ..read.rank_map import RANKS_FILE, read_host_map
 from .job import DemoPlan
 from .scrape import Scrape
@@ -79,11 +80,12 @@ def render(found: Findings, folder: Path, seconds_to_verdict: float) -> str:
 
 def _verdict(found: Findings, seconds: float) -> list[str]:
     ident, c = found.identity, found.first
-    root = dict(ident.root_attributes)
-    seen = detected(ident.root_attributes)
-    raised = (f"incident {ident.incident}, raised by rank {root.get('fr_otel.incident.raised_by', '?')}: "
-              f"{seen.get('op') or 'a collective'} #{seen.get('seq', '?')} on group {seen.get('pg_name', '?')} "
-              f"in flight {_num(seen.get('age_s'))} s, over the {_num(seen.get('threshold_s'))} s threshold")
+    trigger = Trigger.from_root_attributes(ident.root_attributes)
+    seen = trigger.stall if trigger is not None and trigger.stall is not None else SeenStall("?", None)
+    by = trigger.raised_by if trigger is not None and trigger.raised_by >= 0 else "?"
+    raised = (f"incident {ident.incident}, raised by rank {by}: "
+              f"{seen.op or 'a collective'} #{seen.seq if seen.seq is not None else '?'} on group {seen.pg_name} "
+              f"in flight {_num(seen.age_s)} s, over the {_num(trigger.threshold_s if trigger else None)} s threshold")
     out = [f"1. The live verdict ({raised}; {seconds:.1f} s after the start, the job still stuck):"]
     verdict = str(ident.summary.get("verdict", "?")).upper()
     if not c:

@@ -15,17 +15,13 @@ so they can never show that a rank kept pace: there it stays ``missing_dump``.
 
 from __future__ import annotations
 
-import re
-
+from ..read.entry_rules import p2p_name
 from .job import Job
 from .kinds import MembershipSource
 from .verdict import Waiting
 from .waits import WaitGraph
 
 __all__ = ["explained_absences", "waiting_on"]
-
-_CHANNEL = re.compile(r"^(?:send (\d+)->(\d+)|recv (\d+)<-(\d+))$")
-
 
 def waiting_on(graph: WaitGraph, culprits: set[int], listed: set[int]) -> list[Waiting]:
     """Every waiting rank not already ``listed``, grouped by the culprit(s) its waits lead to."""
@@ -82,8 +78,8 @@ def last_seen_ns(job: Job, rank: int) -> int | None:
             if me is None:
                 continue
             for name, ch in h.p2p.items():
-                m = _CHANNEL.match(name)
-                if m is None or int(m.group(2) or m.group(4)) != me:
+                p2p = p2p_name(name)
+                if p2p is None or p2p.peer != me:
                     continue
                 at = ch.done.rfind(1)
                 if at >= 0:

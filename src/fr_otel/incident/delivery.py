@@ -21,12 +21,13 @@ from ..common.commands import replay_command_line
 from ..otlp.config import ExportConfig
 from ..otlp.config import Protocol as OtlpProtocol
 from ..otlp.transport import NOT_GRPC, NOT_HTTP
-from ..report.trace_section import ExportStatus, TraceDelivery
+from ..common.export_status import ExportStatus
+from ..report.trace_section import TraceDelivery
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from ..otlp.export import ExportResult
 
-__all__ = ["ExportFix", "ExportOutcome", "ExportStatus", "export_fix", "export_hint", "failure_reason", "rejected_note",
+__all__ = ["ExportFix", "ExportOutcome", "export_fix", "export_hint", "failure_reason", "rejected_note",
            "replay_command", "OUT_DIR_ENV", "DEFAULT_OUT_DIR", "DEFAULT_DEADLINE_S", "out_dir"]
 
 OUT_DIR_ENV = "FR_OTEL_OUT_DIR"

@@ -23,7 +23,7 @@ from ..read.rank_map import write_host_map
 from ..read.steps import STEPS_FILE
 
 if TYPE_CHECKING:
-    from ..diagnosis.verdict import Culprit, Verdict
+    from ..diagnosis.verdict import Verdict
     from ..otlp.config import ExportConfig
     from ..trace.spans import IncidentTrace
     from .delivery import ExportOutcome
@@ -44,9 +44,10 @@ def write_identity(folder: str | os.PathLike[str], identity: IncidentIdentity) -
 
 
 def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verdict, trace: IncidentTrace,
-                         outcome: ExportOutcome, config: ExportConfig) -> Path:
-    """The host map, the step map, ``incident.json`` and ``incident.html`` beside the dumps of an
-    incident just delivered; returns the incident file's path (raises OSError)."""
+                         outcome: ExportOutcome, config: ExportConfig, summary: dict[str, Any]) -> Path:
+    """The host map, the step map, ``incident.json`` (with the verdict's ``summary``:
+    :func:`.summary.verdict_summary`) and ``incident.html`` beside the dumps of an incident just delivered;
+    returns the incident file's path (raises OSError)."""
     from ..report.html import render, write_report
 
     folder = Path(folder)
@@ -57,35 +58,13 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
     exclude = hosts_to_exclude(verdict)
     if exclude:
         atomic_write(folder / EXCLUDE_HOSTS_FILE, "".join(f"{h}\n" for h in exclude).encode("utf-8"), mkdir=True)
-    page = outcome.for_page(trace.trace_id_hex, len(trace.spans), config)
-    order = verdict.stop_order
-    summary = {
-        "verdict": verdict.verdict,
-        "culprits": [_culprit_summary(c, verdict.steps) for c in verdict.culprits[:64]],
-        "first_stopped": order.first if order is not None else None,
-        "stop_order": (order.sentence() or None) if order is not None else None,
-        "hosts": [h.to_dict() for h in verdict.hosts[:64]],
-        "exclude_hosts": list(exclude),
-        "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
-                   "sentence": page.sentence, "replay": page.replay},
-        "spans": len(trace.spans),
-    }
     identity = IncidentIdentity(
         job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
         stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
-        failed={r: d.failed for r, d in job.dumps.items() if d.failed}, network=job.network, summary=summary, files=dump_file_sizes(job.dumps, folder),
+        failed={r: d.failed for r, d in job.dumps.items() if d.failed}, network=job.network, summary=summary,
+        files=dump_file_sizes(job.dumps, folder),
     )
     path = write_identity(folder, identity)
-    write_report(folder / REPORT_FILE, render(job, verdict, trace=page))
+    write_report(folder / REPORT_FILE, render(job, verdict, trace=outcome.for_page(trace.trace_id_hex,
+                                                                                  len(trace.spans), config)))
     return path
-
-
-def _culprit_summary(c: Culprit, steps: dict[int, int]) -> dict[str, Any]:
-    """What a person asks first of a culprit (who, on which host, in which step, where it is now),
-    readable in ``incident.json`` without the dumps: ``fr-otel demo`` prints it as the live verdict."""
-    from ..report.text import step_sentence
-
-    known = c.step is not None or c.collective_step is not None
-    return {"rank": c.rank, "kind": c.kind, "evidence": c.evidence, "host": c.host, "step": c.step,
-            "collective_step": c.collective_step, "steps": step_sentence(c, steps) if known else None,
-            **(c.now_dict() or {})}

@@ -25,10 +25,11 @@ from ..diagnosis.job import Job, build_job
 from ..diagnosis.restart import hosts_to_exclude
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..read.dump import RankDump
-from ..read.incident_file import REASON_ATTRIBUTE, IncidentIdentity, ends_job, raised_over_s, raised_running_s
+from ..read.incident_file import IncidentIdentity
 from ..read.reader import ReadResult, read_dumps
 from ..read.safe_pickle import DEFAULT_MAX_FILE_BYTES
 from ..read.sidecars import read_sidecars
+from .trigger import Trigger
 
 if TYPE_CHECKING:  # the SDK loads only when a trace is built; the export's types only when one runs
     from ..report.trace_section import TraceDelivery
@@ -62,6 +63,8 @@ class IncidentPlan:
     #: (the live agent asks their nodes) and says whether it did; the job is then modelled and
     #: analysed again, so the verdict and the trace read whole dumps wherever they look closely.
     complete: Callable[[Job, Verdict], bool] | None = None
+    #: What raised the live incident (the agent's); None: the one incident.json kept, if any.
+    trigger: Trigger | None = None
 
 
 @dataclass(slots=True)
@@ -75,6 +78,8 @@ class IncidentResult:
     outcome: ExportOutcome | None = None
     files: Path | None = None  # incident.json, when the files beside the dumps were written
     files_error: str | None = None  # why they could not be
+    #: The verdict in short, once delivered (:func:`.summary.verdict_summary`: incident.json's and the store's).
+    summary: dict[str, Any] | None = None
 
     @property
     def trace_id(self) -> str | None:
@@ -189,25 +194,21 @@ def run_incident(evidence: ReadResult, plan: IncidentPlan) -> IncidentResult:
         return result
     with plan.progress.task("encoding spans", "spans") as encoded, plan.progress.task("sending spans", "spans") as sent:
         result.outcome = plan.sink.deliver(result.trace, deadline_s=plan.deadline_s, progress=sent, encoding=encoded)
+    from .summary import verdict_summary
+
+    result.summary = verdict_summary(result.verdict, result.trace, result.outcome, plan.sink.config)
     if plan.files_to is not None:
         _write_files(result, plan)
     return result
 
 
 def _analysis_options(plan: IncidentPlan, identity: IncidentIdentity | None) -> AnalysisOptions:
-    """An incident raised as the job ended (an uncaught exception, SIGTERM: the live agent's reason,
-    or the one incident.json recorded) counts every wait, however young: nothing will finish now.
-    A live stall incident counts a wait as old as the threshold it was raised over as a stall; a slow-host
-    incident, raised while the job ran, counts none younger than the agent's stall threshold."""
-    live = plan.trace.root_attributes if plan.trace else ()
-    root = live if any(k == REASON_ATTRIBUTE for k, _ in live) else (identity.root_attributes if identity else ())
-    reason = next((str(v) for k, v in root if k == REASON_ATTRIBUTE), "")
-    if ends_job(reason):
-        return replace(plan.analysis, ending=True)
-    over, running = raised_over_s(root), raised_running_s(root)
-    if running is not None:
-        return replace(plan.analysis, running_stall_s=running)
-    return plan.analysis if over is None else replace(plan.analysis, raised_over_s=over)
+    """The analysis as the incident's trigger asks (:meth:`.trigger.Trigger.analysis`): the live agent's, or
+    the one incident.json kept; a folder no live incident left is analysed as it is."""
+    trigger = plan.trigger
+    if trigger is None and identity is not None:
+        trigger = Trigger.from_root_attributes(identity.root_attributes)
+    return trigger.analysis(plan.analysis) if trigger is not None else plan.analysis
 
 
 def _with_identity(options: TraceOptions, identity: IncidentIdentity | None) -> TraceOptions:
@@ -223,11 +224,9 @@ def _write_files(result: IncidentResult, plan: IncidentPlan) -> None:
     from .files import write_incident_files
 
     assert plan.files_to is not None and result.trace is not None and plan.sink is not None
-    from .delivery import ExportOutcome, ExportStatus
-
-    outcome = result.outcome or ExportOutcome(ExportStatus.FAILED, "not delivered", None, None)
+    assert result.outcome is not None and result.summary is not None
     try:
-        result.files = write_incident_files(plan.files_to, result.job, result.verdict, result.trace, outcome,
-                                            plan.sink.config)
+        result.files = write_incident_files(plan.files_to, result.job, result.verdict, result.trace, result.outcome,
+                                            plan.sink.config, result.summary)
     except OSError as exc:
         result.files_error = f"{plan.files_to}: cannot write the incident's files there ({exc.strerror or one_line(exc)})"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..otlp.config import ExportConfig
-from .delivery import DEFAULT_DEADLINE_S, ExportOutcome, ExportStatus, out_dir
+from ..common.export_status import ExportStatus
+from .delivery import DEFAULT_DEADLINE_S, ExportOutcome, out_dir
 
 if TYPE_CHECKING:  # the SDK and grpc load only when something is exported
     from ..common.progress import ProgressCallback

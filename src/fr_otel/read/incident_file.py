@@ -15,13 +15,12 @@ problem line.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..common.ids import trace_id_for
-from ..common.json_types import is_exact_number
+from ..common.ids import trace_hex_for
 from ..common.names import identity_problem, is_trace_id
 from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
@@ -29,19 +28,11 @@ from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
 from .side_files import bounded_attributes, per_rank, read_side_file, side_file_present
 
-__all__ = ["DETECTED_KEYS", "DETECTED_PREFIX", "ENDING_REASONS", "FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE",
-           "REASON_ATTRIBUTE",
-           "ROOT_ATTRIBUTE_PREFIX", "SLOW_REASON_PREFIX", "STALL_REASON", "THRESHOLD_ATTRIBUTE", "IncidentIdentity",
-           "detected", "dump_file_sizes", "ends_job", "find_identity", "merge_identities", "raised_over_s",
-           "raised_running_s", "read_identity"]
+__all__ = ["FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE", "ROOT_ATTRIBUTE_PREFIX", "IncidentIdentity",
+           "dump_file_sizes", "find_identity", "merge_identities", "read_identity"]
 
 INCIDENT_FILE = "incident.json"
 FORMAT = "fr-otel/incident/1"
-#: The root span attribute (and root attribute of incident.json) that says why the incident was raised.
-REASON_ATTRIBUTE = "fr_otel.incident.reason"
-#: How the agent words the reasons of incidents raised as the job ends (an uncaught exception,
-#: SIGTERM): nothing in flight will finish then, so the analysis counts every wait, young or old.
-ENDING_REASONS = ("uncaught ", "SIGTERM")
 #: The root attributes an incident file may carry: the agent's own (how it detected the incident).
 ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 
@@ -49,48 +40,6 @@ ROOT_ATTRIBUTE_PREFIX = "fr_otel.incident."
 #: The source of a rank's process record (:attr:`RankProcess.source`) that the live incident wrote
 #: beside its identity (ranks.json at incident time): the agent saw it then.
 LIVE_INCIDENT_SOURCE = "incident file"
-#: Root attributes saying what the live agent saw when it raised the incident (the group, seq,
-#: op, age and threshold of the wait): ``DETECTED_PREFIX + key``.
-DETECTED_PREFIX = "fr_otel.incident.detected."
-#: The keys the agent detects with, in that order.
-DETECTED_KEYS = ("pg_name", "seq", "op", "age_s", "threshold_s")
-#: Why the live agent raises an incident when a collective stays in flight too long, and the root
-#: attribute with the threshold its wait was older than.
-STALL_REASON = "stall"
-THRESHOLD_ATTRIBUTE = DETECTED_PREFIX + "threshold_s"
-#: How the agent words the reason of an incident raised for a slow host or rank (:mod:`fr_otel.agent.slow_watch`):
-#: the job was running then, and its threshold attribute is the agent's stall threshold, which no wait had passed.
-SLOW_REASON_PREFIX = "slow: "
-
-
-def detected(root_attributes: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """What the agent saw when it raised the incident, by key (``threshold_s``, ...)."""
-    return {k.removeprefix(DETECTED_PREFIX): v for k, v in root_attributes if k.startswith(DETECTED_PREFIX)}
-
-
-def ends_job(reason: str) -> bool:
-    """An incident raised for ``reason`` was raised as the job ended."""
-    return reason.startswith(ENDING_REASONS)
-
-
-def raised_over_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
-    """The threshold a live stall incident was raised over (its wait in flight was older), or None
-    when the attributes are not a stall's or name no usable threshold."""
-    return _threshold(root_attributes, lambda reason: reason == STALL_REASON)
-
-
-def raised_running_s(root_attributes: Iterable[tuple[str, Any]]) -> float | None:
-    """The live agent's stall threshold when it raised a slow-host incident (the job was running, no wait had
-    passed it), or None when the attributes are not a slow incident's or name no usable threshold."""
-    return _threshold(root_attributes, lambda reason: reason.startswith(SLOW_REASON_PREFIX))
-
-
-def _threshold(root_attributes: Iterable[tuple[str, Any]], reason_is: Callable[[str], bool]) -> float | None:
-    attrs = dict(root_attributes)
-    value, reason = attrs.get(THRESHOLD_ATTRIBUTE), attrs.get(REASON_ATTRIBUTE)
-    if not isinstance(reason, str) or not reason_is(reason) or not is_exact_number(value) or not 0 < value < 1e9:
-        return None
-    return float(value)
 
 
 @dataclass(slots=True)
@@ -112,11 +61,6 @@ class IncidentIdentity:
     views: tuple[NetworkFacts, ...] = ()
     #: The incident files read into this one (one per node folder).
     sources: tuple[str, ...] = ()
-
-    @property
-    def reason(self) -> str:
-        """Why the live incident was raised (its root span's ``fr_otel.incident.reason``), or ""."""
-        return next((str(v) for k, v in self.root_attributes if k == REASON_ATTRIBUTE), "")
 
     def stale_for(self, dumps: Mapping[int, RankDump]) -> str | None:
         """Why this identity does not describe these dump files (a newer incident overwrote
@@ -208,7 +152,7 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
         problems.append(f"{path}: incident file without job_id, incident and trace_id strings; ignored")
         return None
     why = identity_problem(job_id, "job_id") or identity_problem(incident, "incident")
-    if why is None and not (is_trace_id(trace_id) and trace_id == f"{trace_id_for(job_id, incident):032x}"):
+    if why is None and not (is_trace_id(trace_id) and trace_id == trace_hex_for(job_id, incident)):
         why = "its trace_id is not the one its job_id and incident give"
     if why is not None:
         problems.append(f"{path}: {why}; ignored")

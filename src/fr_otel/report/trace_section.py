@@ -12,29 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..common.str_enum import StrEnum
+from ..common.export_status import ExportStatus
 from ..common.text import printable
 from .markup import esc
 
-__all__ = ["ExportStatus", "TraceDelivery", "trace_section"]
-
-
-class ExportStatus(StrEnum):
-    """Where an incident's trace went."""
-
-    FILE = "file"  # written to the embedded OTLP JSON Lines file
-    SENT = "sent"  # every span delivered to the collector
-    PARTIAL = "partial"  # delivered, but the collector rejected some spans
-    SPOOLED = "spooled"  # not delivered: written to a spool file for `fr-otel replay`
-    FAILED = "failed"  # neither delivered nor kept: lost
-    DISABLED = "disabled"  # OTEL_SDK_DISABLED=true
-
-    @property
-    def arrived(self) -> bool:
-        """The trace is where the user asked for it (or they asked for none)."""
-        return self in (ExportStatus.FILE, ExportStatus.SENT, ExportStatus.DISABLED)
-
-
+__all__ = ["TraceDelivery", "trace_section"]
 
 
 @dataclass(frozen=True, slots=True)

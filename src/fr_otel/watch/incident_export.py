@@ -19,7 +19,7 @@ from ..common.log import logger
 from ..common.names import host_name
 from ..common.progress import TerminalProgress
 from ..diagnosis.verdict import AnalysisOptions
-from ..incident.delivery import ExportStatus
+from ..common.export_status import ExportStatus
 from ..incident.pipeline import (
     IncidentPlan,
     IncidentResult,

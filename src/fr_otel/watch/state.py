@@ -19,7 +19,7 @@ from typing import Any
 from ..common.log import logger
 from ..common.files import FileTooLarge, NotRegularFile, atomic_write, read_regular
 from ..common.text import one_line, printable
-from ..incident.delivery import ExportStatus
+from ..common.export_status import ExportStatus
 
 __all__ = ["MAX_REMEMBERED", "STATE_NAME", "Incident", "Signature", "incident_key", "load_state", "save_state"]
 

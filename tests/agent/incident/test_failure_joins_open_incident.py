@@ -20,6 +20,7 @@ from fr_otel.agent.incident import memory as incident_memory
 from fr_otel.agent.incident.runner import IncidentRunner
 from fr_otel.agent.observe.poller import ProgressTracker, Stall
 from fr_otel.agent.observe.state import GroupStatus
+from fr_otel.incident.trigger import Trigger
 
 CRASH = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1955")
 
@@ -42,7 +43,7 @@ def test_a_failure_whose_incident_the_poll_thread_joined_meanwhile_raises_no_sec
     is raised."""
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
     rank1.poll([])  # heard from: the raiser's incident stays open until rank 1's part is in
-    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert raiser.raise_incident(Trigger.requested(f"uncaught RuntimeError: {CRASH}")) is not None
     asked = threading.Event()
     sequel = rank1.sequel
 
@@ -87,7 +88,7 @@ def test_a_failure_long_after_joining_with_no_collective_completed_since_is_that
     monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1, retired={41: True, 42: True})
     rank1._tracker.statuses = _world(41)
-    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert raiser.raise_incident(Trigger.requested(f"uncaught RuntimeError: {CRASH}")) is not None
     assert len(rank1.join_open()) == 1
     rank1._tracker.statuses = _world(41, inflight=42) if seen == "in flight" else _world(42)
     rank1.at_exception(CRASH, time.monotonic() + 20)
@@ -104,7 +105,7 @@ def test_a_failure_after_training_went_on_past_the_incident_raises_a_new_one(
     raiser = _runner(tmp_path, port, 0)
     rank1 = _runner(tmp_path, port, 1, retired={42: True, 43: True, 44: True})
     rank1._tracker.statuses = _world(41)
-    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert raiser.raise_incident(Trigger.requested(f"uncaught RuntimeError: {CRASH}")) is not None
     assert len(rank1.join_open()) == 1
     rank1._tracker.statuses = _world(43, inflight=44)
     rank1.at_exception(CRASH, time.monotonic() + 20)
@@ -121,7 +122,7 @@ def test_an_exception_of_the_training_code_long_after_joining_is_a_new_incident(
     monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1, retired={41: True})
     rank1._tracker.statuses = _world(41)
-    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert raiser.raise_incident(Trigger.requested(f"uncaught RuntimeError: {CRASH}")) is not None
     assert len(rank1.join_open()) == 1
     rank1.at_exception(ValueError("a bad batch"), time.monotonic() + 20)
     owner = rank1.me.channel.owner(2)
@@ -139,7 +140,7 @@ def test_a_failure_just_after_another_ranks_incident_for_it_concluded_raises_no_
     rank 0 raised it) (seen on the lab: rank 4 raised incident 2 for one crash)."""
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
     rank1._tracker.statuses = _world(41)
-    assert raiser.raise_incident(f"uncaught RuntimeError: {CRASH}") is not None
+    assert raiser.raise_incident(Trigger.requested(f"uncaught RuntimeError: {CRASH}")) is not None
     raiser.me.channel.set_result(1, {"verdict": "hang"})
     if seen == "losing the claim":
         rank1.join_open = lambda deadline=None: []  # type: ignore[method-assign]
@@ -183,7 +184,7 @@ def test_a_failure_long_after_a_concluded_incident_it_had_no_part_in_raises_a_ne
     """The control: incident 1 concluded more than the sequel window ago: rank 1's failure is a new incident."""
     monkeypatch.setattr(incident_memory, "SEQUEL_WINDOW_S", 0.0)
     raiser, rank1 = _runner(tmp_path, port, 0), _runner(tmp_path, port, 1)
-    assert raiser.raise_incident("uncaught RuntimeError: an earlier failure") is not None
+    assert raiser.raise_incident(Trigger.requested("uncaught RuntimeError: an earlier failure")) is not None
     raiser.me.channel.set_result(1, {"verdict": "hang"})
     rank1.at_exception(CRASH, time.monotonic() + 20)
     owner = rank1.me.channel.owner(2)

@@ -11,7 +11,7 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 
 from support.node_ranks import flat_rank
 
-from fr_otel.agent.incident.part import incident_budget_s
+from fr_otel.agent.incident.rank import incident_budget_s
 from fr_otel.common.ports import unused_tcp_port
 
 

@@ -14,6 +14,7 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 
 from support.node_ranks import node_rank, store_channel
 
+from fr_otel.agent.links.node_leader import Contact
 from fr_otel.agent.incident.part import send_part
 from fr_otel.common.ports import unused_tcp_port
 
@@ -29,7 +30,7 @@ def test_a_member_that_cannot_leave_its_payload_in_the_node_folder_sends_it_thro
     leader, member = node_rank(tmp_path, port, 0, POLL), node_rank(tmp_path, port, 1, POLL)
     assert leader.node is not None and member.node is not None
     leader.node.publish_board()
-    assert member.node.poll(time.time_ns()) == "relayed"
+    assert member.node.poll(time.time_ns()) is Contact.RELAYED
     (tmp_path / "node-a" / f"i{K}").write_bytes(b"planted")
     with caplog.at_level(logging.WARNING, "fr_otel.agent"):
         send_part(member, K, b"rank one's recorder", time.monotonic() + 10)

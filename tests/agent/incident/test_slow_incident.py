@@ -20,7 +20,8 @@ from fr_otel.agent.observe.poller import ProgressTracker
 from fr_otel.agent.slow_watch import incident_for_holdups
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.diagnosis.lateness import Holdup
-from fr_otel.read.incident_file import SLOW_REASON_PREFIX, raised_running_s
+from fr_otel.diagnosis.verdict import AnalysisOptions
+from fr_otel.incident.trigger import Reason, Trigger
 
 
 def test_a_slow_hosts_incident_carries_the_agents_stall_threshold_to_its_verdict(tmp_path: Path) -> None:
@@ -36,10 +37,13 @@ def test_a_slow_hosts_incident_carries_the_agents_stall_threshold_to_its_verdict
     incident_for_holdups(runner)(holdup, "node1 (ranks 2-3) has held up default_pg (group 0) for 15 s")
     assert runner.wait_idle(30)
     owner = me.channel.owner(1)
-    assert owner is not None and owner["reason"].startswith(SLOW_REASON_PREFIX) and owner["threshold_s"] == 45.0
+    trigger = Trigger.from_record(1, owner or {})
+    assert trigger is not None and trigger.reason is Reason.SLOW and trigger.threshold_s == 45.0
+    assert (trigger.slow_ranks, trigger.slow_host) == ((2, 3), "node1")
     found = list(tmp_path.glob("**/incident.json"))
     assert len(found) == 1, found
     root = [tuple(a) for a in json.loads(found[0].read_text())["root_attributes"]]
-    assert raised_running_s(root) == 45.0
+    kept = Trigger.from_root_attributes(root)
+    assert kept is not None and kept.analysis(AnalysisOptions()) == AnalysisOptions(running_stall_s=45.0)
     runner.stop(5)
     del server

@@ -33,6 +33,7 @@ from fr_otel.read.rank_process import RankProcess
 from fr_otel.testing.dump_builder import DumpBuilder
 from fr_otel.testing.otlp import wait_for
 from fr_otel.common.ports import unused_tcp_port
+from fr_otel.incident.trigger import Trigger
 
 JOB = "store-lost-mid-incident"
 WORLD = 6
@@ -101,7 +102,7 @@ def test_a_store_that_dies_mid_incident_leaves_a_local_verdict_naming_the_lost_h
     four = IncidentRunner(_rank(4, server, tmp_path, raiser_recorder, gather_seconds=4.0), ProgressTracker())
     five = IncidentRunner(_rank(5, server, tmp_path, lambda: job.dump(5), gather_seconds=4.0), ProgressTracker())
     began = time.monotonic()
-    raised = four.raise_incident("stall", deadline=began + 20)
+    raised = four.raise_incident(Trigger.requested("stall"), deadline=began + 20)
     joined = five.join_open()
     assert raised is not None and len(joined) == 1
     assert wait_for(lambda: beats.arrived(1) >= 1, 10, 0.05), "rank 5 never sent its recorder"

@@ -13,6 +13,7 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 
 from support.node_ranks import node_rank
 
+from fr_otel.agent.links.node_leader import Contact
 from fr_otel.agent.incident.runner import IncidentRunner
 from fr_otel.agent.links.node_channel import NodeChannel
 from fr_otel.agent.observe.poller import ProgressTracker
@@ -83,4 +84,4 @@ def test_a_slow_store_call_of_the_leader_keeps_its_ranks_relayed(tmp_path: Path)
         os.kill(server.pid, signal.SIGCONT)
         polling.join(10)
         assert not polling.is_alive()
-        assert len(modes) >= 6 and set(modes) == {"relayed"}, modes
+        assert len(modes) >= 6 and set(modes) == {Contact.RELAYED}, modes

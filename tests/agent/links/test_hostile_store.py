@@ -32,6 +32,7 @@ from fr_otel.agent.observe.poller import ProgressTracker
 from fr_otel.agent.observe.state import GroupStatus
 from fr_otel.agent.incident.gather import read_heartbeats
 from fr_otel.common.ids import trace_id_for
+from fr_otel.incident.trigger import SeenStall, Trigger
 
 WORLD = 4
 
@@ -178,6 +179,18 @@ def _runner(tmp_path: Path, port: int, rank: int, **config: Any) -> IncidentRunn
 _MEANT = {"rank": 0, "reason": "stall", "pg_name": "0", "seq": 7}
 
 
+def _stall(seq: int) -> Trigger:
+    """A trigger for a stall on group 0 at ``seq``, in the words of a test."""
+    return dataclasses.replace(Trigger.requested("test"), stall=SeenStall("0", seq))
+
+
+def _record(k: int, record: dict[str, object]) -> Trigger:
+    """Incident ``k``'s owner ``record`` as the trigger a raiser claims with."""
+    trigger = Trigger.from_record(k, record)
+    assert trigger is not None
+    return trigger
+
+
 def test_forged_incident_owners_are_never_joined_and_each_kind_is_said_once(
         tmp_path: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
     """30 owner keys no raiser wrote (garbage, a rank outside the job, this very rank, dated an hour ahead, and
@@ -195,7 +208,7 @@ def test_forged_incident_owners_are_never_joined_and_each_kind_is_said_once(
     assert member._taken == 0 and not list(tmp_path.glob("rank1/*/fr_trace_rank_1"))
     lines = _forgery_lines(caplog)
     assert len(lines) == 5, lines
-    done = raiser.raise_incident("test", {"pg_name": "0", "seq": 7})
+    done = raiser.raise_incident(_stall(7))
     assert done is not None and raiser._known == 31
     joined = member.join_open()
     assert len(joined) == 1 and member._known == 31 and member._taken == 1
@@ -212,7 +225,7 @@ def test_the_incident_cap_holds_for_incidents_joined_from_the_store_and_from_a_n
     raiser = _runner(tmp_path, port, 0, max_incidents=5)
     for seq in (7, 8, 9):
         raiser._memory.covered.clear()
-        assert raiser.raise_incident("test", {"pg_name": "0", "seq": seq}) is not None
+        assert raiser.raise_incident(_stall(seq)) is not None
     member = _runner(tmp_path, port, 1, max_incidents=2)
     assert len(member.join_open()) == 2 and member._taken == 2
     member.join_open()
@@ -234,13 +247,13 @@ def test_a_join_whose_verdict_never_comes_does_not_hold_up_this_rank_s_own_incid
     incident's folder within seconds, not after the join's whole budget of waiting for a verdict."""
     ghost = _runner(tmp_path, port, 0)
     meta = {"rank": 0, "reason": "stall", "time_ns": time.time_ns(), "pg_name": "0", "seq": 7}
-    won, _ = ghost.me.channel.claim(1, meta)  # the claim and its mark, and nothing after
+    won, _ = ghost.me.channel.claim(_record(1, meta))  # the claim and its mark, and nothing after
     assert won
     member = _runner(tmp_path, port, 1, gather_seconds=30.0)
     assert len(member.join_open()) == 1
     time.sleep(1.0)  # its part is sent: it waits for the verdict now
     began = time.monotonic()
-    assert member.raise_incident("test", {"pg_name": "0", "seq": 8}) is not None and member._known == 2
+    assert member.raise_incident(_stall(8)) is not None and member._known == 2
     mine = dump_path(member.me, f"{trace_id_for(member.me.job_id, '2'):032x}")
     while not mine.exists() and time.monotonic() - began < 20:
         time.sleep(0.1)
@@ -259,7 +272,7 @@ def test_a_forged_hang_verdict_ends_no_rank_whose_own_collectives_move_on(tmp_pa
     the collective it had in flight completed: it does not end, however long it waits. Only its own evidence
     (that collective still in flight past the abort age) would end it."""
     ghost = _runner(tmp_path, port, 0)
-    won, _ = ghost.me.channel.claim(1, {**_MEANT, "time_ns": time.time_ns()})
+    won, _ = ghost.me.channel.claim(_record(1, {**_MEANT, "time_ns": time.time_ns()}))
     assert won
     member = _runner(tmp_path, port, 1, on_hang="abort", abort_after_seconds=0.5)
     assert member.abort is not None

@@ -38,7 +38,7 @@ from fr_otel.agent.config import AgentConfig
 from fr_otel.agent.serve.health import HealthTracker
 from fr_otel.agent.links.host_map import HostMapKeeper
 from fr_otel.agent.incident.rank import IncidentRank
-from fr_otel.agent.links.node_leader import answer_need
+from fr_otel.agent.incident.relay import answer_need
 from fr_otel.agent.incident.gather import complete_from_nodes, gather
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.incident.pipeline import IncidentPlan, IncidentResult, run_incident

@@ -18,7 +18,8 @@ from support.scale_job import Fault, host_of, layout_for, payload_for
 
 from fr_otel.agent.links.channel import IncidentChannel
 from fr_otel.agent.links.node_channel import STALE_POLLS, NodeChannel
-from fr_otel.agent.links.node_leader import NodeRole, send_summary, wait_until_sent
+from fr_otel.agent.incident.relay import send_summary, wait_until_sent
+from fr_otel.agent.links.node_leader import Contact, NodeRole
 from fr_otel.common.ports import unused_tcp_port
 from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.rank_process import RankProcess
@@ -57,20 +58,20 @@ def test_a_node_makes_one_store_request_per_poll_and_its_ranks_none_while_their_
     """Leader and 3 ranks poll 20 times: the leader checks for incidents and beats for all 4 in turn; the others read its board."""
     server, port = _store()
     roles = _roles(tmp_path / "node", port, range(4))
-    modes: dict[int, list[str]] = {r.rank: [] for r, _ in roles}
+    modes: dict[int, list[Contact]] = {r.rank: [] for r, _ in roles}
     for _ in range(20):
         for role, _ in roles:
             mode = role.poll(time.time_ns())
             modes[role.rank].append(mode)
-            if role.leader and mode == "owner":
+            if role.leader and mode is Contact.OWNER:
                 role.channel.owner(1)  # what the runner does on an incident check
             if role.leader:
                 role.publish_board()
         time.sleep(POLL)
     _, counted = roles[0]
-    assert modes[0] == ["owner", "beat"] * 10
+    assert modes[0] == [Contact.OWNER, Contact.BEAT] * 10
     assert counted.requests == 20 + 2  # one per poll, plus registering the node once (its number, claimed)
-    assert all(set(modes[r]) == {"relayed"} for r in (1, 2, 3))
+    assert all(set(modes[r]) == {Contact.RELAYED} for r in (1, 2, 3))
     assert all(c.requests == 0 for _, c in roles[1:])
     beat = roles[1][0].channel.node_heartbeats(4)
     assert list(beat) == [1] and beat[1]["host"] == "node-a" and set(beat[1]["ranks"]) == {"0", "1", "2", "3"}
@@ -85,7 +86,7 @@ def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_poll
     for _ in range(3):
         leader.poll(time.time_ns())
         leader.publish_board()
-        assert member.poll(time.time_ns()) == "relayed"
+        assert member.poll(time.time_ns()) is Contact.RELAYED
         time.sleep(poll)
     leader.poll(time.time_ns())
     leader.publish_board()
@@ -93,12 +94,12 @@ def test_ranks_whose_leader_stops_polling_go_back_to_the_store_within_a_few_poll
     for _ in range(2 * STALE_POLLS + 2):  # the leader is silent now
         time.sleep(poll)
         modes.append(member.poll(time.time_ns()))
-    assert modes[0] == "relayed" and modes[-1] == "flat"
-    assert modes.index("flat") <= STALE_POLLS + 1
+    assert modes[0] is Contact.RELAYED and modes[-1] is Contact.FLAT
+    assert modes.index(Contact.FLAT) <= STALE_POLLS + 1
     assert not member.relayed()
     leader.poll(time.time_ns())
     leader.publish_board()
-    assert member.poll(time.time_ns()) == "relayed"
+    assert member.poll(time.time_ns()) is Contact.RELAYED
     del server
 
 
@@ -216,7 +217,7 @@ class ConcludingStore(CountingStore):
 def test_a_whole_recorder_sent_as_the_verdict_comes_out_is_taken_back(tmp_path: Path) -> None:
     """The verdict comes out (and the coordinator's one clean-up runs) while the leader sends rank 1's whole
     recorder: the leader sees the verdict after sending and deletes what it sent, so nothing stays."""
-    from fr_otel.agent.links.node_leader import answer_need
+    from fr_otel.agent.incident.relay import answer_need
 
     server, port = _store()
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))

@@ -1,4 +1,5 @@
-"""Who this process is: host, pid, local rank and the scheduler's node name, as the agent reports them.
+"""Who this process is: host, pid, local rank and the scheduler's node name, as the agent reports them; how many
+ranks share its node and the node's number, as the launcher says.
 
 The socket host name is what DCGM and node exporters label their metrics with (so joins
 work); Slurm's ``SLURMD_NODENAME`` is what people type into ``scontrol``/``sinfo``, and in Kubernetes (where
@@ -18,7 +19,7 @@ from ...common.names import host_name
 from ...read.rank_process import RankProcess
 from ..config import FR_OTEL_NODE_NAME
 
-__all__ = ["this_process"]
+__all__ = ["local_world_size", "node_number", "this_process"]
 
 
 def this_process(local_rank: int | None, environ: Mapping[str, str] | None = None) -> RankProcess:
@@ -26,3 +27,21 @@ def this_process(local_rank: int | None, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     node = host_name(env.get("SLURMD_NODENAME")) or host_name(env.get(FR_OTEL_NODE_NAME, "").strip())
     return RankProcess(host=socket.gethostname(), pid=os.getpid(), local_rank=local_rank, source="agent", node=node)
+
+
+def local_world_size(environ: Mapping[str, str]) -> int | None:
+    """How many ranks run on this node: torchrun's LOCAL_WORLD_SIZE, else Slurm's tasks per node."""
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        raw = environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return None
+
+
+def node_number(environ: Mapping[str, str]) -> str:
+    """This node's number in the job: torchrun's GROUP_RANK, else Slurm's SLURM_NODEID; "" when neither says."""
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        raw = environ.get(name, "").strip()
+        if raw.isascii() and raw.isdigit():
+            return raw
+    return ""

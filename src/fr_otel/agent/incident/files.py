@@ -28,7 +28,7 @@ from ...read.rank_map import RANKS_FILE
 from ...read.steps import STEPS_FILE
 from ..serve.health import run_guarded
 from .rank import IncidentRank
-from ..links.node_leader import local_world_size
+from ..guest.process_identity import local_world_size
 from ..links.store_link import StoreUnavailable
 
 __all__ = ["FILES", "MAX_FILES_BYTES", "MAX_FILES_INFLATED", "fetch_files_later", "publish_files"]

@@ -20,7 +20,7 @@ only came compact.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,8 @@ from .rank import IncidentRank
 from ..observe.payload import decode_payload
 from ..links.store_link import StoreUnavailable
 
-__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "complete_from_nodes", "gather", "read_heartbeats"]
+__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "add_side_facts", "complete_from_nodes", "gather",
+           "read_heartbeats"]
 
 #: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
 SILENT_POLLS = 3
@@ -112,16 +113,27 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
     if gone:
         problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
                         "(stuck with the GIL held, cut off, or dead)")
-    read.side.processes = dict(me.hosts.processes)
-    for rank, host in node_hosts.items():
-        read.side.processes.setdefault(rank, RankProcess(host=host, source="node heartbeat"))
-    read.side.world_size = world
-    read.side.last_heard = dict(heard)
-    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in heard}  # their step at that beat
-    read.side.store_host = me.hosts.store_host
-    silent_hosts = {read.side.processes[r].host for r in gone if r in read.side.processes}
-    read.side.network = me.network_now({h for h in silent_hosts if h})
+    add_side_facts(me, read, node_hosts)
     return out
+
+
+def add_side_facts(me: IncidentRank, read: ReadResult, node_hosts: Mapping[int, str] | None = None,
+                   store_lost_since_ns: int | None = None) -> None:
+    """What the recorders cannot say, for every way of gathering them (the store, node leaders, a node on its
+    own): where every rank runs (the host map, then the host its node's heartbeat names), the job's size,
+    when each rank was last heard from and in which step (the heartbeats read, before the store went if it
+    did), the store's host, and the network as this node sees it now (probing the hosts of the ranks that
+    sent nothing; ``store_lost_since_ns``: see :meth:`.rank.IncidentRank.network_now`)."""
+    side = read.side
+    side.processes = dict(me.hosts.processes)
+    for rank, host in (node_hosts or {}).items():
+        side.processes.setdefault(rank, RankProcess(host=host, source="node heartbeat"))
+    side.world_size = me.world_size
+    side.last_heard = dict(me.channel.heard)
+    side.last_step = {r: s for r, s in me.channel.steps.items() if r in side.last_heard}  # their step at that beat
+    side.store_host = me.hosts.store_host
+    silent = {side.processes[r].host for r in range(me.world_size) if r not in read.dumps and r in side.processes}
+    side.network = me.network_now({h for h in silent if h}, store_lost_since_ns)
 
 
 class _Summaries:

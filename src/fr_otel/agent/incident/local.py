@@ -29,13 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from ...common.log import logger
-from ...common.files import atomic_write
-from ...common.ids import trace_id_for
+from ...common.files import atomic_write, read_regular
+from ...common.ids import trace_hex_for
 from ...common.ranks import compress_ranks
 from ...read.reader import ReadResult
 from .rank import IncidentRank, dump_path
-from .part import CONCLUDE_RESERVE_S, conclude
-from ..observe.payload import decode_payload
+from ...incident.trigger import Trigger
+from ..observe.payload import MAX_PAYLOAD_BYTES, decode_payload
+from .conclude import CONCLUDE_RESERVE_S, conclude
+from .gather import add_side_facts
 
 __all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
 
@@ -46,20 +48,21 @@ _POLL_S = 0.05
 log = logger("fr_otel.agent")
 
 
-def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: float,
+def take_part_locally(me: IncidentRank, trigger: Trigger, deadline: float,
                       part: tuple[bytes, bool]) -> dict[str, Any] | None:
-    """This rank's part in incident ``k`` of its node, without the store (``part``: its
+    """This rank's part in the incident of its node, without the store (``part``: its
     :func:`~.part.own_part`); the node's verdict too when it coordinates here: the rank
     that raised the incident if it runs on this node (it may have started through the store and
     seen it go), else the first of the node to claim. Returns the node's verdict summary where it concluded here."""
+    k = trigger.number
     went_local_ns = time.time_ns()  # the store does not answer this node (else it would not be here)
-    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
+    trace_hex = trace_hex_for(me.job_id, str(k))
     folder = dump_path(me, trace_hex).parent
     payload, written = part
     with me.health.guard("leaving the recorder for this node's coordinator"):
         atomic_write(folder / LOCAL_PAYLOAD.format(me.rank), payload, mkdir=True)
     me.hosts.from_disk()
-    raiser = meta.get("rank")
+    raiser = trigger.raised_by
     lock = folder / f".local_{me.process.host or me.rank}.lock"
     if raiser != me.rank and raiser in _local_ranks(me):
         # The raiser runs here and read the heartbeats: it reports this node's part, once it has
@@ -70,9 +73,8 @@ def take_part_locally(me: IncidentRank, k: int, meta: dict[str, Any], deadline: 
     if not _claim(lock):
         return None
     evidence = _gather_local(me, folder, deadline)
-    silent = {p.host for r, p in me.hosts.processes.items() if r not in evidence.dumps and p.host}
-    evidence.side.network = me.network_now(silent, went_local_ns)
-    return conclude(me, k, {**meta, "rank": me.rank}, evidence, trace_hex, deadline, dump_written=written, local=True)
+    add_side_facts(me, evidence, store_lost_since_ns=went_local_ns)
+    return conclude(me, trigger, evidence, trace_hex, deadline, dump_written=written, local=True)
 
 
 def _claim(path: Path) -> bool:
@@ -91,7 +93,7 @@ def _local_ranks(me: IncidentRank) -> list[int]:
 
 
 def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult:
-    """This node's ranks' payloads from the folder (waiting, bounded, for each), with the host map."""
+    """This node's ranks' payloads from the folder (waiting, bounded, for each)."""
     ranks = _local_ranks(me)
     until = min(time.monotonic() + me.config.gather_seconds, deadline - CONCLUDE_RESERVE_S)
     paths = {r: folder / LOCAL_PAYLOAD.format(r) for r in ranks}
@@ -101,7 +103,7 @@ def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult
     read = ReadResult(problems=problems)
     for rank, path in paths.items():
         try:
-            payload = path.read_bytes()
+            payload = read_regular(path, MAX_PAYLOAD_BYTES, follow_links=False)  # planted there? refused
         except OSError:
             continue
         dump = decode_payload(payload, rank, f"rank {rank} (this node)", problems)
@@ -115,9 +117,4 @@ def _gather_local(me: IncidentRank, folder: Path, deadline: float) -> ReadResult
     if others:
         problems.append(f"the job's store is unreachable from here: the other {others} rank(s) of the job "
                         "could not be asked for their recorders")
-    read.side.processes = dict(me.hosts.processes)
-    read.side.world_size = me.world_size
-    read.side.store_host = me.hosts.store_host
-    read.side.last_heard = dict(me.channel.heard)  # read before the store went, if this rank coordinated then
-    read.side.last_step = {r: s for r, s in me.channel.steps.items() if r in read.side.last_heard}
     return read

@@ -18,9 +18,9 @@ never name their ops, so a retired send would pass for progress.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
 from ..observe.state import GroupStatus
 
@@ -44,7 +44,7 @@ class IncidentMemory:
         #: no new incident for them, but no sequel either (this rank took no part).
         self._concluded_stalls: set[tuple[str, int]] = set()
 
-    def took_part(self, statuses: Iterable[GroupStatus], meta: Mapping[str, Any]) -> None:
+    def took_part(self, statuses: Iterable[GroupStatus], trigger: Trigger) -> None:
         """This rank takes part in an incident: what is stuck now is that incident's business, and so is the
         collective it was raised for, which this rank may not have entered yet."""
         self.last_taken_part = time.monotonic()
@@ -53,19 +53,24 @@ class IncidentMemory:
             self._completed_then[g.name] = g.completed
             if g.inflight_seq is not None:
                 self.covered.add((g.name, g.inflight_seq))
-        stalled = _stall_of(meta)
+        stalled = _stall_of(trigger)
         if stalled is not None:
             self.covered.add(stalled)
 
-    def saw_concluded(self, meta: Mapping[str, Any]) -> None:
-        """An incident this rank did not take part in, concluded already (its owner record ``meta``). Raised
-        during this run (not an earlier run's leftover in the store), the collective it was raised for is not
-        raised again: a rank that looks only after the verdict, late under load, raises no second incident."""
-        when = meta.get("time_ns")
-        if type(when) is int and (self._concluded_raised_ns is None or when > self._concluded_raised_ns):
+    def cover(self, key: tuple[str, int | None]) -> None:
+        """No incident for the stall on (group, seq) ``key``: it is the job ending, not a hang."""
+        if key[1] is not None:
+            self.covered.add((key[0], key[1]))
+
+    def saw_concluded(self, trigger: Trigger) -> None:
+        """An incident this rank did not take part in, concluded already. Raised during this run (not an earlier
+        run's leftover in the store), the collective it was raised for is not raised again: a rank that looks
+        only after the verdict, late under load, raises no second incident."""
+        when = trigger.time_ns
+        if self._concluded_raised_ns is None or when > self._concluded_raised_ns:
             self._concluded_raised_ns = when
-        stalled = _stall_of(meta)
-        if stalled is not None and type(when) is int and when >= self._started_ns:
+        stalled = _stall_of(trigger)
+        if stalled is not None and when >= self._started_ns:
             self._concluded_stalls.add(stalled)
 
     def covers(self, key: tuple[str, int | None]) -> bool:
@@ -73,9 +78,9 @@ class IncidentMemory:
         this run for it that concluded before this rank looked."""
         return key in self.covered or key in self._concluded_stalls
 
-    def covers_record(self, meta: Mapping[str, Any]) -> bool:
-        """:meth:`covers` the stall a detection (or owner) record names."""
-        stalled = _stall_of(meta)
+    def covers_trigger(self, trigger: Trigger) -> bool:
+        """:meth:`covers` the stall ``trigger`` names."""
+        stalled = _stall_of(trigger)
         return stalled is not None and self.covers(stalled)
 
     def unresolved(self, statuses: Iterable[GroupStatus]) -> bool:
@@ -110,7 +115,7 @@ class IncidentMemory:
                 or (aftermath and (not self.progressed(groups, failed) or recent)))
 
 
-def _stall_of(meta: Mapping[str, Any]) -> tuple[str, int] | None:
-    """The (group, seq) an incident's owner record says it was raised for (a stall's), if any."""
-    group, seq = meta.get("pg_name"), meta.get("seq")
-    return (group, seq) if isinstance(group, str) and type(seq) is int else None
+def _stall_of(trigger: Trigger) -> tuple[str, int] | None:
+    """The (group, seq) an incident was raised for (a stall's), if any."""
+    s = trigger.stall
+    return (s.pg_name, s.seq) if s is not None and s.seq is not None else None  # s.key, its seq known

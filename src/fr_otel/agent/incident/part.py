@@ -1,17 +1,12 @@
-"""One rank's part in an incident, and the raiser's extra part: the verdict and the trace.
+"""One rank's part in an incident: its recorder written beside the others', a copy sent to the coordinator.
 
 Every rank: pull its recorder (torch's full pickle), write it as
 ``<dump dir>/<trace id>/fr_trace_rank_<global rank>`` (the bytes torch returns, the name
 NCCL's automatic dumps use, so ``fr-otel analyze`` reads the folder as is), and send the
-raiser a trimmed copy with true membership through the store.
-
-The raiser (the coordinator): wait, bounded, until every rank sent its copy (ranks that
-exited earlier left one at exit), then hand them to the incident pipeline
-(:mod:`fr_otel.incident.pipeline`) for one verdict and one trace: the verdict as root, each
-rank's spans under its own resource, one span per collective that every rank's entry links
-to. One process builds and exports every span, so each arrives exactly once and every link
-resolves; a collector that is down leaves a spool file (``fr-otel replay``). Everything is
-bounded by a deadline.
+coordinator a trimmed copy with true membership: through its node's leader (:mod:`.relay`) or the
+store. The raiser then coordinates (:mod:`.conclude`); every other rank waits, bounded, for the verdict,
+and a node's first rank fetches the incident's files for its node (:mod:`.files`). Everything is bounded
+by a deadline.
 """
 
 from __future__ import annotations
@@ -19,34 +14,28 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from contextlib import suppress
+from typing import Any
 
 from ...common.files import atomic_write, own_folder
-from ...common.ids import trace_id_for
+from ...common.ids import trace_hex_for
 from ...common.log import logger
-from ...common.ranks import compress_ranks
 from ...common.text import one_line
-from ...incident.sinks import sink_for
+from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
-from ...read.incident_file import DETECTED_KEYS, DETECTED_PREFIX, REASON_ATTRIBUTE
-from ...read.reader import ReadResult
-from ...trace.options import TraceOptions
-from .rank import IncidentRank, dump_path
-from .files import fetch_files_later, publish_files
-from ..links.node_leader import send_summary, wait_until_sent
-from ..observe.payload import encode_payload, entries_per_group
-from ...common.gc_pause import gc_paused
 from ..guest.stack_capture import capture_stacks
 from ..guest.step_counter import COUNTER
-from .gather import Gathered, complete_from_nodes, gather
 from ..links.store_link import StoreUnavailable
+from ..observe.payload import encode_payload, entries_per_group
+from .conclude import CONCLUDE_RESERVE_S, coordinate
+from .files import fetch_files_later, publish_files
+from .gather import read_heartbeats
+from .local import take_part_locally
+from .rank import IncidentRank, dump_path, incident_budget_s
+from .relay import send_summary, wait_until_sent
 
-if TYPE_CHECKING:
-    from ...diagnosis.verdict import Culprit
-
-__all__ = ["CONCLUDE_RESERVE_S", "COORDINATOR_S_PER_RANK", "Ended", "incident_budget_s", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "conclude", "coordinate",
-           "flush_incident", "own_part", "publish_final", "send_part"]
+__all__ = ["Ended", "FINAL_ENTRIES", "LEADER_WAIT_POLLS", "await_verdict", "flush_incident", "own_part",
+           "publish_final", "send_part", "take_part"]
 
 
 log = logger("fr_otel.agent")
@@ -73,19 +62,45 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
                           failed=failed), written
 
 
-#: What an incident's end leaves a rank: the verdict's summary as it knows it (the store's result shape;
+#: What an incident's end leaves a rank: the verdict's summary as it knows it (:func:`fr_otel.incident.summary.verdict_summary`;
 #: None when it never learnt it) and the threads still writing this node's copy of the incident's files.
 Ended = tuple[dict[str, Any] | None, tuple[threading.Thread, ...]]
 
 
-def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, deadline: float,
+def take_part(me: IncidentRank, trigger: Trigger, owner: bool, local: bool, deadline: float,
+              failed: tuple[FailedCollective, ...], preempted: Callable[[], bool] | None = None) -> Ended:
+    """This rank's part in the incident: through the store while it answers; when it fails during the
+    incident (its host went with the fault), this node's part without it, same number (:mod:`.local`).
+    ``failed``: the collectives a failure ended here; ``preempted``: see :func:`flush_incident`."""
+    k = trigger.number
+    trace_hex = trace_hex_for(me.job_id, str(k))
+    me.channel.forget_heard()  # a local verdict says only what was heard during this incident
+    if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
+        with me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
+            read_heartbeats(me)  # node leaders' heartbeats too
+    part = own_part(me, trace_hex, failed)
+    me.health.incident(trace_hex)
+    if not local:
+        try:
+            return flush_incident(me, trigger, owner, deadline, part, preempted=preempted)
+        except StoreUnavailable as exc:
+            log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
+                        k, one_line(exc, 200))
+            if me.node is not None:
+                with me.health.guard("telling this node's ranks"):
+                    me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
+    return take_part_locally(me, trigger, deadline, part), ()
+
+
+def flush_incident(me: IncidentRank, trigger: Trigger, owner: bool, deadline: float,
                    part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> Ended:
-    """This rank's part in incident ``k`` through the store (``part``: :func:`own_part`'s); the
+    """This rank's part in the incident through the store (``part``: :func:`own_part`'s); the
     coordinator's too when ``owner``. Raises :class:`~..links.store_link.StoreUnavailable` when the store fails before
     the verdict: the caller then reports this node's part without it (:mod:`.local`). A member
     stops waiting for the verdict once ``preempted()`` says other incident work waits. Returns the verdict's
     summary as this rank knows it (None: not known here) and this node's file fetch, if one runs."""
-    trace_hex = f"{trace_id_for(me.job_id, str(k)):032x}"
+    k = trigger.number
+    trace_hex = trace_hex_for(me.job_id, str(k))
     payload, written = part
     try:
         send_part(me, k, payload, deadline)
@@ -95,7 +110,7 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
         me.health.error("sending the recorder to the incident's coordinator", exc)
     folder = dump_path(me, trace_hex).parent
     if owner:
-        gathered, result = coordinate(me, k, meta, trace_hex, deadline, dump_written=written)
+        gathered, result = coordinate(me, trigger, trace_hex, deadline, dump_written=written)
         with me.health.guard("publishing the verdict"):
             me.channel.set_result(k, result)
             if not gathered.asked:
@@ -107,37 +122,6 @@ def flush_incident(me: IncidentRank, k: int, meta: dict[str, Any], owner: bool, 
         return result, ()
     fetch = fetch_files_later(me, k, folder, incident_budget_s(me) + 5) if me.hosts.leader else None
     return await_verdict(me, k, deadline, preempted), (fetch,) if fetch is not None else ()
-
-
-def coordinate(me: IncidentRank, k: int, meta: dict[str, Any], trace_hex: str, deadline: float, *,
-               dump_written: bool = True) -> tuple[Gathered, dict[str, Any]]:
-    """The coordinator's gathering and verdict for incident ``k`` (returns what was gathered and the
-    verdict's summary), with the cyclic GC paused throughout: at 16k ranks it rescans the growing heap
-    of decoded recorders again and again (40 % of the decoding's CPU, a third of the analysis'). The
-    pause is bounded by the incident's deadline, and only cyclic garbage waits for it (reference
-    counting frees the rest)."""
-    slow = meta.get("slow_ranks")
-    expected = [r for r in slow if isinstance(r, int)] if isinstance(slow, list) else []
-    with gc_paused():
-        gathered = gather(me, k, deadline, expected)
-        result = conclude(me, k, meta, gathered.evidence, trace_hex, deadline, dump_written=dump_written,
-                          complete=partial(complete_from_nodes, me, k, gathered, deadline))
-    return gathered, result
-
-
-#: What a local verdict needs after the store is found gone: its own node's gathering and the pipeline.
-CONCLUDE_RESERVE_S = 3.0
-#: The coordinator's own work per rank of the job (decoding, the job model, the analysis: 0.31-0.35 ms
-#: on a core of its own from 16k to 100k ranks, bench/README.md), with room for a busy host.
-COORDINATOR_S_PER_RANK = 0.001
-
-
-def incident_budget_s(me: IncidentRank) -> float:
-    """How long one incident's work may take (the gathering, the coordinator's own work, the export, a
-    margin): the bound every rank of it holds its store calls and its wait for the verdict to. It grows with
-    the job: a fixed 30 s cut a 100k-rank coordinator off mid-analysis (its work alone is ~35 s there), so
-    its verdict, files and whole-recorder request never reached the store."""
-    return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5
 
 
 def await_verdict(me: IncidentRank, k: int, deadline: float,
@@ -200,79 +184,6 @@ def send_part(me: IncidentRank, k: int, payload: bytes, deadline: float) -> None
 
 #: How many polls a node leader waits for its ranks' payloads (they see the incident on the next one).
 LEADER_WAIT_POLLS = 2
-
-
-def conclude(me: IncidentRank, k: int, meta: dict[str, Any], evidence: ReadResult, trace_hex: str, deadline: float,
-             *, dump_written: bool = True, local: bool = False,
-             complete: Callable[..., bool] | None = None) -> dict[str, Any]:
-    """The incident pipeline over the gathered evidence: verdict, trace, files beside the dumps, one
-    log line; returns the verdict's summary (what the store's result key holds)."""
-    # The analysis loads only when an incident happens.
-    from ...diagnosis.hosts import LOST_STATES
-    from ...diagnosis.restart import calls_for_restart, hosts_to_exclude
-    from ...incident.pipeline import IncidentPlan, run_incident
-
-    root = [
-        ("fr_otel.incident.number", k),
-        (REASON_ATTRIBUTE, str(meta.get("reason", ""))),
-        ("fr_otel.incident.raised_by", int(meta.get("rank", me.rank))),
-    ]
-    if local:
-        root.append(("fr_otel.incident.local_to", me.process.host or ""))
-    root.extend((DETECTED_PREFIX + key, meta[key]) for key in DETECTED_KEYS if key in meta)
-    folder = dump_path(me, trace_hex).parent
-    mine = False  # files beside the dumps: only into a folder that is really ours
-    with me.health.guard("checking the incident's folder"):
-        own_folder(folder)
-        mine = True
-    remaining = max(deadline - time.monotonic(), 1.0)
-    options = TraceOptions(job_id=me.job_id, incident=str(k), root_attributes=tuple(root),
-                           root_key=f"local/{me.process.host}" if local else "")
-    plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir),
-                        files_to=folder if mine else None, deadline_s=min(remaining, me.export_config.timeout_s),
-                        complete=partial(complete, options=options) if complete is not None else None)
-    result = run_incident(evidence, plan)
-    trace, outcome, verdict = result.trace, result.outcome, result.verdict
-    assert trace is not None and outcome is not None
-    if not outcome.ok:
-        me.health.export_failed()
-    if result.files_error:
-        log.warning("incident %d: %s", k, result.files_error)
-    culprits = ", ".join(_brief(c) for c in verdict.culprits[:8]) or "none named"
-    gone = [h.sentence() for h in verdict.hosts if h.state in LOST_STATES]
-    if gone:
-        culprits = f"{'; '.join(gone[:4])}; {culprits}"
-    if verdict.stop_order is not None and verdict.stop_order.sentence():
-        culprits += f" ({verdict.stop_order.sentence()})"
-    away = [f"{h.host} (ranks {compress_ranks(h.missing)})" for h in verdict.hosts if h.state == "unreachable"]
-    if away:
-        culprits += f"; unreachable from here, not culprits: {', '.join(away[:6])}"
-    exclude = hosts_to_exclude(verdict)
-    if exclude:
-        me.health.exclude(k, exclude)
-        culprits += f"; leave out next time: {', '.join(exclude[:8])} (exclude-hosts.txt)"
-    where = outcome.describe(len(trace.spans), me.export_config)
-    dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
-    scope = f"local to {me.process.host}, " if local else ""
-    log.warning("incident %d (%s%s, raised by rank %s): %s; culprits: %s; %d of %d ranks' recorders; trace %s %s; %s",
-                k, scope, meta.get("reason", "?"), meta.get("rank", "?"), verdict.verdict, culprits,
-                len(evidence.dumps), me.world_size, trace_hex, where, dumps)
-    return {"verdict": str(verdict.verdict), "trace_id": trace_hex, "culprits": [c.rank for c in verdict.blamed],
-            "export": str(outcome.status), "spans_rejected": outcome.result.spans_rejected if outcome.result else 0,
-            "hang": calls_for_restart(verdict), "exclude_hosts": list(exclude)}
-
-
-def _brief(c: Culprit) -> str:
-    """``rank 2 (not_enqueued, host vm, step 20) at vm:4242 in time.sleep at train.py:27 in main``; a rank
-    that counted no step of its own (no dump: lost, frozen) gets the step of the collective it is blamed in."""
-    step = c.step if c.step is not None else c.collective_step
-    parts = [c.kind] + ([f"host {c.host}"] if c.host else []) + ([f"step {step}"] if step is not None else [])
-    text = f"rank {c.rank} ({', '.join(parts)})"
-    if c.process is not None and c.process.known:
-        text += f" at {c.process.address}"
-    if c.now is not None and c.now.where is not None:
-        text += f" {c.now.describe()}"
-    return text
 
 
 #: Entries per group in a rank's exit copy: every rank leaves one, so it stays small (~KBs).

@@ -23,9 +23,13 @@ from ..links.node_leader import NodeRole
 from ..links.reachability import network_facts
 from ..observe.recorder import GroupInfo
 
-__all__ = ["DUMP_FILE_PREFIX", "IncidentRank", "dump_path", "dump_root", "node_dump_folders"]
+__all__ = ["COORDINATOR_S_PER_RANK", "DUMP_FILE_PREFIX", "IncidentRank", "dump_path", "dump_root", "incident_budget_s",
+           "node_dump_folders"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
+#: The coordinator's own work per rank of the job (decoding, the job model, the analysis: 0.31-0.35 ms
+#: on a core of its own from 16k to 100k ranks, bench/README.md), with room for a busy host.
+COORDINATOR_S_PER_RANK = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +81,11 @@ def node_dump_folders(config: AgentConfig) -> list[Path]:
 
 def dump_path(me: IncidentRank, trace_hex: str) -> Path:
     return dump_root(me.config) / trace_hex / f"{DUMP_FILE_PREFIX}{me.rank}"
+
+
+def incident_budget_s(me: IncidentRank) -> float:
+    """How long one incident's work may take (the gathering, the coordinator's own work, the export, a
+    margin): the bound every rank of it holds its store calls and its wait for the verdict to. It grows with
+    the job: a fixed 30 s cut a 100k-rank coordinator off mid-analysis (its work alone is ~35 s there), so
+    its verdict, files and whole-recorder request never reached the store."""
+    return me.config.gather_seconds + me.world_size * COORDINATOR_S_PER_RANK + me.export_config.timeout_s + 5

@@ -2,11 +2,12 @@
 
 Incident numbers are agreed through the store (:mod:`..links.channel`): the first rank to claim
 number k raises it, every other rank sees it on its next poll and takes part. The work
-itself (dump file, copy to the coordinator, and on the raiser the verdict and the trace:
-:mod:`.part`) runs on one daemon worker thread (:mod:`.worker`), so neither the poll
+itself (dump file, copy to the coordinator: :mod:`.part`; on the raiser the verdict and the trace:
+:mod:`.conclude`) runs on one daemon worker thread (:mod:`.worker`), so neither the poll
 nor the training thread waits for it unless it asks to (:meth:`IncidentRunner.flush`, bounded).
-The runner knows of the agent only what an incident needs
-(:class:`~.part.IncidentRank`) and the tracker, to tell a stall an incident
+Each incident's cause is a typed :class:`~fr_otel.incident.trigger.Trigger`, built when this rank raises
+and read back from the store's owner record when it joins. The runner knows of the agent only what an
+incident needs (:class:`~.rank.IncidentRank`) and the tracker, to tell a stall an incident
 already covers from a new one.
 
 Owner records a raiser of this job did not write are skipped, never joined (:mod:`..links.store_trust`);
@@ -23,23 +24,21 @@ import time
 from contextlib import suppress
 from typing import Any
 
-from ...common.ids import trace_id_for
+from ...common.gc_pause import gc_paused
 from ...common.log import logger
-from ...common.text import one_line
+from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
 from ..guest.failure import collective_failure, failed_collectives
-from .memory import IncidentMemory
-from .rank import IncidentRank
-from .worker import IncidentQueue
-from ..hang_abort import HangAbort, stuck_collectives
-from .part import Ended, flush_incident, incident_budget_s, own_part, publish_final
-from .local import take_part_locally
-from ..observe.poller import ProgressTracker, Stall
-from ...common.gc_pause import gc_paused
 from ..guest.step_counter import COUNTER
-from .gather import read_heartbeats
+from ..hang_abort import HangAbort, stuck_collectives
+from ..links.node_leader import Contact
 from ..links.store_link import StoreUnavailable
-from ..links.store_trust import describe_owner, owner_problem, stall_detail
+from ..links.store_trust import owner_problem
+from ..observe.poller import ProgressTracker, Stall, stall_trigger
+from .memory import IncidentMemory
+from .part import publish_final, take_part
+from .rank import IncidentRank, incident_budget_s
+from .worker import IncidentQueue
 
 __all__ = ["ENDING_WINDOW_S", "EXIT_COPY_RESERVE_S", "IncidentRunner"]
 
@@ -90,23 +89,33 @@ class IncidentRunner:
             skipped = 0
             while skipped < MAX_SKIPPED_PER_LOOK and not self._capped(self._known + 1):
                 k = self._known + 1
-                meta = self.me.channel.owner(k)
-                if meta is None:
+                record = self.me.channel.owner(k)
+                if record is None:
                     break
-                if not self._joinable(k, meta):
+                trigger = self._trigger(k, record)
+                if trigger is None or not self._joinable(trigger):
                     self._known, skipped = k, skipped + 1
                     continue
-                done.append(self._take_part(k, meta, owner=False, deadline=deadline))
+                done.append(self._take_part(trigger, owner=False, deadline=deadline))
         return done
 
-    def _joinable(self, k: int, meta: dict[str, Any], *, store: bool = True) -> bool:
-        """Incident ``k``'s owner record is a raiser's of this job, still open (each kind of forgery said once);
-        ``store=False``: shape only (a board's incidents come from this node's leader, who checked the store)."""
-        problem = owner_problem(k, meta, self.me.rank, self.me.world_size, self.me.channel if store else None)
+    def _trigger(self, k: int, record: dict[str, Any]) -> Trigger | None:
+        """Incident ``k``'s owner record as its trigger; None (said once: a forgery) when it is not a raiser's."""
+        trigger = Trigger.from_record(k, record)
+        if trigger is None:
+            self.me.channel.forged("incident owner record", f"i/{k}/owner is not a raiser's record; incident {k} "
+                                   "is not joined")
+        return trigger
+
+    def _joinable(self, trigger: Trigger, *, store: bool = True) -> bool:
+        """The incident's owner record is a raiser's of this job, still open (each kind of forgery said once);
+        ``store=False``: its shape only (a board's incidents come from this node's leader, who checked the store)."""
+        k = trigger.number
+        problem = owner_problem(trigger, self.me.rank, self.me.world_size, self.me.channel if store else None)
         if problem is not None and problem[0]:
             self.me.channel.forged(problem[0], f"{problem[1]}; incident {k} is not joined")
         elif problem is not None:  # concluded: too late to join, not too late to be its sequel
-            self._memory.saw_concluded(meta)
+            self._memory.saw_concluded(trigger)
         return problem is None
 
     def _capped(self, k: int) -> bool:
@@ -139,15 +148,15 @@ class IncidentRunner:
         now_ns = time.time_ns() if now_ns is None else now_ns
         step = COUNTER.current  # beside every heartbeat: a lost node is said with the step it was in
         role = self.me.node
-        mode = "flat"
+        mode = Contact.FLAT
         if role is not None:
             with self.me.health.guard("keeping in touch through this node's leader"):
                 try:
                     mode = role.poll(now_ns, step)
                 except StoreUnavailable:
-                    mode = "beat"  # the leader's heartbeat found the store down: said by the link
+                    mode = Contact.BEAT  # the leader's heartbeat found the store down: said by the link
         try:
-            if mode == "relayed":
+            if mode is Contact.RELAYED:
                 assert role is not None
                 if role.board is not None:
                     self.join_board(role.board.incidents)
@@ -161,8 +170,8 @@ class IncidentRunner:
                 return
             if self.reachable():
                 with self.me.health.guard("keeping in touch through the store"), suppress(StoreUnavailable):
-                    self.me.hosts.poll(now_ns, beat=mode == "flat", step=step)
-                if mode != "beat":
+                    self.me.hosts.poll(now_ns, beat=mode is Contact.FLAT, step=step)
+                if mode is not Contact.BEAT:
                     self.join_open()
                 self.raise_for(stalls)
                 return
@@ -174,16 +183,17 @@ class IncidentRunner:
                     role.publish_board()
         fresh = self._fresh(stalls)
         if fresh:
-            self.raise_locally("stall", stall_detail(fresh))
+            self.raise_locally(stall_trigger(fresh))
 
     def join_board(self, incidents: tuple[tuple[int, dict[str, Any]], ...]) -> None:
         """Take part in the incidents this node's leader saw in the store since the last look (no store call)."""
         with self._lock:
-            for k, meta in incidents:
+            for k, record in incidents:
                 if k <= self._known or self._capped(k):
                     continue
-                if k == self._known + 1 and self._joinable(k, meta, store=False):
-                    self._take_part(k, meta, owner=False)
+                trigger = self._trigger(k, record)
+                if k == self._known + 1 and trigger is not None and self._joinable(trigger, store=False):
+                    self._take_part(trigger, owner=False)
 
     def _fresh(self, stalls: list[Stall]) -> list[Stall]:
         return [s for s in stalls if not self._memory.covers(s.key)]
@@ -203,8 +213,7 @@ class IncidentRunner:
             terminating = self._terminating(sorted({r for s in fresh for r in s.group.ranks}))
             if terminating:
                 for s in [s for s in fresh if set(s.group.ranks) & set(terminating)]:
-                    if s.group.inflight_seq is not None:  # a stall's always is (as where incidents are raised)
-                        self._memory.covered.add((s.group.name, s.group.inflight_seq))
+                    self._memory.cover(s.key)
                     gone = sorted(set(s.group.ranks) & set(terminating))
                     log.warning("%s #%s on group %s waits on rank(s) %s, which received SIGTERM (during incident "
                                 "%s): the job is ending; no new incident", s.group.op or "collective",
@@ -213,7 +222,7 @@ class IncidentRunner:
                 fresh = [s for s in fresh if not set(s.group.ranks) & set(terminating)]
                 if not fresh:
                     return
-            self.raise_incident("stall", stall_detail(fresh))
+            self.raise_incident(stall_trigger(fresh))
 
     def _next_number(self) -> int | None:
         """The next incident number, or None once the job's cap is reached (said once)."""
@@ -231,83 +240,64 @@ class IncidentRunner:
                 out[rank] = incident
         return out
 
-    def raise_incident(self, reason: str, detail: dict[str, Any] | None = None,
-                       deadline: float | None = None, *, unless_sequel: bool = False) -> threading.Event | None:
-        """Raise the next incident (or join the one someone raised first); None when capped, when the incident
-        its look joined covers the stall ``detail`` names (another rank raised it in between), or (with
-        ``unless_sequel``) when an incident it finds concluded already, looking or losing the claim, makes this
-        its :meth:`sequel`."""
+    def raise_incident(self, trigger: Trigger, deadline: float | None = None, *,
+                       unless_sequel: bool = False) -> threading.Event | None:
+        """Raise the next incident for ``trigger`` (or join the one someone raised first); None when capped, when
+        the incident its look joined covers the stall ``trigger`` names (another rank raised it in between), or
+        (with ``unless_sequel``) when an incident it finds concluded already, looking or losing the claim, makes
+        this its :meth:`sequel`."""
         with self._lock:
             self.join_open(deadline)
-            if (unless_sequel and self.sequel()) or (detail is not None and self._memory.covers_record(detail)):
+            if (unless_sequel and self.sequel()) or self._memory.covers_trigger(trigger):
                 return None
             for _ in range(MAX_SKIPPED_PER_LOOK):
                 k = self._next_number()
                 if k is None:
                     return None
-                meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
-                won, owner_meta = self.me.channel.claim(k, meta)
-                if won:
-                    log.warning("rank %s raises incident %d: %s", self.me.rank, k, describe_owner(meta))
-                    return self._take_part(k, owner_meta, owner=True, deadline=deadline)
-                if self._joinable(k, owner_meta):  # another rank raised it first: join
-                    return self._take_part(k, owner_meta, owner=False, deadline=deadline)
+                mine = trigger.raised(k, self.me.rank, time.time_ns())
+                won, record = self.me.channel.claim(mine)
+                owner = self._trigger(k, record)
+                if won and owner is not None:
+                    log.warning("rank %s raises incident %d: %s", self.me.rank, k, owner.describe())
+                    return self._take_part(owner, owner=True, deadline=deadline)
+                if owner is not None and self._joinable(owner):  # another rank raised it first: join
+                    return self._take_part(owner, owner=False, deadline=deadline)
                 self._known = k  # a forged, stale or concluded number: the next one, unless this is its sequel
-                if (unless_sequel and self.sequel()) or self._memory.covers_record(meta):  # it concluded on this stall
+                if (unless_sequel and self.sequel()) or self._memory.covers_trigger(trigger):  # it concluded on this stall
                     return None
             return None
 
-    def raise_locally(self, reason: str, detail: dict[str, Any] | None = None,
-                      deadline: float | None = None) -> threading.Event | None:
+    def raise_locally(self, trigger: Trigger, deadline: float | None = None) -> threading.Event | None:
         """The job's store does not answer: this node's part of the next incident, without it."""
         k = self._next_number()
         if k is None:
             return None
-        meta = {"rank": self.me.rank, "reason": reason, "time_ns": time.time_ns(), **(detail or {})}
+        mine = trigger.raised(k, self.me.rank, time.time_ns())
         log.warning("rank %s takes part in incident %d without the job's store (%s has not answered for %.0f s): "
                     "%s; this node reports its own part", self.me.rank, k, self.me.channel.address or "the store",
-                    self.me.channel.link.unreachable_for_s(), describe_owner(meta))
-        return self._take_part(k, meta, owner=False, deadline=deadline, local=True)
+                    self.me.channel.link.unreachable_for_s(), mine.describe())
+        return self._take_part(mine, owner=False, deadline=deadline, local=True)
 
-    def _take_part(self, k: int, meta: dict[str, Any], owner: bool, deadline: float | None = None, *,
+    def _take_part(self, trigger: Trigger, owner: bool, deadline: float | None = None, *,
                    local: bool = False) -> threading.Event:
+        k = trigger.number
         self._known = max(self._known, k)
         self._taken += 1
-        self._memory.took_part(self._tracker.statuses, meta)
+        self._memory.took_part(self._tracker.statuses, trigger)
         if self.me.node is not None and not local:
-            self.me.node.incidents.append((k, meta))
+            self.me.node.incidents.append(trigger)
         if deadline is None:
             deadline = time.monotonic() + incident_budget_s(self.me)
-        at, stuck = deadline, stuck_collectives(self._tracker.statuses, meta)  # what an abort may watch
+        at = deadline
+        stuck = stuck_collectives(self._tracker.statuses, trigger) if self.abort is not None else frozenset()
 
         def work() -> None:
             with self.me.health.guard(f"incident {k}"), self.me.channel.link.deadline(at):
-                summary, files = self._part(k, meta, owner, local, at)
+                summary, files = take_part(self.me, trigger, owner, local, at, self.failed, self._work.queued)
                 if self.abort is not None and not self._aftermath:
                     self.abort.arm(k, summary, stuck, files)
         # The raiser's own incident, or this node's without the store, before queued joins.
         return self._work.put(work, 0 if owner or local else 1)
-
-    def _part(self, k: int, meta: dict[str, Any], owner: bool, local: bool, deadline: float) -> Ended:
-        """This rank's part in incident ``k``: through the store while it answers; when it fails during
-        the incident (its host went with the fault), this node's part without it, same number."""
-        trace_hex = f"{trace_id_for(self.me.job_id, str(k)):032x}"
-        self.me.channel.forget_heard()  # a local verdict says only what was heard during this incident
-        if owner and not local:  # while the store answers: when every rank was last heard, for a local verdict
-            with self.me.health.guard("reading the heartbeats"), suppress(StoreUnavailable):
-                read_heartbeats(self.me)  # node leaders' heartbeats too
-        part = own_part(self.me, trace_hex, self.failed)
-        self.me.health.incident(trace_hex)
-        if not local:
-            try:
-                return flush_incident(self.me, k, meta, owner, deadline, part, preempted=self._work.queued)
-            except StoreUnavailable as exc:
-                log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
-                            k, one_line(exc, 200))
-                if self.me.node is not None:
-                    with self.me.health.guard("telling this node's ranks"):
-                        self.me.node.ended_as(k, verdict=False)  # a leader's ranks go on without the store too
-        return take_part_locally(self.me, k, meta, deadline, part), ()
 
     def check_abort(self) -> None:
         """FR_OTEL_ON_HANG=abort: end this process if an armed hang's collective is still in flight here."""
@@ -319,7 +309,7 @@ class IncidentRunner:
         """Wait until no incident work is pending; False on timeout."""
         return self._work.wait_idle(timeout)
 
-    def flush(self, reason: str, timeout: float | None = None, *, raise_new: bool = True,
+    def flush(self, trigger: Trigger, timeout: float | None = None, *, raise_new: bool = True,
               deadline: float | None = None, unless_sequel: bool = False) -> bool:
         """Join any open incident, else raise one (``raise_new``; with ``unless_sequel``, only when this is
         no :meth:`sequel`, judged once the poll thread's lock is held: a join it made meanwhile counts);
@@ -328,7 +318,7 @@ class IncidentRunner:
         poll thread's lock, not for the work. True when all of it finished."""
         if deadline is None:
             deadline = time.monotonic() + (self.me.config.flush_timeout if timeout is None else timeout)
-        with self.me.health.guard(f"flush ({reason})"), self.me.channel.link.deadline(deadline):
+        with self.me.health.guard(f"flush ({trigger.words})"), self.me.channel.link.deadline(deadline):
             if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
                 before = self._taken  # forged owners skipped meanwhile are no incident joined
                 raise_new = raise_new and not (unless_sequel and self.sequel())
@@ -337,10 +327,10 @@ class IncidentRunner:
                         raise StoreUnavailable("the job's store does not answer")
                     self.join_open(deadline)  # may find the incident this is the sequel of concluded already
                     if raise_new and self._taken == before and not (unless_sequel and self.sequel()):
-                        self.raise_incident(reason, deadline=deadline, unless_sequel=unless_sequel)
+                        self.raise_incident(trigger, deadline=deadline, unless_sequel=unless_sequel)
                 except StoreUnavailable:
                     if raise_new and self._taken == before:
-                        self.raise_locally(reason, deadline=deadline)
+                        self.raise_locally(trigger, deadline=deadline)
                 finally:
                     self._lock.release()
             return self.wait_idle(deadline - time.monotonic())
@@ -354,7 +344,6 @@ class IncidentRunner:
     def at_exception(self, exc: BaseException, deadline: float) -> None:
         """An uncaught exception in training: raise an incident for it, unless it is a sequel. A
         collective that failed is marked so (its backend records it as completed)."""
-        reason = f"uncaught {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         why = collective_failure(exc)
         log.debug("at exit after an uncaught exception (a collective failure: %s)", why is not None)
         if why is not None:
@@ -362,7 +351,7 @@ class IncidentRunner:
             with self.me.health.guard("reading which collectives the failure ended"):
                 self.failed = self._failed_now(why)
             log.debug("collectives the failure ended: %s", [tuple(m[:2]) for m in self.failed])
-        self.flush(reason, unless_sequel=True, deadline=deadline)
+        self.flush(Trigger.for_exception(exc), unless_sequel=True, deadline=deadline)
 
     def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:
         in_flight = {g.name: g.inflight_seq for g in self._tracker.statuses if g.inflight_seq is not None}
@@ -377,10 +366,8 @@ class IncidentRunner:
         self._aftermath = True
         with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
             self.me.channel.announce_termination(self.me.rank, self._known)
-        stuck = any(g.inflight_seq is not None and not self._memory.covers((g.name, g.inflight_seq))
-                    for g in self._tracker.statuses)
-        self.flush("SIGTERM while a collective was in flight" if stuck else "SIGTERM",
-                   raise_new=stuck, unless_sequel=True, deadline=deadline - EXIT_COPY_RESERVE_S)
+        stuck = any(g.inflight_seq is not None and not self._memory.covers(g.stall_key) for g in self._tracker.statuses)
+        self.flush(Trigger.for_sigterm(stuck), raise_new=stuck, unless_sequel=True, deadline=deadline - EXIT_COPY_RESERVE_S)
         self.leave_exit_copy(deadline)
 
     def at_exit(self, deadline: float) -> None:

@@ -5,6 +5,10 @@ Neither the poll nor the training thread waits for an incident's work unless it 
 incident this rank raised (or this node's own, without the store) goes before the joins
 queued ahead of it, so a queue of incidents others raised (forged ones among them) never
 makes a real stall read its recorder after the stall is over.
+
+The queue is bounded (:data:`MAX_PENDING`, as sentry-python's one worker is): incidents are capped per job
+(``max_incidents``), so it never fills in a sane run; a flood of joins (a store full of forged incidents
+that pass every check) costs one log line and the joins beyond the bound, never memory or the exit budget.
 """
 
 from __future__ import annotations
@@ -14,9 +18,16 @@ import queue
 import threading
 from collections.abc import Callable
 
-__all__ = ["IncidentQueue"]
+from ...common.log import logger
+
+__all__ = ["MAX_PENDING", "IncidentQueue"]
+
+#: Pieces of incident work pending at most; a piece beyond it is dropped (its event set: nothing to wait for).
+MAX_PENDING = 64
 
 _Queued = tuple[int, int, "Callable[[], None] | None"]  # priority, order, work (None: stop)
+
+log = logger("fr_otel.agent")
 
 
 class IncidentQueue:
@@ -27,11 +38,22 @@ class IncidentQueue:
         self._order = itertools.count()
         self._worker: threading.Thread | None = None
         self._pending = 0
+        self._dropped = 0  # pieces dropped because the queue was full
         self._idle = threading.Condition()
 
     def put(self, work: Callable[[], None], priority: int) -> threading.Event:
-        """Queue ``work``; the event is set once it ran (whatever it raised)."""
+        """Queue ``work``; the event is set once it ran (whatever it raised), or at once when it is a join
+        (``priority`` > 0) and :data:`MAX_PENDING` pieces are pending already (dropped, said once). This
+        rank's own incidents are never dropped: another rank may wait for its verdict (they are capped per job)."""
         done = threading.Event()
+        with self._idle:
+            full = self._pending >= MAX_PENDING and priority > 0
+        if full:
+            if not self._dropped:
+                log.warning("%d pieces of incident work are pending: later ones are dropped", MAX_PENDING)
+            self._dropped += 1
+            done.set()
+            return done
 
         def run() -> None:
             try:

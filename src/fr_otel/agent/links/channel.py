@@ -55,6 +55,7 @@ from datetime import timedelta
 from typing import Any
 
 from ...common.log import logger
+from ...incident.trigger import Trigger
 from .store_link import STORE_TIMEOUT_S, LinkedStore, StoreLink
 from .store_trust import Forgeries
 
@@ -107,29 +108,29 @@ class IncidentChannel:
         return self.link.reachable()
 
     # -- incidents ----------------------------------------------------------------------
-    def claim(self, k: int, meta: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-        """Try to raise incident ``k``; returns (we raised it, the raiser's meta). The raiser's mark goes
-        first (``i/<k>/by/<rank>``: a token its claim also carries): an owner key that no mark matches was
-        not written by a raiser of this job (:meth:`raised_by`)."""
-        token = uuid.uuid4().hex
-        self.store.set(f"i/{k}/by/{meta['rank']}", token)
-        mine = json.dumps({**meta, "claim": token}, sort_keys=True)
+    def claim(self, trigger: Trigger) -> tuple[bool, dict[str, Any]]:
+        """Try to raise incident ``trigger.number``; returns (we raised it, the raiser's owner record). The
+        raiser's mark goes first (``i/<k>/by/<rank>``: a token its claim also carries): an owner key that no
+        mark matches was not written by a raiser of this job (:meth:`raised_by`)."""
+        k, token = trigger.number, uuid.uuid4().hex
+        self.store.set(f"i/{k}/by/{trigger.raised_by}", token)
+        mine = json.dumps({**trigger.to_record(), "claim": token}, sort_keys=True)
         got = _text(self.store.compare_set(_owner(k), "", mine))
         return got == mine, _json(got)
 
     def owner(self, k: int) -> dict[str, Any] | None:
-        """The raiser's meta of incident ``k``, or None while nobody raised it."""
+        """The owner record of incident ``k`` (:meth:`~fr_otel.incident.trigger.Trigger.from_record` reads it),
+        or None while nobody raised it."""
         key = _owner(k)
         if not self.store.check([key]):
             return None
         return _json(_text(self.store.get(key)))
 
-    def raised_by(self, k: int, meta: dict[str, Any]) -> bool:
-        """The rank that incident ``k``'s owner record ``meta`` names marked itself, with that record's
-        token, before claiming it (see :meth:`claim`)."""
-        rank, token = meta.get("rank"), meta.get("claim")
-        key = f"i/{k}/by/{rank}"
-        return isinstance(token, str) and bool(self.store.check([key])) and _text(self.store.get(key)) == token
+    def raised_by(self, trigger: Trigger) -> bool:
+        """The rank an incident's owner record names marked itself, with that record's token, before claiming
+        it (see :meth:`claim`)."""
+        key = f"i/{trigger.number}/by/{trigger.raised_by}"
+        return bool(trigger.claim) and bool(self.store.check([key])) and _text(self.store.get(key)) == trigger.claim
 
     def publish(self, k: int, rank: int, payload: bytes) -> None:
         self.store.set(f"i/{k}/dump/{rank}", payload)

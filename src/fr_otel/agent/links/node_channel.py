@@ -31,6 +31,7 @@ from typing import Any
 from ...common.files import OutputRefused, atomic_write, file_kind, read_regular
 from ...common.json_types import is_exact_int
 from ...common.log import logger
+from ..observe.payload import MAX_PAYLOAD_BYTES
 from .channel import MAX_RANKS_PER_NODE, beat_text, parse_beat
 
 __all__ = ["MAX_RANKS_PER_NODE", "MAX_SCANNED", "NODE_LEVELS", "STALE_POLLS", "Board", "NodeChannel", "node_folder",
@@ -46,7 +47,6 @@ _MAX_ANNOUNCED_NS = 60 * 10**9
 _MAX_BOARD_BYTES = 1 << 20
 _MAX_BEAT_BYTES = 64
 _MAX_WAITS_BYTES = 16 << 10
-_MAX_PAYLOAD_BYTES = 256 << 20
 _KEPT_INCIDENTS = 16
 _FOLDER_MODE = 0o700
 _FILE_MODE = 0o600
@@ -112,7 +112,7 @@ class Board:
     leader: int
     pid: int
     polled_ns: int  # wall clock of the leader's last board write (each poll, and before each store call)
-    incidents: tuple[tuple[int, dict[str, Any]], ...] = ()  # (k, the raiser's meta), oldest first
+    incidents: tuple[tuple[int, dict[str, Any]], ...] = ()  # (k, the owner record: Trigger.to_record), oldest first
     sent: dict[int, tuple[int, ...]] = field(default_factory=dict)  # k -> ranks whose recorders went in its summary
     ended: tuple[int, ...] = ()  # incidents whose verdict the leader saw in the store
     lost: tuple[int, ...] = ()  # incidents whose store went away: the node goes on with them alone
@@ -291,7 +291,7 @@ class NodeChannel:
         for rank in ranks:
             path = self.folder / f"i{k}" / f"rank_{rank}.payload"
             try:
-                out[rank] = read_regular(path, _MAX_PAYLOAD_BYTES, follow_links=False)
+                out[rank] = read_regular(path, MAX_PAYLOAD_BYTES, follow_links=False)
             except OSError:
                 continue
         return out

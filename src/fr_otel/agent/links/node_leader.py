@@ -9,11 +9,9 @@ rank. With them, the node is the unit:
   from the heartbeat files they write; :mod:`.node_channel`). It writes a board its ranks read on
   their polls: who leads, when it last polled, the incidents it knows of. Its ranks make no store
   call at all while the board is fresh.
-- **Incident.** Every local rank leaves its payload in the node's folder; the leader decodes them
-  (the coordinator's own :func:`~..observe.payload.decode_payload`), reduces them to one compact summary
-  (:mod:`fr_otel.read.node_summary`; the whole payloads too when a rank stands out on its node)
-  and sends that, then answers the coordinator's request for the whole recorders of the ranks its
-  verdict names (``i/<k>/need``).
+- **Incident.** Every local rank leaves its payload in the node's folder; the leader sends one
+  summary of them and answers the coordinator's requests (:mod:`..incident.relay`: the incident
+  protocol's part; this module is the role: who leads, heartbeats, the board).
 - **A lost leader.** A board that stops changing (its process died, froze, or holds the GIL) sends
   the node's ranks back to the store on their own within :data:`~.node_channel.STALE_POLLS` polls
   (after the bound of the store call its board says it is in, if any: a slow store is no lost leader),
@@ -27,28 +25,31 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any, Literal
 
-from ...read.dump import RankDump
-from ...read.node_summary import encode_node_summary
-from ...read.pg_meta import parse_ranks
+from ...incident.trigger import Trigger
 from ...read.rank_process import RankProcess
 from .channel import IncidentChannel, job_digest
 from ..config import AgentConfig
+from ..guest.process_identity import local_world_size, node_number
 from .node_channel import MAX_RANKS_PER_NODE, NODE_LEVELS, STALE_POLLS, Board, NodeChannel, node_folder
-from ..observe.payload import decode_payload
 from ..observe.poller import Stall
-from .store_link import StoreUnavailable
 
-__all__ = ["MAX_RANKS_PER_NODE", "NodeRole", "answer_need", "local_world_size", "node_number", "node_role_for",
-           "send_summary", "summarise_node", "wait_until_sent"]
+__all__ = ["MAX_RANKS_PER_NODE", "Contact", "NodeRole", "node_role_for"]
 
 log = logging.getLogger("fr_otel.agent")
 
-_WAIT_POLL_S = 0.05
+
+class Contact(Enum):
+    """How this rank keeps in touch with the job's store on one poll (:meth:`NodeRole.poll`)."""
+
+    RELAYED = "relayed"  # a member with a live leader: no store call of its own
+    OWNER = "owner"  # the leader's turn to look for incidents in the store
+    BEAT = "beat"  # the leader's turn to send its node's heartbeat (sent already)
+    FLAT = "flat"  # no live leader: this rank keeps in touch with the store itself
 
 
 class NodeRole:
@@ -65,7 +66,7 @@ class NodeRole:
         self.poll_interval = poll_interval
         self.board: Board | None = None  # a member's latest fresh board
         self.sent: dict[int, tuple[int, ...]] = {}  # the leader's: k -> ranks in its summary
-        self.incidents: list[tuple[int, dict[str, Any]]] = []  # the store's incidents this rank took part in
+        self.incidents: list[Trigger] = []  # the store's incidents this rank took part in
         self.ended: list[int] = []  # the leader's: incidents whose verdict it saw in the store
         self.lost: list[int] = []  # the leader's: incidents it goes on with alone (the store went away)
         self.hangs: list[int] = []  # the leader's: of ``ended``, those whose verdict calls for a restart
@@ -75,32 +76,30 @@ class NodeRole:
         self._lost_said = False
         self._stalled_since: dict[tuple[str, int | None], float] = {}  # a member's stalls, first seen (monotonic)
 
-    def poll(self, now_ns: int, step: int | None = None) -> str:
-        """This poll's part: ``"relayed"`` (a member with a live leader: no store call), ``"owner"`` (look for
-        incidents in the store), ``"beat"`` (the leader's node heartbeat, sent here) or ``"flat"`` (no live
-        leader: this rank keeps in touch with the store itself). Store errors propagate."""
+    def poll(self, now_ns: int, step: int | None = None) -> Contact:
+        """This poll's part (:class:`Contact`); the leader's node heartbeat is sent here. Store errors propagate."""
         self._polls += 1
         self.node.beat(now_ns, step)
         if self.leader:
             if self._polls % 2:
-                return "owner"
+                return Contact.OWNER
             self.beat(now_ns, step)
-            return "beat"
+            return Contact.BEAT
         board = self.node.board()
         if board is not None and board.leader != self.rank and board.fresh(now_ns, self.poll_interval):
             if self._lost_said:
                 log.info("this node's leader (rank %d) answers again: its ranks go through it", board.leader)
                 self._lost_said = False
             self.board = board
-            return "relayed"
+            return Contact.RELAYED
         if self.board is None and self._polls <= STALE_POLLS:
-            return "relayed"  # the leader's first board is on its way: nothing to say yet
+            return Contact.RELAYED  # the leader's first board is on its way: nothing to say yet
         if not self._lost_said:
             self._lost_said = True
             log.warning("this node's leader %s has not polled for %d polls: rank %d keeps in touch with the job's "
                         "store itself", f"(rank {self.board.leader})" if self.board else "", STALE_POLLS, self.rank)
         self.board = None
-        return "flat"
+        return Contact.FLAT
 
     def due_to_raise(self, uncovered: list[Stall]) -> list[Stall]:
         """A member's stalls that no incident covers after its leader had :data:`STALE_POLLS` polls to raise
@@ -147,7 +146,7 @@ class NodeRole:
         written: a stamp taken before the poll's store calls (up to their bound) would age it early."""
         now = time.time_ns()
         until = now + int(store_call_s * 1e9) if store_call_s is not None else None
-        self.node.write_board(Board(self.rank, os.getpid(), now, tuple(self.incidents[-16:]), dict(self.sent),
+        self.node.write_board(Board(self.rank, os.getpid(), now, tuple((t.number, t.to_record()) for t in self.incidents[-16:]), dict(self.sent),
                                     tuple(self.ended[-16:]), tuple(self.lost[-16:]), until,
                                     not self.channel.reachable(), tuple(self.hangs[-16:])))
 
@@ -181,24 +180,6 @@ class NodeRole:
         return sorted({r for r, t in self.node.heard().items() if t >= fresh} | {self.rank})
 
 
-def local_world_size(environ: Mapping[str, str]) -> int | None:
-    """How many ranks run on this node: torchrun's LOCAL_WORLD_SIZE, else Slurm's tasks per node."""
-    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
-        raw = environ.get(name, "").strip()
-        if raw.isdigit():
-            return int(raw)
-    return None
-
-
-def node_number(environ: Mapping[str, str]) -> str:
-    """This node's number in the job: torchrun's GROUP_RANK, else Slurm's SLURM_NODEID; "" when neither says."""
-    for name in ("GROUP_RANK", "SLURM_NODEID"):
-        raw = environ.get(name, "").strip()
-        if raw.isascii() and raw.isdigit():
-            return raw
-    return ""
-
-
 def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, rank: int, world_size: int,
                   process: RankProcess, local_rank: int | None, environ: Mapping[str, str]) -> NodeRole | None:
     """This rank's node role, or None where every rank talks to the store itself: node leaders ``off``,
@@ -217,98 +198,3 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
         return None
     return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
                     leader=local_rank == 0, poll_interval=config.poll_interval, world_size=world_size)
-
-
-def wait_until_sent(role: NodeRole, k: int, until: float) -> bool:
-    """A member, after leaving its payload: True once its leader's summary for ``k`` holds it; False
-    when the board goes stale, the leader sent without it, or ``until`` (monotonic) passes."""
-    while time.monotonic() < until:
-        board = role.node.board()
-        if board is None or not board.fresh(time.time_ns(), role.poll_interval):
-            return False
-        if k in board.sent:
-            return role.rank in board.sent[k]
-        time.sleep(_WAIT_POLL_S)
-    return False
-
-
-def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> tuple[int, ...]:
-    """The leader's part in incident ``k``: wait (until ``until``) for its live ranks' payloads, send the
-    node's summary, tell its ranks, and answer the coordinator's request for whole recorders (on a
-    thread of its own, until ``answer_until``). Returns the ranks summarised."""
-    expected = role.local_ranks(time.time_ns())
-    while time.monotonic() < until and len(role.node.ready(k, expected)) < len(expected):
-        time.sleep(_WAIT_POLL_S)
-    payloads = role.node.payloads(k, expected)
-    problems: list[str] = []
-    blob, ranks, whole = summarise_node(role.process.host or "", role.rank, payloads, role.node.heard(), problems)
-    for line in problems[:4]:
-        log.warning("incident %d: %s", k, line)
-    role.channel.publish_summary(k, blob, len(ranks))
-    role.sent[k] = ranks
-    role.publish_board()
-    missing = sorted(set(expected) - set(ranks))
-    log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s)", k, len(ranks), len(blob),
-             ", whole recorders of its ranks: one stands out" if whole else "",
-             f"; rank(s) {missing} left none in time" if missing else "")
-    threading.Thread(target=answer_need, args=(role.channel, k, {r: payloads[r] for r in ranks}, answer_until,
-                                               role.poll_interval, role.node),
-                     name="fr-otel-node-answer", daemon=True).start()
-    return ranks
-
-
-def summarise_node(host: str, leader: int, payloads: dict[int, bytes], heard: dict[int, int],
-                   problems: list[str]) -> tuple[bytes, tuple[int, ...], bool]:
-    """A node's summary from its ranks' payloads: the blob, the ranks it holds, and whether it carries
-    their whole payloads too (a rank stands out on the node)."""
-    dumps = {r: d for r, d in ((r, decode_payload(p, r, f"rank {r}", problems)) for r, p in payloads.items())
-             if d is not None}
-    whole = _stands_out(dumps)
-    blob = encode_node_summary(host, leader, time.time_ns(), dumps, full={r: payloads[r] for r in dumps} if whole
-                               else None, heard=heard)
-    return blob, tuple(sorted(dumps)), whole
-
-
-def _stands_out(dumps: dict[int, RankDump]) -> bool:
-    """A rank of this node got somewhere else than its node-mates in a group they share (or failed):
-    a likely culprit, so the node sends its ranks' whole recorders (the culprit's and its peers')."""
-    seen: dict[str, set[tuple[int, int]]] = {}
-    for dump in dumps.values():
-        if dump.failed:
-            return True
-        for name, h in dump.histories.items():
-            status = dump.pg_status.get(h.local_id)
-            pending = h.completed.find(0)
-            where = (status.enqueued if status else (h.seq[-1] if len(h.seq) else -1),
-                     h.seq[pending] if pending >= 0 else -1)
-            seen.setdefault(name, set()).add(where)
-    return any(len(states) > 1 for states in seen.values())
-
-
-def answer_need(channel: IncidentChannel, k: int, payloads: dict[int, bytes], until: float,
-                poll_interval: float, node: NodeChannel | None = None) -> None:
-    """Once the coordinator says which ranks it needs whole, send those of ``payloads`` (polls, bounded),
-    unless its verdict is already out; if it came out meanwhile, take back what was sent (the coordinator
-    cleans the store once, after its verdict: a recorder sent later would stay for the job's life). Then
-    the node's copies of the incident's recorders go (``node``)."""
-    try:
-        while time.monotonic() < until:
-            try:
-                asked = channel.asked(k)
-                if asked is not None:
-                    mine = [r for r in parse_ranks(f"[{asked}]") or () if r in payloads]
-                    if mine and not channel.concluded(k):
-                        for rank in mine:
-                            channel.publish_whole(k, rank, payloads[rank])
-                        if channel.concluded(k):
-                            channel.cleanup(k, mine)
-                    return
-            except StoreUnavailable:
-                pass
-            except Exception as exc:  # noqa: BLE001 - a log line, never the training job's problem
-                log.debug("incident %d: answering the coordinator: %s", k, exc)
-                return
-            time.sleep(poll_interval)
-    finally:
-        if node is not None:
-            node.forget(k)

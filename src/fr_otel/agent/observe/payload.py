@@ -36,8 +36,11 @@ from ...common.gc_pause import gc_paused
 from ...common.inflate import InflatedTooLarge, inflate
 from .recorder import GroupInfo
 
-__all__ = ["decode_payload", "encode_payload", "entries_per_group", "pg_config_for", "trim_entries"]
+__all__ = ["MAX_PAYLOAD_BYTES", "decode_payload", "encode_payload", "entries_per_group", "pg_config_for",
+           "trim_entries"]
 
+#: A payload file read from a node's folder is at most this big (a whole recorder, compressed, is far less).
+MAX_PAYLOAD_BYTES = 256 << 20
 _MAGIC = b"FRO1"
 _HEADER = struct.Struct(">4sQ")
 

@@ -13,13 +13,14 @@ incident. Pure bookkeeping: no torch, no threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...diagnosis.pace import stall_threshold_s as _stall_rule
+from ...incident.trigger import SeenStall, Trigger
 from .recorder import GroupInfo, InFlightEntry, P2PInFlightEntry
 from .state import GroupStatus, P2PWait
 
-__all__ = ["ProgressTracker", "Stall", "stall_threshold_s"]
+__all__ = ["ProgressTracker", "Stall", "stall_threshold_s", "stall_trigger"]
 
 
 def stall_threshold_s(stall_seconds: float, timeout_ms: int | None) -> float:
@@ -36,11 +37,19 @@ class Stall:
     group: GroupStatus
     age_s: float
     threshold_s: float
+    #: Which stall this is: its group and the collective in flight there (what an incident covers), taken
+    #: once from the group (:attr:`~.state.GroupStatus.stall_key`): every incident check asks for it.
+    key: tuple[str, int | None] = field(init=False)
 
-    @property
-    def key(self) -> tuple[str, int | None]:
-        """Which stall this is: its group and the collective in flight there (what an incident covers)."""
-        return self.group.name, self.group.inflight_seq
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.group.stall_key)
+
+
+def stall_trigger(stalls: list[Stall]) -> Trigger:
+    """The trigger of an incident for the oldest of ``stalls``: what the raiser saw of it."""
+    s = max(stalls, key=lambda s: s.age_s)
+    g = s.group
+    return Trigger.for_stall(SeenStall(g.name, g.inflight_seq, g.op, round(s.age_s, 3), g.desc), round(s.threshold_s, 3))
 
 
 class ProgressTracker:

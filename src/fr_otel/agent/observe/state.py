@@ -50,6 +50,12 @@ class GroupStatus:
     has_p2p: bool = False
     p2p: tuple[P2PWait, ...] = ()
 
+    @property
+    def stall_key(self) -> tuple[str, int | None]:
+        """Which stall the collective in flight here would be: the group and its sequence number (what an
+        incident covers; None: nothing in flight)."""
+        return self.name, self.inflight_seq
+
     def age_s(self, now_ns: int) -> float:
         """Seconds the oldest collective has been in flight at ``now_ns`` (0 when none)."""
         if self.inflight_since_ns is None:
