@@ -19,8 +19,10 @@ from fr_otel.read.rank_process import RankProcess
 
 
 def store_channel(port: int) -> IncidentChannel:
-    """A client of the store on ``port``, as a rank's incident channel."""
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    """A client of the store on ``port``, as a rank's incident channel. Its connect may take seconds on a loaded
+    box (a 5 s bound once timed out with four workers on two cores); every call the channel makes is bounded by
+    its own link whatever this timeout."""
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
 
 

@@ -26,7 +26,7 @@ POLL = 0.2
 
 
 def _channel(port: int) -> IncidentChannel:
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
 
 

@@ -39,7 +39,7 @@ WORLD = 4
 
 def _forger(port: int) -> Any:
     """Anyone who reaches the store's port: a client writing straight into the job's keys."""
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     return dist.PrefixStore("fr_otel/job/", client)
 
 

@@ -39,7 +39,7 @@ def _store() -> tuple[Any, int]:
 
 
 def _channel(port: int) -> tuple[IncidentChannel, CountingStore]:
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     counted = CountingStore(dist.PrefixStore("fr_otel/job/", client))
     return IncidentChannel(counted, "test"), counted  # type: ignore[arg-type]
 
@@ -220,7 +220,7 @@ def test_a_whole_recorder_sent_as_the_verdict_comes_out_is_taken_back(tmp_path: 
     from fr_otel.agent.incident.relay import answer_need
 
     server, port = _store()
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
     channel = IncidentChannel(ConcludingStore(dist.PrefixStore("fr_otel/job/", client)), "test")  # type: ignore[arg-type]
     channel.ask(1, "1")
     answer_need(channel, 1, {1: b"whole recorder of rank 1"}, time.monotonic() + 2, POLL)
