@@ -320,7 +320,7 @@ def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
 
 def stacks(captures: int = 300, threads: int = 8, depth: int = 40) -> dict[str, float]:
     """capture_stacks() here, with ``threads`` extra threads blocked ``depth`` frames deep."""
-    from fr_otel.read.live_stack import capture_stacks
+    from fr_otel.agent.guest.stack_capture import capture_stacks
 
     stop = threading.Event()
 

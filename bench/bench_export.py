@@ -32,7 +32,7 @@ from make_scaled_dumps import default_out, generate  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 
 from fr_otel import analyze, build_job, read_dumps  # noqa: E402
-from fr_otel.incident.delivery import deliver_trace  # noqa: E402
+from fr_otel.incident.sinks import sink_for  # noqa: E402
 from fr_otel.otlp.config import resolve_export_config  # noqa: E402
 from fr_otel.otlp.encode import encode_request  # noqa: E402
 from fr_otel.testing.otlp import OtlpGrpcReceiver  # noqa: E402
@@ -75,7 +75,7 @@ def full(ranks: int, entries: int, reps: int) -> None:
             gc.collect()
             t0 = time.perf_counter()
             trace = build_trace(job, verdict, TraceOptions(full=True))
-            outcome = deliver_trace(trace, config, directory="/tmp/fr-otel-bench/out", deadline_s=300)
+            outcome = sink_for(config, "/tmp/fr-otel-bench/out").deliver(trace, deadline_s=300)
             ends.append(time.perf_counter() - t0)
             n = len(trace.spans)
             assert outcome.status == "sent" and rx.span_count() == n, (outcome, rx.span_count(), n)

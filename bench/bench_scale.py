@@ -448,8 +448,7 @@ def _time_phases(agent: Any) -> dict[str, float]:
     import fr_otel.incident.pipeline
     import fr_otel.incident.sinks
     import fr_otel.trace.spans
-    from fr_otel.agent.incident import gather as store_gather
-    from fr_otel.agent.incident import conclude as incident_work
+    from fr_otel.agent.incident import conclude, gather
 
     phases: dict[str, float] = {}
 
@@ -464,10 +463,10 @@ def _time_phases(agent: Any) -> dict[str, float]:
 
     for name in ("summaries", "node_heartbeats", "fetch"):
         setattr(agent.channel, name, timed(f"store: {name}", getattr(agent.channel, name)))
-    incident_work.gather = timed("gather (wait, fetch, decode)", incident_work.gather)
-    store_gather.decode_node_summary = timed("decode summaries", store_gather.decode_node_summary)
-    store_gather.decode_payload = timed("decode whole payloads", store_gather.decode_payload)
-    incident_work.complete_from_nodes = timed("ask for whole recorders", incident_work.complete_from_nodes)
+    conclude.gather = timed("gather (wait, fetch, decode)", conclude.gather)
+    gather.decode_node_summary = timed("decode summaries", gather.decode_node_summary)
+    gather.decode_payload = timed("decode whole payloads", gather.decode_payload)
+    conclude.complete_from_nodes = timed("ask for whole recorders", conclude.complete_from_nodes)
     fr_otel.incident.pipeline.build_job = timed("build job", fr_otel.incident.pipeline.build_job)
     fr_otel.incident.pipeline.analyze = timed("analyze", fr_otel.incident.pipeline.analyze)
     fr_otel.trace.spans.build_trace = timed("build trace", fr_otel.trace.spans.build_trace)

@@ -112,7 +112,7 @@ class HangAbort:
 
     def arm(self, k: int, summary: Mapping[str, Any] | None, stuck: frozenset[tuple[str, int]],
             before_exit: tuple[threading.Thread, ...] = ()) -> bool:
-        """Incident ``k`` ended for this rank with verdict ``summary`` (:func:`fr_otel.incident.summary.verdict_summary`; None:
+        """Incident ``k`` ended for this rank with verdict ``summary`` (the store's :func:`fr_otel.incident.summary.brief_summary`, or a board's ``verdict`` and ``hang``; None:
         unknown here); ``stuck``: the collectives this rank watches (those it had in flight when it took part,
         and the incident's own stall). True when armed."""
         if not isinstance(summary, Mapping) or summary.get("hang") is not True:

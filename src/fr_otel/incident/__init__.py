@@ -1,2 +1,3 @@
-"""One incident end to end: deliver its trace (collector or embedded file) and write the files beside the dumps.
+"""One incident end to end: what raised it (the trigger), its verdict and trace, the trace's delivery (collector or
+embedded file), the verdict in short, and the files beside the dumps.
 """

@@ -51,8 +51,7 @@ class IncidentMemory:
         self._completed_then = {}
         for g in statuses:
             self._completed_then[g.name] = g.completed
-            if g.inflight_seq is not None:
-                self.covered.add((g.name, g.inflight_seq))
+            self.cover(g.stall_key)
         stalled = _stall_of(trigger)
         if stalled is not None:
             self.covered.add(stalled)
@@ -117,5 +116,5 @@ class IncidentMemory:
 
 def _stall_of(trigger: Trigger) -> tuple[str, int] | None:
     """The (group, seq) an incident was raised for (a stall's), if any."""
-    s = trigger.stall
-    return (s.pg_name, s.seq) if s is not None and s.seq is not None else None  # s.key, its seq known
+    key = trigger.stall.key if trigger.stall is not None else None
+    return (key[0], key[1]) if key is not None and key[1] is not None else None

@@ -62,7 +62,7 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
                           failed=failed), written
 
 
-#: What an incident's end leaves a rank: the verdict's summary as it knows it (:func:`fr_otel.incident.summary.verdict_summary`;
+#: What an incident's end leaves a rank: the verdict's summary as it knows it (:func:`fr_otel.incident.summary.brief_summary`;
 #: None when it never learnt it) and the threads still writing this node's copy of the incident's files.
 Ended = tuple[dict[str, Any] | None, tuple[threading.Thread, ...]]
 

@@ -4,7 +4,7 @@ Each poll gives, per recorder slot, the last enqueued and last completed sequenc
 (the ~0 ms read). When the first differs from the second, collective ``completed + 1`` is
 in flight; the poll that first sees it stamps it (so its age is known to within one poll
 interval, never overstated). Once it has been in flight ``refine_after_s``, one full read
-(:meth:`Recorder.in_flight`) gives its exact enqueue time, op and timeout, and corrects two
+(:meth:`~.recorder.Recorder.in_flight`) gives its exact enqueue time, op and timeout, and corrects two
 things counters cannot: gloo's worker threads can record completions out of order, leaving
 ``last_completed`` one behind for good (the entry, retired, tells the truth); and the
 slot -> group pairing, which the entries name. Only a refined collective can raise an

@@ -176,7 +176,7 @@ def read_groups(dist: Any) -> tuple[tuple[GroupInfo, ...], int]:
     The recorder numbers a process's groups in the order they were created (non-member
     groups get no slot; the rule's home: :func:`fr_otel.read.entry_rules.creation_order`):
     verified on torch 2.13 gloo, and corrected from entries whenever a full read names them
-    (:meth:`Recorder.learn_slots`).
+    (:meth:`~.poller.ProgressTracker.apply_refine`).
     """
     c10d = dist.distributed_c10d
     world = c10d._world
