@@ -57,7 +57,7 @@ class IncidentMemory:
             self.covered.add(stalled)
 
     def cover(self, key: tuple[str, int | None]) -> None:
-        """No incident for the stall on (group, seq) ``key``: it is the job ending, not a hang."""
+        """An incident (or the job's end) covers the stall on (group, seq) ``key``; nothing when no seq is in flight."""
         if key[1] is not None:
             self.covered.add((key[0], key[1]))
 
@@ -116,5 +116,5 @@ class IncidentMemory:
 
 def _stall_of(trigger: Trigger) -> tuple[str, int] | None:
     """The (group, seq) an incident was raised for (a stall's), if any."""
-    key = trigger.stall.key if trigger.stall is not None else None
-    return (key[0], key[1]) if key is not None and key[1] is not None else None
+    s = trigger.stall
+    return (s.pg_name, s.seq) if s is not None and s.seq is not None else None

@@ -82,7 +82,7 @@ def take_part(me: IncidentRank, trigger: Trigger, owner: bool, local: bool, dead
     me.health.incident(trace_hex)
     if not local:
         try:
-            return flush_incident(me, trigger, owner, deadline, part, preempted=preempted)
+            return flush_incident(me, trigger, trace_hex, owner, deadline, part, preempted=preempted)
         except StoreUnavailable as exc:
             log.warning("incident %d: the job's store went away during it (%s); this node reports its own part",
                         k, one_line(exc, 200))
@@ -92,7 +92,7 @@ def take_part(me: IncidentRank, trigger: Trigger, owner: bool, local: bool, dead
     return take_part_locally(me, trigger, deadline, part), ()
 
 
-def flush_incident(me: IncidentRank, trigger: Trigger, owner: bool, deadline: float,
+def flush_incident(me: IncidentRank, trigger: Trigger, trace_hex: str, owner: bool, deadline: float,
                    part: tuple[bytes, bool], preempted: Callable[[], bool] | None = None) -> Ended:
     """This rank's part in the incident through the store (``part``: :func:`own_part`'s); the
     coordinator's too when ``owner``. Raises :class:`~..links.store_link.StoreUnavailable` when the store fails before
@@ -100,7 +100,6 @@ def flush_incident(me: IncidentRank, trigger: Trigger, owner: bool, deadline: fl
     stops waiting for the verdict once ``preempted()`` says other incident work waits. Returns the verdict's
     summary as this rank knows it (None: not known here) and this node's file fetch, if one runs."""
     k = trigger.number
-    trace_hex = trace_hex_for(me.job_id, str(k))
     payload, written = part
     try:
         send_part(me, k, payload, deadline)
