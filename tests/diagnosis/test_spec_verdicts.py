@@ -8,7 +8,9 @@ and their kinds must be exact, and no rank that is only waiting may be accused.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
 import pytest
 
 from fr_otel import Verdict, analyze, build_job, read_dumps
@@ -265,6 +267,28 @@ def test_steady_straggler_is_still_named(tmp_path: Path) -> None:
         b.collective(b.world, late_s={1: 0.25})
     for v in verdicts(b, tmp_path, only_active=(False,)):
         assert v.verdict == "straggler" and blamed(v) == [(1, "straggler")]
+
+
+def _on_hosts(folder: Path, hosts: dict[int, str]) -> Path:
+    (folder / "ranks.json").write_text(json.dumps({"version": 1, "world_size": len(hosts), "ranks": {
+        str(r): {"host": h, "pid": 100 + r} for r, h in hosts.items()}}))
+    return folder
+
+
+def test_a_slow_hosts_ranks_are_named_together_and_an_equally_late_rank_elsewhere_is_not(tmp_path: Path) -> None:
+    """Four hosts of two ranks; from #7 on, host b's CPU runs short: rank 3 arrives 150 ms late, rank 2 (served
+    first) 30 ms; on host c rank 5 is also 30 ms late, alone. Under the 50 ms threshold on its own, rank 2 is
+    named with its host's straggler (the rule FrOtelSlowHost holds live); rank 5 is not."""
+    b = DumpBuilder(8)
+    for i in range(30):
+        b.collective(b.world, late_s={3: 0.15, 2: 0.03, 5: 0.03} if i >= 6 else {})
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: "d", 7: "d"}
+    for fmt in FORMATS:
+        v = analyze(build_job(read_dumps(_on_hosts(b.write(tmp_path / fmt, fmt=fmt), hosts))))
+        assert v.verdict == "straggler" and blamed(v) == [(2, "straggler"), (3, "straggler")], blamed(v)
+        assert "its host b also holds straggler rank(s) 3" in v.culprits[0].evidence
+    alone = analyze(build_job(read_dumps(b.write(tmp_path / "no-hosts"))))
+    assert blamed(alone) == [(3, "straggler")]  # without hosts, 30 ms is on time
 
 
 def test_healthy_job_accuses_no_one(tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ from a change point on (over at least ``straggler_min_collectives`` collectives 
 on time before), else all along (over the recent collectives, and over their recent half). Over means
 the median, or, for bursty lateness, the mean with at least a quarter of the collectives late (five at
 least). The change point is each rank's own: two equally slow ranks each get theirs (neither needs to be
-the last to arrive). Series are per op, so a rank late only before its reduce_scatter is not
+the last to arrive). A slow host slows every rank on it, but not evenly (the scheduler serves one
+first): once one of its ranks is a straggler, the others on that host are judged against half the threshold,
+the rule FrOtelSlowHost holds live (one slow rank does not make its host slow: a healthy sibling is not
+late at all). Series are per op, so a rank late only before its reduce_scatter is not
 diluted by the all_gathers it reaches on time. Needs no CUDA events. A constant clock offset
 between hosts looks the same: the evidence says so.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .job import Job, ProcessGroup
@@ -86,16 +89,29 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
     overall = {key: _expected(peers) for key, peers in typical.items()}
     expected_at = {key: {seq: _expected(xs) for seq, xs in by_seq.items() if 2 * len(xs) > len(typical[key])}
                    for key, by_seq in at_seq.items()}
-    best: dict[int, _Finding] = {}
-    for s in series:
-        key = (s.kind, s.op, role.get(s.rank))
-        at, whole = expected_at[key], overall[key]
-        expected = [at.get(q, whole) for q in s.seqs]
-        found = _judge(s, [x - e for x, e in zip(s.late, expected)], whole, len(typical[key]), options)
-        if found is not None and (s.rank not in best or (found.count, found.median_s) >
-                                  (best[s.rank].count, best[s.rank].median_s)):
-            best[s.rank] = found
-    return [(r, _evidence(job, f)) for r, f in sorted(best.items())]
+    def judge_all(candidates: list[_Series], opts: AnalysisOptions) -> dict[int, _Finding]:
+        best: dict[int, _Finding] = {}
+        for s in candidates:
+            key = (s.kind, s.op, role.get(s.rank))
+            at, whole = expected_at[key], overall[key]
+            expected = [at.get(q, whole) for q in s.seqs]
+            found = _judge(s, [x - e for x, e in zip(s.late, expected)], whole, len(typical[key]), opts)
+            if found is not None and (s.rank not in best or (found.count, found.median_s) >
+                                      (best[s.rank].count, best[s.rank].median_s)):
+                best[s.rank] = found
+        return best
+    best = judge_all(series, options)
+    hosts = {r: p.place for r, p in job.processes.items() if p.place}
+    slow_hosts = {hosts[r] for r in best if r in hosts}
+    siblings = [s for s in series if s.rank not in best and hosts.get(s.rank) in slow_hosts]
+    by_host = judge_all(siblings, replace(options, straggler_threshold_s=options.straggler_threshold_s / 2))
+    out = [(r, _evidence(job, f)) for r, f in best.items()]
+    for r, f in by_host.items():
+        e = _evidence(job, f)
+        peers = sorted(p for p in best if hosts.get(p) == hosts[r])
+        out.append((r, replace(e, text=f"{e.text}; its host {hosts[r]} also holds straggler rank(s) "
+                                       f"{', '.join(map(str, peers))}: a slow host slows all its ranks")))
+    return sorted(out, key=lambda item: item[0])
 
 
 def _lateness(job: Job, options: AnalysisOptions) -> list[_Series]:
