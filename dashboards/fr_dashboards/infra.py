@@ -2,6 +2,8 @@
 
 Joins go through ``host``: ``fr_info{host}`` for ranks, the recording rules' ``host_gpu:*`` for
 DCGM (either side of its 4.9 renames), ``node_uname_info{nodename}`` for node-exporter series.
+"On the culprit's host" reads the rules' ``host:*`` signals (the last 15 minutes, per host) for
+the hosts the culprit alerts name (``host:fr_culprit:info``), as FrOtelCulpritHostFault does.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from fr_otel.common.stall import DEFAULT_STALL_S
 
 from . import links
 from .board import Board, annotation, job_annotations, job_variables, query_variable
-from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns
+from .kit import RED_FROM_ONE, Columns, Panel, field, table, timeseries, value_columns, yes_between
 from .promql import HOST, JOB, TRAINING_JOB, selector
 
 UID = "fr-otel-infra"
@@ -51,6 +53,56 @@ def ranks_table() -> Panel:
         description="Every rank on the selected hosts with its GPU (local rank i -> GPU i) and that GPU's DCGM "
                     "state: 'rank 12 stalled' beside 'GPU 3 on node-07 raised XID 79'. Sorted by how far the rank "
                     "is behind.")
+
+
+#: The host-level signals of the recording rules, as FrOtelCulpritHostFault reads them: (rule, column
+#: and panel title, description).
+CULPRIT_HOST_SIGNALS = [
+    ("host:dcgm_xid_error:max", "last XID",
+     "The highest last XID of the host's GPUs over the last 15 minutes (DCGM holds the last code, 0 = none). "
+     "79: fell off the bus; 48/63/64/94/95: memory errors; 74: NVLink; 13/31/43: application faults."),
+    ("host:dcgm_row_remap_failure:max", "row remap failure",
+     "1 when a GPU of the host failed to remap a memory row in the last 15 minutes: its memory is failing."),
+    ("host:dcgm_nvlink_errors:increase", "NVLink errors",
+     "NVLink CRC, replay and recovery errors of the host's GPUs in the last 15 minutes (DCGM exporter ships "
+     "these counters commented out: empty until they are enabled)."),
+    ("host:node_oom_kills:increase", "OOM kills",
+     "Processes the kernel's OOM killer killed on the host in the last 15 minutes (node_vmstat_oom_kill)."),
+    ("host:node_network_errors:increase", "NIC errors",
+     "Receive and transmit errors of the host's NICs (virtual interfaces left out) in the last 15 minutes."),
+]
+
+
+def culprit_host_panels() -> list[Panel]:
+    """The hosts the culprit alerts name, beside what their GPUs and kernel reported."""
+    culprits = ranks_on("host:fr_culprit:info")
+    headers = ["jobs held up", *(header for _, header, _ in CULPRIT_HOST_SIGNALS)]
+    values = value_columns(len(headers))
+    exprs = [f"count by (host) ({culprits})"]
+    exprs += [f"max by (host) ({culprits} * on(host) group_left() {rule})" for rule, _, _ in CULPRIT_HOST_SIGNALS]
+    counts = [field(header, thresholds=RED_FROM_ONE, background=True) for header in headers[1:]
+              if header != "row remap failure"]
+    overview = table(
+        "Culprit hosts and what their hardware says", exprs, unit="none", h=6,
+        columns=Columns(order=["host", *values], rename=dict(zip(values, headers)), hide=()),
+        sort="jobs held up",
+        fields=[*counts, field("row remap failure", mappings=[yes_between(1, 1)], background=True)],
+        description="The hosts fr-otel's culprit alerts name for the selected jobs (FrOtelRankLagging and "
+                    "FrOtelSendRecvStalled through their ranks' fr_info host, FrOtelSlowRank, FrOtelSlowHost, "
+                    "FrOtelNodeLost, FrOtelExcludeHost: host:fr_culprit:info), each with what DCGM and node exporter "
+                    "reported on it over the last 15 minutes. A red cell is a likely cause, not only a culprit: "
+                    "FrOtelCulpritHostFault fires for it. Empty while no culprit alert fires.")
+    on_culprits = f"and on(host) {culprits}"
+    panels: list[Panel] = [overview, timeseries(
+        "Last XID per GPU on the culprit's host",
+        [(f"{hosts('host_gpu:dcgm_xid_error:last')} > 0 {on_culprits}", GPU_LEGEND)], unit="none", w=8,
+        description="The last XID each GPU of a culprit's host reported, while the host is a culprit.")]
+    # Three to a line, then two: the XID panel, row remaps and NVLink; OOM kills and NICs.
+    for (rule, header, description), w in zip(CULPRIT_HOST_SIGNALS[1:], (8, 8, 12, 12), strict=True):
+        title = f"{header[0].upper()}{header[1:]} on the culprit's host"
+        panels.append(timeseries(title, [(f"{rule} {on_culprits}", "{{host}}")], unit="none", w=w,
+                                 description=description))
+    return panels
 
 
 def gpu_panels() -> list[Panel]:
@@ -119,6 +171,7 @@ def build() -> Board:
                              query_variable("host", "Host", f"label_values({job('fr_info')}, host)")],
                   annotations=[*job_annotations(), xid])
     board.row("Ranks beside their hardware", ranks_table())
+    board.row("On the culprit's host", *culprit_host_panels())
     per_host = "on(job, training_job, instance) group_left(host)"
     board.row(
         "Communication",
