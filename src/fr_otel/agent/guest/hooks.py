@@ -13,7 +13,9 @@
   and then, if the previous disposition was the default (and nobody replaced the agent's
   handler since), restores it and re-sends SIGTERM, so the process still dies of SIGTERM,
   just after the flush. A previous Python handler is called from the main thread as
-  usual; SIG_IGN stays ignored.
+  usual; SIG_IGN stays ignored. A SIGTERM that comes once the way out has begun (an uncaught exception, the
+  atexit hook: torchrun tears down a node whose other worker failed) is not acted on: the flush already
+  running finishes within its one budget, and the process ends with it.
 
 Child processes (``fork``) inherit hooks but not the agent: every hook checks the pid and
 only chains there. All flushes are bounded by the caller's timeout.
@@ -57,6 +59,10 @@ class ExitHooks:
         self._sigterm_once = threading.Lock()
         self._sigterm_done = threading.Event()
         self._pending: BaseException | None = None  # an uncaught exception the atexit hook flushes
+        #: The exit path runs (an uncaught exception, the atexit hook): a SIGTERM now (torchrun's, as it tears
+        #: down a node whose other worker failed) lets it finish, within its one budget, rather than
+        #: cutting it short: this rank's part in the incident its failure raises is what the SIGTERM would lose.
+        self._leaving = False
         self.installed: list[str] = []
 
     # -- install / uninstall ------------------------------------------------------------
@@ -128,6 +134,7 @@ class ExitHooks:
 
     def _atexit(self) -> None:
         if self._ours():
+            self._leaving = True
             logging.getLogger("fr_otel.agent").debug("atexit hook runs")
             pending, self._pending = self._pending, None
             if pending is not None:
@@ -140,6 +147,7 @@ class ExitHooks:
             prev(etype, value, tb)
         finally:
             if self._ours():
+                self._leaving = True
                 if "atexit" in self.installed and threading.current_thread() is threading.main_thread():
                     self._pending = value  # the traceback goes out first; the atexit hook flushes
                 else:
@@ -155,6 +163,9 @@ class ExitHooks:
             self._sigterm_done.wait()  # the other path is flushing; the callback is bounded
 
     def _sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self._ours() and self._leaving:
+            logging.getLogger("fr_otel.agent").info("SIGTERM during this rank's way out: it finishes its flush first")
+            return
         if self._ours():
             self._flush_sigterm_once()
         self._chain(signum, frame)
@@ -187,6 +198,8 @@ class ExitHooks:
             if not data:
                 return
             if signal.SIGTERM in data and self._ours():
+                if self._leaving:
+                    continue  # the exit path already runs, bounded: the process ends with it
                 self._flush_sigterm_once()
                 still_ours = signal.getsignal(signal.SIGTERM) == self._sigterm  # else someone else decides
                 if still_ours and self._prev_sigterm in (signal.SIG_DFL, None):
