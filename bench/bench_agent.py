@@ -29,6 +29,7 @@ thread: median, p99 and max of 300 captures, and the payload bytes it adds (targ
     python bench/bench_agent.py --quick         # fewer phases, one detection run
     python bench/bench_agent.py --part overhead --capacity 20000 --phases 16
     python bench/bench_agent.py --part stacks   # seconds
+    python bench/bench_agent.py --part host-read   # an incident's /proc read of 8 host-mates, py-spy's pause
 
 **Counting training steps.** In one process, no agent threads: the step counter's
 optimizer post-step hook called directly (ns per call), and ``optimizer.step()`` of the
@@ -318,6 +319,39 @@ def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
     return []
 
 
+def host_read(samples: int = 20, ranks: int = 8) -> dict[str, float]:
+    """What an incident's read of its host's ranks costs the reading agent (``sample_processes``: /proc state,
+    threads' CPU over 0.3 s, wchan, OOM counters) for ``ranks`` processes (half spinning, half asleep, 4
+    threads each), and what py-spy's native stack costs (the time the target process is paused), where installed."""
+    from fr_otel.agent.observe.proc_state import OomBaseline, sample_processes, _native_stack, _py_spy
+
+    code = ("import threading, time, sys\n"
+            "[threading.Thread(target=time.sleep, args=(600,), daemon=True).start() for _ in range(3)]\n"
+            "if sys.argv[1] == 'spin':\n    while True: pass\nelse:\n    time.sleep(600)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, "spin" if i % 2 else "sleep"]) for i in range(ranks)]
+    try:
+        time.sleep(1.0)
+        pids = {i: p.pid for i, p in enumerate(procs)}
+        baseline = OomBaseline.now()
+        cpu = []
+        for _ in range(samples):
+            t0 = time.process_time()
+            sample_processes(pids, 0, baseline, sample_s=0.0)  # the reads alone (the 0.3 s sample is a sleep)
+            cpu.append(time.process_time() - t0)
+        native = []
+        if _py_spy() is not None:
+            for pid in list(pids.values())[:4]:
+                t0 = time.monotonic()
+                _native_stack(pid, time.monotonic() + 10)
+                native.append(time.monotonic() - t0)
+        return {"ranks": ranks, "read_cpu_ms_median": statistics.median(cpu) * 1e3, "read_cpu_ms_max": max(cpu) * 1e3,
+                "py_spy_ms_median": statistics.median(native) * 1e3 if native else float("nan")}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def stacks(captures: int = 300, threads: int = 8, depth: int = 40) -> dict[str, float]:
     """capture_stacks() here, with ``threads`` extra threads blocked ``depth`` frames deep."""
     from fr_otel.agent.guest.stack_capture import capture_stacks
@@ -420,7 +454,8 @@ def fmt(value: float | None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("overhead", "sampling", "detection", "steps", "stacks", "all"), default="all")
+    ap.add_argument("--part", choices=("overhead", "sampling", "detection", "steps", "stacks", "host-read", "all"),
+                    default="all")
     ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
     ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
     ap.add_argument("--steps", type=int, default=1000, help="training steps per phase")
@@ -458,6 +493,13 @@ def main() -> int:
               f"{r['cpu_p99_ms']:.2f} ms per capture (target < {TARGET_CAPTURE_S * 1e3:g} ms: {'ok' if ok else 'MISS'}; "
               f"wall p99 includes waiting for a core on a loaded box); {r['payload_bytes'] / 1024:.1f} KiB in the "
               "payload; only at incidents")
+    if args.part in ("host-read", "all"):
+        r = host_read()
+        results["host_read"] = r
+        print(f"host read at an incident: {r['ranks']} host-mates (4 threads each): /proc reads {r['read_cpu_ms_median']:.2f} ms "
+              f"of CPU (max {r['read_cpu_ms_max']:.2f} ms) beside the 0.3 s CPU sample (a sleep); py-spy native stack "
+              f"{r['py_spy_ms_median']:.0f} ms per process (it pauses that process; the host's lowest rank takes them, "
+              "only at incidents)")
     if args.part in ("overhead", "all"):
         print(f"overhead: MLP width {args.hidden}, {args.phases} phases x {args.steps} steps, agent "
               "polling every 1 s, /metrics scraped every 1 s")

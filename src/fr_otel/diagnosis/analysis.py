@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from ..common.ranks import compress_ranks
 from .cascade import explained_absences, waiting_on
+from .cause import with_causes
 from .culprit_record import culprit_record
 from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
@@ -174,6 +175,8 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         place = c.node or c.host
         if place:
             by_host.setdefault(place, []).append(c.rank)
+    hosts = host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns, _group_steps(job, states, culprits))
+    culprits = with_causes(culprits, job.host_facts, job.exits, hosts)
     return adopt_recorded(job, Verdict(
         verdict=verdict,
         culprits=culprits,
@@ -189,7 +192,7 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         incomplete=incomplete,
         stop_order=stop,
         nodes=[(h, tuple(sorted(r))) for h, r in sorted(by_host.items()) if len(r) > 1],
-        hosts=host_findings(job, {c.rank: c.kind for c in blamed}, call, stall_ns, _group_steps(job, states, culprits)),
+        hosts=hosts,
         steps=steps,
         ages=clock.summary(),
         waiting=waiting,

@@ -20,6 +20,7 @@ from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
 from ..read.entry_rules import creation_order, is_default_group, unnamed_world
 from ..read.network import NetworkFacts
+from ..read.rank_facts import ExitRecord, ProcessFacts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from .kinds import MembershipSource
@@ -76,6 +77,10 @@ class Job:
     #: The verdict the live incident wrote (incident.json's ``summary``, untrusted) and that file's path.
     recorded: dict[str, Any] = field(default_factory=dict)
     recorded_from: str = ""
+    #: rank -> what /proc showed of its process at incident time (a host-mate's read; the newest), and how
+    #: ranks that left said they left: the evidence for a culprit's cause (:mod:`.cause`).
+    host_facts: dict[int, ProcessFacts] = field(default_factory=dict)
+    exits: dict[int, ExitRecord] = field(default_factory=dict)
     _progress: dict[tuple[int, str], Progress | None] = field(default_factory=dict)
     _first_enqueue: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
@@ -285,7 +290,20 @@ def build_job(read: ReadResult) -> Job:
         network_views=read.side.views,
         recorded=read.side.identity.summary if read.side.identity is not None else {},
         recorded_from=read.side.identity.path if read.side.identity is not None else "",
+        host_facts=_host_facts(dumps, read.side.identity.host if read.side.identity is not None else {}),
+        exits={**(read.side.identity.exits if read.side.identity is not None else {}),
+               **{r: d.exit for r, d in dumps.items() if d.exit is not None}},
     )
+
+
+def _host_facts(dumps: dict[int, RankDump], written: dict[int, ProcessFacts]) -> dict[int, ProcessFacts]:
+    """Per rank, the newest read of its process among every dump's host view and the incident file's."""
+    out = dict(written)
+    for d in dumps.values():
+        for rank, facts in d.host_view.items():
+            if rank not in out or facts.sampled_ns > out[rank].sampled_ns:
+                out[rank] = facts
+    return out
 
 
 def _add_inferred_groups(groups: dict[str, ProcessGroup], dumps: dict[int, RankDump], problems: list[str]) -> None:

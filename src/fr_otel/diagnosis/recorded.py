@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..common.ranks import compress_ranks
+from .cause_kinds import cause_from_json
 from .culprit_record import culprit_record
 from .hosts import HostFinding
 from .job import Job
@@ -98,6 +99,7 @@ def adopt_recorded(job: Job, verdict: Verdict) -> Verdict:
             mine = replace(culprit_record(job, rank, [Evidence(kind, group, seq, text)]), evidence=text)
         # What the live verdict knew (every node's steps, through their summaries) wins over this part's.
         culprits.append(replace(mine, host=mine.host or job.hosts.get(rank) or _text(doc.get("host")),
+                                cause=cause_from_json(doc.get("cause")) or mine.cause,
                                 step=step if type(step) is int else mine.step,
                                 collective_step=collective_step if type(collective_step) is int else mine.collective_step))
     culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))

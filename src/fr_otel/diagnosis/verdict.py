@@ -15,6 +15,7 @@ from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .hosts import HostFinding
 from .job import Job, ProcessGroup, group_label
+from .cause_kinds import Cause
 from .kinds import KIND_ORDER, NOT_BLAMED, CulpritKind, VerdictWord
 from .pace import Ages
 from .stops import StopOrder, StopPoint
@@ -118,6 +119,7 @@ class Culprit:
     now: LiveStacks | None = None  # its threads' stacks at incident time (live agent only)
     waits_on: tuple[int, ...] = ()  # kind "unknown": the culprit(s) that explain its silence
     p2p: bool = False  # its strongest evidence is a send/recv, not a collective
+    cause: Cause | None = None  # why it stopped (:mod:`.cause`)
 
     @property
     def blamed(self) -> bool:
@@ -177,6 +179,7 @@ class Culprit:
             "stopped_after_s": self.stopped_after_s,
             "now": self.now_dict(),
             "waits_on": list(self.waits_on),
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
 

@@ -62,6 +62,7 @@ def write_incident_files(folder: str | os.PathLike[str], job: Job, verdict: Verd
         job_id=trace.job_id, incident=trace.incident, trace_id=trace.trace_id_hex, root_attributes=trace.root_attributes,
         stacks={r: d.now for r, d in job.dumps.items() if d.now is not None},
         failed={r: d.failed for r, d in job.dumps.items() if d.failed}, network=job.network, summary=summary,
+        host=job.host_facts, exits=job.exits,
         files=dump_file_sizes(job.dumps, folder),
     )
     path = write_identity(folder, identity)

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from .rank_facts import ExitRecord, ProcessFacts
 from .failed import FailedCollective
 from .frame import Frame
 from .rank_process import RankProcess
@@ -221,6 +222,8 @@ class RankDump:
     steps: StepLog | None = None  # training steps, when the live agent counted them
     now: LiveStacks | None = None  # its threads' stacks at incident time (the live agent's payloads)
     failed: tuple[FailedCollective, ...] = ()  # collectives the backend retired as failed (the live agent says)
+    host_view: dict[int, ProcessFacts] = field(default_factory=dict)  # its host's ranks as its agent read /proc
+    exit: ExitRecord | None = None  # how it left, when it said (its exit copy)
     #: Only what the analysis reads (a node summary's, see :mod:`.node_summary`): columns, counters and a
     #: few whole entries; the rest of its entries and its stacks stayed on its node.
     compact: bool = False

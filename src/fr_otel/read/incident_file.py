@@ -26,6 +26,7 @@ from .dump import RankDump
 from .failed import FailedCollective, failed_from_raw
 from .live_stack import LiveStacks, stacks_from_raw
 from .network import NetworkFacts, network_from_raw
+from .rank_facts import ExitRecord, ProcessFacts, exit_from_raw, facts_from_raw
 from .side_files import bounded_attributes, per_rank, read_side_file, side_file_present
 
 __all__ = ["FORMAT", "INCIDENT_FILE", "LIVE_INCIDENT_SOURCE", "ROOT_ATTRIBUTE_PREFIX", "IncidentIdentity",
@@ -53,6 +54,8 @@ class IncidentIdentity:
     root_attributes: tuple[tuple[str, Any], ...] = ()
     stacks: dict[int, LiveStacks] = field(default_factory=dict)
     failed: dict[int, tuple[FailedCollective, ...]] = field(default_factory=dict)  # what the backend retired as failed
+    host: dict[int, ProcessFacts] = field(default_factory=dict)  # what /proc showed of each rank, read by a host-mate
+    exits: dict[int, ExitRecord] = field(default_factory=dict)  # how ranks that left said they left
     network: NetworkFacts | None = None  # the store and other hosts, as the coordinating node saw them
     summary: dict[str, Any] = field(default_factory=dict)  # verdict, culprits, export outcome (for people)
     files: dict[str, int] = field(default_factory=dict)  # dump file name -> size it had (empty: not checked)
@@ -75,12 +78,16 @@ class IncidentIdentity:
 
     def to_json(self) -> dict[str, Any]:
         ranks: dict[str, dict[str, Any]] = {}
-        for rank in sorted(set(self.stacks) | set(self.failed)):
+        for rank in sorted(set(self.stacks) | set(self.failed) | set(self.host) | set(self.exits)):
             doc: dict[str, Any] = {}
             if rank in self.stacks:
                 doc["now"] = self.stacks[rank].as_json()
             if self.failed.get(rank):
                 doc["failed"] = [m.as_json() for m in self.failed[rank]]
+            if rank in self.host:
+                doc["proc"] = self.host[rank].as_json()
+            if rank in self.exits:
+                doc["exit"] = self.exits[rank].as_json()
             ranks[str(rank)] = doc
         return {
             "format": FORMAT,
@@ -120,13 +127,18 @@ def merge_identities(identities: Sequence[IncidentIdentity]) -> IncidentIdentity
     (the coordinator's copy, or a node's own part when the store was lost), every node's stacks, failed
     collectives, dump files and network view are kept."""
     primary = next((i for i in identities if i.summary), identities[0])
-    merged = replace(primary, stacks=dict(primary.stacks), failed=dict(primary.failed), files=dict(primary.files))
+    merged = replace(primary, stacks=dict(primary.stacks), failed=dict(primary.failed), files=dict(primary.files),
+                     host=dict(primary.host), exits=dict(primary.exits))
     views: dict[str, NetworkFacts] = {}
     for identity in (primary, *identities):
         for rank, now in identity.stacks.items():
             merged.stacks.setdefault(rank, now)
         for rank, marks in identity.failed.items():
             merged.failed.setdefault(rank, marks)
+        for rank, facts in identity.host.items():
+            merged.host.setdefault(rank, facts)
+        for rank, record in identity.exits.items():
+            merged.exits.setdefault(rank, record)
         for name, size in identity.files.items():
             merged.files.setdefault(name, size)
         for view in identity.views or ((identity.network,) if identity.network is not None else ()):
@@ -166,6 +178,8 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
         job_id, incident, trace_id, root_attributes,
         stacks={r: e.now for r, e in entries.items() if e.now is not None},
         failed={r: e.failed for r, e in entries.items() if e.failed},
+        host={r: e.host for r, e in entries.items() if e.host is not None},
+        exits={r: e.exit for r, e in entries.items() if e.exit is not None},
         network=network_from_raw(raw.get("network")),
         summary=summary if isinstance(summary, dict) else {}, files=files, path=path)
 
@@ -173,6 +187,8 @@ def read_identity(path: str | os.PathLike[str], problems: list[str]) -> Incident
 class _RankEntry(NamedTuple):
     now: LiveStacks | None
     failed: tuple[FailedCollective, ...]
+    host: ProcessFacts | None
+    exit: ExitRecord | None
 
 
 def _rank_entry(doc: Any) -> _RankEntry | None:
@@ -180,7 +196,8 @@ def _rank_entry(doc: Any) -> _RankEntry | None:
     ran is ranks.json's; a host or pid an older file holds here is not read)."""
     if not isinstance(doc, dict):
         return None
-    return _RankEntry(stacks_from_raw(doc.get("now")), failed_from_raw(doc.get("failed")))
+    return _RankEntry(stacks_from_raw(doc.get("now")), failed_from_raw(doc.get("failed")), facts_from_raw(doc.get("proc")),
+                      exit_from_raw(doc.get("exit")))
 
 
 def dump_file_sizes(dumps: Mapping[int, RankDump], folder: Path | None = None) -> dict[str, int]:

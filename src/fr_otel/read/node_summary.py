@@ -5,7 +5,8 @@ column scan). So each node's leader decodes its own ranks' payloads (the same
 :func:`fr_otel.agent.observe.payload.decode_payload`) and keeps, of each rank, exactly what the cross-rank
 analysis reads: the per-group columns (sequence numbers, completion flags, enqueue times, call
 fingerprints, send/recv channels) as raw bytes, the counters, the groups and their members, where
-the rank runs, its training steps over the span of its columns, its failed collectives, and the
+the rank runs, its training steps over the span of its columns, its failed collectives, how it left
+(its exit record), the node's ranks as ``/proc`` showed them (one read each, the newest), and the
 few whole entries the verdict looks at (every one in flight, the newest of each group, and the
 completed one that ran longest: the job's pace is the longest run seen). The coordinator rebuilds
 a :class:`~fr_otel.read.dump.RankDump` from that in ~0.4 ms of CPU (bench_scale), marked ``compact``:
@@ -37,6 +38,7 @@ from .columns import fingerprint_id
 from .dump import Entry, GroupHistory, P2PChannel, PgConfig, Progress, RankDump
 from .dump_file import raw_entry
 from .failed import failed_from_raw
+from .rank_facts import ProcessFacts, exit_from_raw, host_view_from_raw
 from .frame import Frame
 from .pg_meta import dump_text, member_runs, pg_config
 from .rank_process import process_from_raw
@@ -141,6 +143,7 @@ def _rank_record(dump: RankDump, configs: dict[tuple[Any, ...], int], calls: dic
         "process": dump.process.as_json() if dump.process is not None else None,
         "steps": _steps_since(dump.steps, oldest),
         "failed": [m.as_json() for m in dump.failed],
+        "exit": dump.exit.as_json() if dump.exit is not None else None,
     }
 
 
@@ -163,7 +166,13 @@ def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, R
     ranks = [_rank_record(d, configs, calls, stacks, r == longest) for r, d in sorted(dumps.items())]
     groups = [{name: {"name": name, "desc": desc, "ranks": "[" + member_runs(members) + "]" if members is not None else None}
                for name, desc, members in config} for config in configs]
+    view: dict[int, ProcessFacts] = {}  # the node's ranks as /proc showed them: the newest read of each
+    for d in dumps.values():
+        for rank, facts in d.host_view.items():
+            if rank not in view or facts.sampled_ns > view[rank].sampled_ns:
+                view[rank] = facts
     body = {"fr_otel_node_summary": 1, "host": host, "leader": leader, "made_ns": made_ns, "groups": groups,
+            "host_view": {str(r): f.as_json() for r, f in sorted(view.items())},
             "calls": [[fid, *call] for fid, call in calls.items()], "ranks": ranks,
             "heard": dict(heard or {}), "full": dict(full or {})}
     return _HEADER.pack(_MAGIC, made_ns) + zlib.compress(pickle.dumps(body, protocol=4), 1)
@@ -219,6 +228,9 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
         out.dumps[dump.rank] = dump
     if bad:
         problems.append(f"{source}: {len(bad)} rank record(s) unusable, left out: {', '.join(bad[:4])}")
+    view = host_view_from_raw(raw.get("host_view"))
+    if view and out.dumps:  # the node's view travels with one of its dumps (the job model merges every dump's)
+        out.dumps[min(out.dumps)].host_view = view
     heard, full = raw.get("heard"), raw.get("full")
     for rank, ns in heard.items() if isinstance(heard, dict) else ():
         if int64(rank) and rank >= 0 and int64(ns) and ns > 0:
@@ -396,4 +408,5 @@ def _rank_dump(record: Any, source: str, calls: dict[int, tuple[Any, ...]], conf
     )
     for mark in failed_from_raw(record.get("failed")):
         dump.mark_failed(mark)
+    dump.exit = exit_from_raw(record.get("exit"))
     return dump

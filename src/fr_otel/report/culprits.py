@@ -95,8 +95,12 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
          f'{badge(c.kind)}</header>'),
         '<dl class="kv">' + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>",
         f'<p class="evidence">{esc(c.evidence, 2000)}</p>',
-        f'<p class="next"><b>Next step</b> {as_html(next_step(f.verdict, c))}</p>',
     ]
+    if c.cause is not None and c.cause.said:
+        lines = "".join(f"<li>{esc(line, 600)}</li>" for line in c.cause.evidence[:8])
+        parts.append(f'<div class="cause"><b>Cause</b> {esc(c.cause.info.label)} <code>{esc(c.cause.cls)}</code>'
+                     f'<ul>{lines}</ul><p class="dim">{esc(c.cause.info.next_step, 400)}</p></div>')
+    parts.append(f'<p class="next"><b>Next step</b> {as_html(next_step(f.verdict, c))}</p>')
     if c.related:
         items = "".join(
             f"<li>{badge(e.kind)} {esc(e.where, 200)}"

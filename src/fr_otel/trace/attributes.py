@@ -20,7 +20,7 @@ __all__ = [
     "INPUT_DTYPES", "OUTPUT_DTYPES", "DURATION_MS", "END_ESTIMATED", "IN_FLIGHT", "PAST_TIMEOUT",
     "ENTERED_RANKS", "MISSING_RANKS", "COMPLETED_RANKS", "MISMATCH", "VERDICT", "EXCLUDE_HOSTS", "CULPRIT_RANKS", "CULPRIT_KINDS",
     "CULPRIT_EVIDENCE", "NOTES", "PROBLEMS", "JOB_ID", "RANKS_LOADED", "HISTORY_GROUPS", "HISTORY_TOTAL",
-    "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "STACK", "SPAN_ROLE",
+    "HISTORY_EXPORTED", "HISTORY_FIRST_SEQ", "HISTORY_LAST_SEQ", "IS_CULPRIT", "CULPRIT_KIND", "CULPRIT_CAUSE", "CULPRIT_CAUSES", "CULPRIT_CAUSE_EVIDENCE", "STACK", "SPAN_ROLE",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "TRAINING_STEP",
     "CULPRIT_HOSTS", "CULPRIT_NODES", "LOST_HOSTS", "HOST_FINDINGS", "FIRST_STOPPED", "STOP_ORDER_NOTE", "STOPPED_AFTER_S",
     "THREAD_ID", "THREAD_NAME", "CODE_FUNCTION", "CODE_FILE", "CODE_LINE", "ERROR_TYPE", "STACK_NOW", "NOW",
@@ -67,6 +67,11 @@ CULPRIT_KINDS = "fr_otel.culprit_kinds"
 CULPRIT_EVIDENCE = "fr_otel.culprit_evidence"
 IS_CULPRIT = "fr_otel.culprit"
 CULPRIT_KIND = "fr_otel.culprit_kind"
+#: Why a culprit stopped (diagnosis.cause): its class on a culprit's rank span and event; per blamed culprit on
+#: the root (``fr_otel.culprit.causes``), and the evidence lines under ``fr_otel.culprit.cause.evidence``.
+CULPRIT_CAUSE = "fr_otel.culprit.cause"
+CULPRIT_CAUSES = "fr_otel.culprit.causes"
+CULPRIT_CAUSE_EVIDENCE = "fr_otel.culprit.cause.evidence"
 UNKNOWN_RANKS = "fr_otel.unknown_ranks"  # no readable dump, every wait on them explained by a culprit: not blamed
 NOTES = "fr_otel.notes"
 PROBLEMS = "fr_otel.problems"

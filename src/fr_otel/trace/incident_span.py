@@ -11,6 +11,7 @@ from ..common.ranks import compress_ranks
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.hosts import LOST_STATES
 from ..diagnosis.restart import hosts_to_exclude
+from ..diagnosis.verdict import Culprit
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from . import attributes as A
@@ -32,6 +33,7 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         A.CULPRIT_RANKS: [c.rank for c in blamed],
         A.CULPRIT_KINDS: [c.kind for c in blamed],
         A.CULPRIT_EVIDENCE: [clip(c.evidence, 500) for c in blamed[:32]],
+        A.CULPRIT_CAUSES: [str(c.cause.cls) if c.cause is not None else "" for c in blamed],
         A.RANKS_LOADED: v.ranks_loaded,
         A.JOB_ID: frame.job_id,
         A.HISTORY_TOTAL: entries_total,
@@ -82,7 +84,7 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         Event(
             "culprit",
             A.bounded({A.RANK: c.rank, A.CULPRIT_KIND: c.kind, A.PG_NAME: c.group_name, A.PG_DESC: c.group_desc,
-                       "message": c.evidence,
+                       "message": c.evidence, **cause_attributes(c),
                        **now_attributes(c.process, c.now, max_frames)}),
             timestamp=frame.now,
         )
@@ -104,6 +106,13 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         end_time=max(frame.now, start),
         instrumentation_scope=SCOPE,
     )
+
+
+def cause_attributes(c: Culprit) -> dict[str, Any]:
+    """A culprit's cause: its class and evidence lines (none when no cause was named)."""
+    if c.cause is None:
+        return {}
+    return {A.CULPRIT_CAUSE: str(c.cause.cls), A.CULPRIT_CAUSE_EVIDENCE: [clip(e, 500) for e in c.cause.evidence[:8]]}
 
 
 def now_attributes(process: RankProcess | None, now: LiveStacks | None, max_frames: int) -> dict[str, Any]:

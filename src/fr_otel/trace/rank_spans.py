@@ -24,7 +24,7 @@ from ..read.frame import is_user_frame
 from . import attributes as A
 from .collective_spans import EntriesByCollective, collective_span_id
 from .frame import SCOPE, TraceFrame, span_name
-from .incident_span import now_attributes
+from .incident_span import cause_attributes, now_attributes
 
 __all__ = ["RankSpans"]
 
@@ -197,6 +197,7 @@ class RankSpans:
             attrs[A.IS_CULPRIT] = True
             attrs[A.CULPRIT_KIND] = culprit.kind
             attrs[A.CULPRIT_EVIDENCE] = clip(culprit.evidence, MAX_ATTRIBUTE_CHARS)
+            attrs.update(cause_attributes(culprit))
             if culprit.stopped_after_s is not None:
                 attrs[A.STOPPED_AFTER_S] = culprit.stopped_after_s
             status = Status(StatusCode.ERROR, f"culprit: {culprit.kind}")

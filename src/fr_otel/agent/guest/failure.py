@@ -12,14 +12,17 @@ the payload (:mod:`fr_otel.read.failed`), so the verdict sees them in flight, as
 from __future__ import annotations
 
 import re
+import time
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...common.text import one_line
 from ...read.failed import MAX_MARKS, FailedCollective
+from ...read.rank_facts import ExitRecord
 from ...read.entry_rules import completion_rule
 
-__all__ = ["collective_failure", "failed_collectives"]
+__all__ = ["collective_failure", "exit_record", "failed_collectives"]
 
 _FAILURE_WORDS = re.compile(
     r"gloo/transport|Connection (?:closed|reset) by peer|Timed out waiting \d+ms|NCCL (?:error|communicator)|"
@@ -61,3 +64,14 @@ def failed_collectives(entries: Iterable[Mapping[str, Any]], in_flight: Mapping[
         if completed.get((group, seq)):
             marks.setdefault((group, seq), FailedCollective(group, seq, reason))
     return tuple(marks.values())[:MAX_MARKS]
+
+
+def exit_record(exc: BaseException) -> ExitRecord:
+    """How an uncaught exception ends this rank: its type, message and the innermost frame it was raised in
+    (what the others' cause says once this process is gone)."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        f = frames[-1]
+        where = f"{f.filename}:{f.lineno} in {f.name}"
+    return ExitRecord("exception", type(exc).__name__, one_line(exc, 300), where, at_ns=time.time_ns())

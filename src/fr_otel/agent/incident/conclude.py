@@ -120,4 +120,6 @@ def _brief(c: Culprit) -> str:
         text += f" at {c.process.address}"
     if c.now is not None and c.now.where is not None:
         text += f" {c.now.describe()}"
+    if c.cause is not None:
+        text += f"; cause: {c.cause.cls}" + (f" ({c.cause.evidence[0]})" if c.cause.evidence else "")
     return text

@@ -11,6 +11,7 @@ by a deadline.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,9 +25,12 @@ from ...common.text import one_line
 from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
 from ..guest.stack_capture import capture_stacks
+from ..guest.process_identity import local_world_size
 from ..guest.step_counter import COUNTER
 from ..links.store_link import StoreUnavailable
 from ..observe.payload import encode_payload, entries_per_group
+from ..observe.proc_state import sample_processes
+from ...read.rank_facts import ProcessFacts
 from .conclude import CONCLUDE_RESERVE_S, coordinate
 from .files import fetch_files_later, publish_files
 from .gather import read_heartbeats
@@ -50,6 +54,9 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
         now = capture_stacks()  # first: where the training thread is at the incident, not after the read
     raw = me.read_recorder()
     dumped_at = time.time_ns()
+    host_view = None
+    with me.health.guard("reading its host's ranks in /proc"):
+        host_view = read_host_ranks(me)
     path = dump_path(me, trace_hex)
     written = False
     with me.health.guard("writing the dump file"):
@@ -59,7 +66,38 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
         log.debug("incident %s: recorder written to %s", trace_hex, path)
     keep = entries_per_group(me.config.incident_entries, me.world_size)
     return encode_payload(raw, me.groups(), keep, dumped_at, me.process, steps=COUNTER.log(), now=now,
-                          failed=failed), written
+                          failed=failed, host_view=host_view, leaving=me.leaving.record), written
+
+
+def _learn_node_ranks(me: IncidentRank) -> None:
+    """Where this node's other ranks run, when this rank does not know yet (only node leaders gather the host map,
+    every few seconds: a rank that dies early is not in it): one bounded store round trip for the node's ranks
+    (torchrun numbers a node's ranks contiguously), a log line if the store does not answer."""
+    local, mine = local_world_size(os.environ), me.process.local_rank
+    if not local or mine is None or not 0 <= mine < local or local > MAX_HOST_RANKS:
+        return
+    first = me.rank - mine
+    wanted = [r for r in range(first, first + local) if r not in me.hosts.processes]
+    if wanted:
+        with suppress(StoreUnavailable):
+            me.hosts.gather(wanted)
+
+
+#: Ranks of one host read in one sample: a host runs a handful (a simulated one, more).
+MAX_HOST_RANKS = 64
+
+
+def read_host_ranks(me: IncidentRank) -> dict[int, ProcessFacts]:
+    """What ``/proc`` shows of this host's ranks (this one included): a sibling speaks for a rank that cannot
+    (stopped, its GIL held, gone). The lowest rank of the host also takes py-spy's native stacks, where installed."""
+    host = me.process.host
+    _learn_node_ranks(me)
+    pids = {r: p.pid for r, p in me.hosts.processes.items() if p.host == host and p.pid is not None and host}
+    if me.process.pid is not None:
+        pids[me.rank] = me.process.pid
+    pids = dict(sorted(pids.items())[:MAX_HOST_RANKS])
+    native = frozenset(pids) if pids and min(pids) == me.rank else frozenset()
+    return sample_processes(pids, me.rank, me.oom_baseline, native_for=native)
 
 
 #: What an incident's end leaves a rank: the verdict's summary as it knows it (:func:`fr_otel.incident.summary.brief_summary`;
@@ -195,4 +233,4 @@ def publish_final(me: IncidentRank, failed: tuple[FailedCollective, ...] = ()) -
     raw = me.read_recorder()
     keep = min(me.config.incident_entries, FINAL_ENTRIES)
     me.channel.publish_final(me.rank, encode_payload(raw, me.groups(), keep, time.time_ns(), me.process,
-                                                     COUNTER.log(), failed=failed))
+                                                     COUNTER.log(), failed=failed, leaving=me.leaving.record))

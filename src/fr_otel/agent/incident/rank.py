@@ -7,7 +7,7 @@ Known once the process group exists; the runner, the store's gathering and the l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...incident.delivery import out_dir
@@ -21,15 +21,25 @@ from ..serve.health import HealthTracker
 from ..links.host_map import HostMapKeeper
 from ..links.node_leader import NodeRole
 from ..links.reachability import network_facts
+from ..observe.proc_state import OomBaseline
 from ..observe.recorder import GroupInfo
+from ...read.rank_facts import ExitRecord
 
-__all__ = ["COORDINATOR_S_PER_RANK", "DUMP_FILE_PREFIX", "IncidentRank", "dump_path", "dump_root", "incident_budget_s",
+__all__ = ["COORDINATOR_S_PER_RANK", "DUMP_FILE_PREFIX", "IncidentRank", "Leaving", "dump_path", "dump_root", "incident_budget_s",
            "node_dump_folders"]
 
 DUMP_FILE_PREFIX = "fr_trace_rank_"
 #: The coordinator's own work per rank of the job (decoding, the job model, the analysis: 0.31-0.35 ms
 #: on a core of its own from 16k to 100k ranks, bench/README.md), with room for a busy host.
 COORDINATOR_S_PER_RANK = 0.001
+
+
+@dataclass(slots=True)
+class Leaving:
+    """How this rank is leaving, once it is (the exception, SIGTERM, a normal exit): said in its parts and
+    exit copy, since nobody else can say it once the process is gone."""
+
+    record: ExitRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,9 @@ class IncidentRank:
     #: This rank's part on its node when node leaders are on (:mod:`..links.node_leader`); None: every rank
     #: talks to the job's store itself.
     node: NodeRole | None = None
+    #: The OOM-kill counters at start: an incident reports the kills since (:mod:`..observe.proc_state`).
+    oom_baseline: OomBaseline = field(default_factory=OomBaseline.now)
+    leaving: Leaving = field(default_factory=Leaving)
 
     def network_now(self, silent_hosts: set[str], store_lost_since_ns: int | None = None) -> NetworkFacts | None:
         """The store and the other hosts as this node sees them now (bounded probes, see :mod:`..links.reachability`);

@@ -28,7 +28,8 @@ from ...common.gc_pause import gc_paused
 from ...common.log import logger
 from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
-from ..guest.failure import collective_failure, failed_collectives
+from ...read.rank_facts import ExitRecord
+from ..guest.failure import collective_failure, exit_record, failed_collectives
 from ..guest.step_counter import COUNTER
 from ..hang_abort import HangAbort, stuck_collectives
 from ..links.node_leader import Contact
@@ -345,6 +346,7 @@ class IncidentRunner:
         """An uncaught exception in training: raise an incident for it, unless it is a sequel. A
         collective that failed is marked so (its backend records it as completed)."""
         why = collective_failure(exc)
+        self.me.leaving.record = exit_record(exc)
         log.debug("at exit after an uncaught exception (a collective failure: %s)", why is not None)
         if why is not None:
             self._aftermath = True
@@ -364,6 +366,7 @@ class IncidentRunner:
         issues no collective: a peer would otherwise take that for a new hang and blame this rank);
         an incident if a collective no incident covers is in flight; then the exit copy."""
         self._aftermath = True
+        self.me.leaving.record = self.me.leaving.record or ExitRecord("sigterm", at_ns=time.time_ns())
         with self.me.health.guard("announcing SIGTERM to the peers"), self.me.channel.link.deadline(deadline):
             self.me.channel.announce_termination(self.me.rank, self._known)
         stuck = any(g.inflight_seq is not None and not self._memory.covers(g.stall_key) for g in self._tracker.statuses)
@@ -373,6 +376,7 @@ class IncidentRunner:
     def at_exit(self, deadline: float) -> None:
         """Normal exit: let pending work finish (bounded, keeping the exit copy's time: a rank waiting
         for a verdict must not spend the whole budget), then leave this rank's exit copy."""
+        self.me.leaving.record = self.me.leaving.record or ExitRecord("exit", at_ns=time.time_ns())
         self.wait_idle(deadline - EXIT_COPY_RESERVE_S - time.monotonic())
         self.leave_exit_copy(deadline)
 

@@ -27,6 +27,7 @@ from ...read.failed import FailedCollective
 from ...read.live_stack import PAYLOAD_KEY as STACKS_KEY
 from ...read.live_stack import LiveStacks
 from ...read.pg_meta import member_runs
+from ...read.rank_facts import EXIT_KEY, HOST_VIEW_KEY, ExitRecord, ProcessFacts
 from ...read.rank_process import PAYLOAD_KEY as PROCESS_KEY
 from ...read.rank_process import RankProcess
 from ...read.recent import recent_and_in_flight
@@ -80,10 +81,11 @@ def _group_of(entry: dict[str, Any]) -> Any:
 
 def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dumped_at_ns: int,
                    process: RankProcess, steps: StepLog | None = None, now: LiveStacks | None = None,
-                   failed: tuple[FailedCollective, ...] = ()) -> bytes:
+                   failed: tuple[FailedCollective, ...] = (), host_view: dict[int, ProcessFacts] | None = None,
+                   leaving: ExitRecord | None = None) -> bytes:
     """Trim and re-label one of this process's own dumps for the store; say where it runs,
-    its training step, (at incident time) where its threads are now, and which collectives the
-    backend retired as failed."""
+    its training step, (at incident time) where its threads are now and what /proc shows of its host's
+    ranks, which collectives the backend retired as failed, and how it is leaving."""
     with gc_paused():
         data = pickle.loads(raw_dump)  # torch's bytes from this very process
         data["entries"] = trim_entries(list(data.get("entries") or []), keep)
@@ -95,6 +97,10 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
             data[STACKS_KEY] = now.as_json()
         if failed:
             data[FAILED_KEY] = [m.as_json() for m in failed]
+        if host_view:
+            data[HOST_VIEW_KEY] = {str(r): f.as_json() for r, f in host_view.items()}
+        if leaving is not None:
+            data[EXIT_KEY] = leaving.as_json()
         body = pickle.dumps(data, protocol=4)
     return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
 

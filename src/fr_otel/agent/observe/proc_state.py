@@ -1,0 +1,204 @@
+"""Reading a rank's process from outside it: ``/proc`` state, CPU per thread, kernel wait, OOM kills.
+
+The agent inside a rank cannot speak for it when the rank is stopped, holds its GIL in native code or
+has died; a sibling on the same host still reads ``/proc/<pid>`` of it without ptrace (same user):
+the main thread's state (R, S, D, T, Z), every thread's CPU over a short sample (a thread at ~100 %
+of a core is spinning), ``wchan`` (``pipe_read``, ``futex_wait_queue``...), and the OOM-kill counters
+of its memory cgroup (v1 ``memory.oom_control``, v2 ``memory.events``) and of the host
+(``/proc/vmstat``), as increases since this agent started. Every read is a small file under /proc or
+/sys, opened without blocking; a whole sample of a host's ranks takes :data:`SAMPLE_S` plus
+microseconds, on the agent's incident thread, never the training thread. Facts, not verdicts: the
+cause is named offline (:mod:`fr_otel.diagnosis.cause`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...read.rank_facts import ProcessFacts, ThreadFacts
+
+__all__ = ["SAMPLE_S", "OomBaseline", "sample_processes"]
+
+#: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one.
+SAMPLE_S = 0.3
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_MAX_THREADS_READ = 256
+_MAX_THREADS_KEPT = 8
+_PY_SPY_TIMEOUT_S = 5.0
+_NATIVE_BUDGET_S = 8.0  # all native stacks of one sample together
+
+
+def _read(path: str, limit: int = 4096) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _stat(path: str) -> tuple[str, str, int] | None:
+    """(comm, state, utime+stime ticks) of ``/proc/.../stat``; None when unreadable."""
+    text = _read(path)
+    if not text or ")" not in text:
+        return None
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    try:
+        return head.partition("(")[2][:64], fields[0], int(fields[11]) + int(fields[12])
+    except (IndexError, ValueError):
+        return None
+
+
+def _threads(pid: int) -> dict[int, tuple[str, str, int]]:
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())[:_MAX_THREADS_READ]
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        st = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if st is not None:
+            out[tid] = st
+    return out
+
+
+def _memory_cgroup(pid: int | str) -> str | None:
+    """The folder of ``pid``'s memory cgroup (v1 ``memory`` controller, else the v2 unified one)."""
+    text = _read(f"/proc/{pid}/cgroup")
+    if not text:
+        return None
+    v1 = v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, path = parts[1], parts[2]
+        if "memory" in controllers.split(","):
+            v1 = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+        elif controllers == "":
+            v2 = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+    for folder, name in ((v1, "memory.oom_control"), (v2, "memory.events")):
+        if folder and os.path.exists(os.path.join(folder, name)):
+            return folder
+    return None
+
+
+def _oom_count(folder: str | None) -> int | None:
+    if folder is None:
+        return None
+    for name in ("memory.oom_control", "memory.events"):
+        text = _read(os.path.join(folder, name))
+        if text:
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+    return None
+
+
+def _host_oom_count() -> int | None:
+    text = _read("/proc/vmstat", 1 << 16)
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+@dataclass(slots=True)
+class OomBaseline:
+    """The OOM-kill counters when the agent started: an incident reports only kills since then."""
+
+    host: int | None
+    cgroups: dict[str, int]
+
+    @classmethod
+    def now(cls) -> OomBaseline:
+        own = _memory_cgroup("self")
+        count = _oom_count(own)
+        return cls(_host_oom_count(), {own: count} if own is not None and count is not None else {})
+
+    def since(self, folder: str | None) -> int | None:
+        count = _oom_count(folder)
+        if count is None or folder is None:
+            return None
+        return count - self.cgroups.get(folder, 0)
+
+
+def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sample_s: float = SAMPLE_S,
+                     native_for: frozenset[int] = frozenset()) -> dict[int, ProcessFacts]:
+    """rank -> what ``/proc`` says of its process ``pids[rank]``, CPU measured over ``sample_s``; ``me``: the
+    reading rank. ``native_for``: ranks whose native stack py-spy takes, where installed (bounded). Ranks that share
+    a process (simulated ranks, in tests and benches) share its one read."""
+    by_pid: dict[int, int] = {}
+    for rank, pid in sorted(pids.items()):
+        by_pid.setdefault(pid, rank)
+    if len(by_pid) < len(pids):
+        read = sample_processes({r: p for p, r in by_pid.items()}, me, baseline, sample_s, native_for)
+        return {rank: read[by_pid[pid]] for rank, pid in pids.items() if by_pid[pid] in read}
+    cgroups = {rank: _memory_cgroup(pid) for rank, pid in pids.items()}
+    before = {rank: _threads(pid) for rank, pid in pids.items()}
+    t0 = time.monotonic()
+    time.sleep(sample_s)
+    elapsed = max(time.monotonic() - t0, 1e-3)
+    after = {rank: _threads(pid) for rank, pid in pids.items()}
+    host_now = _host_oom_count()
+    host_since = host_now - baseline.host if host_now is not None and baseline.host is not None else None
+    out: dict[int, ProcessFacts] = {}
+    native_until = time.monotonic() + _NATIVE_BUDGET_S
+    for rank, pid in pids.items():
+        threads = []
+        for tid, (name, state, ticks) in after[rank].items():
+            was = before[rank].get(tid)
+            cpu = (ticks - was[2]) / _TICK / elapsed if was is not None else 0.0
+            threads.append(ThreadFacts(tid, name, state, max(cpu, 0.0), _wchan(pid, tid)))
+        main = next((t for t in threads if t.tid == pid), None)
+        if main is None:
+            # Its cgroup went with it: the reader's own stands in (a pod's ranks share one).
+            out[rank] = ProcessFacts(pid, "gone", oom_kills=baseline.since(_memory_cgroup("self")),
+                                     host_oom_kills=host_since, sample_s=elapsed, sampled_ns=time.time_ns(),
+                                     seen_by=me)
+            continue
+        threads.sort(key=lambda t: (-t.cpu, t.tid != pid, t.tid))
+        out[rank] = ProcessFacts(
+            pid, main.state, sum(t.cpu for t in threads), main.wchan, tuple(threads[:_MAX_THREADS_KEPT]),
+            baseline.since(cgroups[rank]), host_since, elapsed, time.time_ns(), me,
+            _native_stack(pid, native_until) if rank in native_for and rank != me else "")
+    return out
+
+
+def _wchan(pid: int, tid: int) -> str:
+    text = _read(f"/proc/{pid}/task/{tid}/wchan", 128)
+    return "" if not text or text.strip() == "0" else text.strip()[:64]
+
+
+def _py_spy() -> str | None:
+    """py-spy on PATH, else the one installed beside this interpreter (the ``native`` extra in the job's venv)."""
+    found = shutil.which("py-spy")
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return found or (beside if os.access(beside, os.X_OK) else None)
+
+
+def _native_stack(pid: int, until: float) -> str:
+    """``py-spy dump --native`` of ``pid`` where py-spy is installed and ptrace is permitted, by ``until``; else ""."""
+    exe = _py_spy()
+    left = min(_PY_SPY_TIMEOUT_S, until - time.monotonic())
+    if exe is None or left <= 0.1:
+        return ""
+    try:
+        done = subprocess.run([exe, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=left, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout[:4000] if done.returncode == 0 else ""

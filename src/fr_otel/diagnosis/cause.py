@@ -1,0 +1,169 @@
+"""Why a culprit stopped: one cause class per culprit, with the evidence lines it rests on.
+
+The verdict says *who* (the culprit) and *where* (its group, collective, step, live frame); this says
+*why*, from what is known of the culprit beyond the recorder: how it left (its exit record: an uncaught
+exception, SIGTERM, a normal exit), what its host read of its process in ``/proc`` (state, CPU, kernel
+wait, OOM kills: :mod:`fr_otel.read.rank_facts`), its main thread's live frames, the hosts the verdict
+found lost, and the other culprits (a slow host slows them all). The classes, their labels, the evidence
+each needs and the next step are one table (:mod:`.cause_kinds`). The first rule that holds names the class;
+with nothing to go on the class is ``unknown``, said as such. Light: no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..read.live_stack import LiveStacks, ThreadStack
+from ..read.rank_facts import ExitRecord, ProcessFacts
+from .cause_kinds import Cause, CauseClass
+from .hosts import HostFinding
+from .kinds import CulpritKind
+from .verdict import Culprit
+
+__all__ = ["find_cause", "with_causes"]
+
+
+_LOST_HOST_STATES = ("lost", "cut_off", "unreachable")
+_DATA = re.compile(r"torch/utils/data/|dataloader", re.IGNORECASE)
+_LOCK_CALL = re.compile(r"\.acquire$|^acquire$|\.wait$|^wait$|\.join$|^join$|_acquire_restore|^with$")
+_IO_CALL = re.compile(r"(?:^|\.)(?:read|readline|readlines|readinto|recv|recv_into|recvfrom|accept|select|poll|"
+                      r"open|connect|sendall|write|fsync|flush|communicate)$")
+_IO_WCHAN = re.compile(r"pipe|fifo|wait_for_partner|sock|tcp|unix|poll|select|nfs|fuse|wait_on_page|io_schedule|blk|ext4|xfs")
+_CALLS = re.compile(r"[A-Za-z_][\w.]*\s*\(")
+_SLEEP_CALL = re.compile(r"(?:^|\.)sleep$")
+_BUSY_CPU = 0.5  # cores: a process this busy is computing, not waiting
+
+
+def with_causes(culprits: Sequence[Culprit], job_facts: Mapping[int, ProcessFacts], exits: Mapping[int, ExitRecord],
+                hosts: Sequence[HostFinding]) -> list[Culprit]:
+    """``culprits`` with their cause (reported-only ranks included: their state is worth saying too)."""
+    lost = {h.host for h in hosts if h.state in _LOST_HOST_STATES}
+    stragglers = [c for c in culprits if c.kind == CulpritKind.STRAGGLER]
+    return [replace(c, cause=find_cause(c, job_facts.get(c.rank), exits.get(c.rank), lost, stragglers))
+            for c in culprits]
+
+
+def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord | None, lost_hosts: set[str],
+               stragglers: Sequence[Culprit] = ()) -> Cause:
+    """The first rule that holds, from the strongest evidence (the host gone, the process gone) to the weakest."""
+    place = culprit.node or culprit.host
+    seen = [_proc_line(facts)] if facts is not None else []
+    if place and place in lost_hosts:
+        return Cause(CauseClass.HOST_LOST, (f"the verdict found its host {place} lost or cut off",))
+    if leaving is not None:
+        return _left(leaving, seen)
+    if facts is not None and facts.gone:
+        kills = facts.oom_kills or facts.host_oom_kills
+        if kills:
+            where = "its memory cgroup" if facts.oom_kills else "its host (/proc/vmstat)"
+            return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
+                                                 f"{where} counted {kills} OOM kill(s) since the job started"))
+        return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
+                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
+    if facts is not None and facts.state in ("T", "t"):
+        return Cause(CauseClass.STOPPED, tuple(seen))
+    if culprit.kind == CulpritKind.STRAGGLER:
+        mates = sorted(s.rank for s in stragglers if s.rank != culprit.rank and (s.node or s.host) == place and place)
+        if mates:
+            return Cause(CauseClass.SLOW_HOST, (f"rank(s) {', '.join(map(str, mates))} of its host {place} are late "
+                                                "too", *seen))
+    now = culprit.now
+    if now is not None and now.main is not None:
+        found = _from_stack(culprit, now, facts)
+        if found is not None:
+            return replace(found, evidence=(*found.evidence, *seen))
+    if facts is not None and facts.state == "D":
+        return Cause(CauseClass.IO_WAIT, tuple(seen))
+    if facts is not None and now is None:
+        return Cause(CauseClass.GIL_HELD, (
+            "its own agent sent nothing (its threads cannot run) while its process is alive", *seen,
+            *([f"native stack (py-spy): {_native_top(facts.native_stack)}"] if facts.native_stack else [])))
+    if culprit.kind == CulpritKind.NOT_COMPLETED:
+        return Cause(CauseClass.DEVICE, ("every member entered the collective and it never completed here", *seen))
+    return Cause(CauseClass.UNKNOWN, tuple(seen))
+
+
+def _left(leaving: ExitRecord, seen: list[str]) -> Cause:
+    if leaving.how == "exception":
+        where = f" at {leaving.where}" if leaving.where else ""
+        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
+    if leaving.how == "sigterm":
+        return Cause(CauseClass.CRASHED, ("ended by SIGTERM (its launcher or the scheduler stopped it)", *seen))
+    return Cause(CauseClass.EXITED, ("it exited normally (its exit copy says so) while its peers still wait",))
+
+
+def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -> Cause | None:
+    main = now.main
+    assert main is not None
+    doing, where = now.doing, now.where
+    at = f"main thread in {doing or '?'}" + (f" at {where.filename}:{where.line} in {where.name}" if where else "")
+    if main.code and not _CALLS.search(main.code):
+        at += f" ({main.code.strip()[:120]})"  # a line with no call (``with b:``): the line says more than its function
+    if now.in_collective:
+        if culprit.kind == CulpritKind.NOT_COMPLETED:
+            return Cause(CauseClass.DEVICE, (f"{at}: inside the collective, which every member entered",))
+        return None
+    if any(_DATA.search(f.filename) or _DATA.search(f.name) for f in main.frames):
+        return Cause(CauseClass.DATA_WAIT, (at + " (the DataLoader)",))
+    if _IO_CALL.search(doing) or (facts is not None and _IO_WCHAN.search(facts.wchan)):
+        return Cause(CauseClass.IO_WAIT, (at,))
+    futex = facts is not None and "futex" in facts.wchan  # the main thread's kernel wait
+    if _waits_on_lock(main, doing, futex):
+        others = [t for t in now.threads[1:] if _waits_on_lock(t, _thread_doing(t), futex)]
+        idle = facts is None or facts.cpu < _BUSY_CPU
+        if others and idle:
+            o = others[0]
+            f = o.frames[0]
+            return Cause(CauseClass.DEADLOCK, (at, f"thread {o.name} waits too, in {_thread_doing(o) or f.name} at "
+                                               f"{f.filename}:{f.line} in {f.name}", "neither is on the CPU"))
+        return Cause(CauseClass.LOCK_WAIT, (at,))
+    if _SLEEP_CALL.search(doing):
+        return Cause(CauseClass.PYTHON_BUSY, (at + ": sleeping",))
+    return Cause(CauseClass.PYTHON_BUSY, (at,))
+
+
+def _thread_doing(t: ThreadStack) -> str:
+    call = _CALLS.search(t.code) if t.code else None
+    return call.group(0).rstrip("( ") if call else (t.frames[0].name if t.frames else "")
+
+
+def _waits_on_lock(t: ThreadStack, doing: str, futex: bool) -> bool:
+    """In a lock's acquire: the call says so, or a ``with`` line of a thread of a process whose threads wait on
+    a futex (what a blocked ``threading.Lock`` is in the kernel)."""
+    if _LOCK_CALL.search(doing):
+        return True
+    if t.code.lstrip().startswith("with ") and (futex or "lock" in t.code.lower()):
+        return True
+    return bool(t.frames) and t.frames[0].filename.endswith("threading.py") and t.frames[0].name in (
+        "wait", "acquire", "join", "_wait_for_tstate_lock")
+
+
+def _native_top(dump: str, frames: int = 5) -> str:
+    """The main thread's innermost frames of a ``py-spy dump --native``: ``clock_nanosleep (libc.so.6) < ...``."""
+    lines = dump.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Thread ") and "MainThread" in line), None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if line.startswith("Thread ")), -1)
+    top = []
+    for line in lines[start + 1:]:
+        if not line.startswith(" "):
+            break
+        top.append(line.strip())
+    return " < ".join(top[:frames]) or "(empty)"
+
+
+def _proc_line(facts: ProcessFacts) -> str:
+    states = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
+              "Z": "a zombie", "gone": "gone"}
+    if facts.gone:
+        return f"/proc/{facts.pid}: gone"
+    busiest = facts.threads[0] if facts.threads else None
+    text = (f"/proc/{facts.pid}: {states.get(facts.state, facts.state)}, {facts.cpu:.2f} CPU cores over "
+            f"{facts.sample_s:.1f} s")
+    if busiest is not None and busiest.cpu >= _BUSY_CPU:
+        text += f" (thread {busiest.name} {busiest.cpu:.2f})"
+    if facts.wchan:
+        text += f", kernel wait {facts.wchan}"
+    return text + (f" (read by rank {facts.seen_by})" if facts.seen_by is not None else "")

@@ -1,0 +1,124 @@
+"""The cause classes: why a culprit stopped, each with its label, the evidence it needs and the next step.
+
+One table (:data:`CAUSES`), as :mod:`.kinds` holds the culprit kinds: the classifier
+(:mod:`.cause`), the JSON, the terminal, the page and docs/verdict.md all read it. No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..common.str_enum import StrEnum
+
+__all__ = ["CAUSES", "Cause", "CauseClass", "CauseInfo", "cause_from_json"]
+
+
+class CauseClass(StrEnum):
+    """Why a culprit stopped (JSON ``culprits[i].cause.class``)."""
+
+    PYTHON_BUSY = "python_busy"
+    DATA_WAIT = "data_wait"
+    LOCK_WAIT = "lock_wait"
+    DEADLOCK = "deadlock"
+    IO_WAIT = "io_wait"
+    GIL_HELD = "gil_held"
+    STOPPED = "stopped"
+    OOM_KILLED = "oom_killed"
+    CRASHED = "crashed"
+    EXITED = "exited"
+    HOST_LOST = "host_lost"
+    SLOW_HOST = "slow_host"
+    DEVICE = "device"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class CauseInfo:
+    label: str  # what people read
+    needs: str  # the evidence that names it (docs/verdict.md lists these)
+    next_step: str
+
+
+CAUSES: Mapping[CauseClass, CauseInfo] = {
+    CauseClass.PYTHON_BUSY: CauseInfo(
+        "in its own Python code", "its live stack outside any collective (with /proc CPU: running or sleeping)",
+        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took"),
+    CauseClass.DATA_WAIT: CauseInfo(
+        "waiting on its data pipeline", "its live stack in a DataLoader or its queue",
+        "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host"),
+    CauseClass.LOCK_WAIT: CauseInfo(
+        "waiting on a lock", "its live stack in a lock's acquire (or a condition, a join)",
+        "find the thread that holds that lock: its stack is in the incident's threads"),
+    CauseClass.DEADLOCK: CauseInfo(
+        "deadlocked", "its main thread and another thread each waiting in a lock's acquire, neither on the CPU",
+        "the two acquires are named: take the locks in one order everywhere"),
+    CauseClass.IO_WAIT: CauseInfo(
+        "blocked in I/O", "its live stack in a read, recv or open, or /proc state D or a kernel wait on a pipe, "
+        "socket or file system", "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
+    CauseClass.GIL_HELD: CauseInfo(
+        "native code holds its GIL", "no word from its own agent while /proc shows its process alive (not stopped)",
+        "take a native stack (py-spy dump --native --pid PID, needs ptrace): a regex, a C extension, a ctypes call"),
+    CauseClass.STOPPED: CauseInfo(
+        "stopped", "/proc state T or t (SIGSTOP, a debugger)", "SIGCONT it, or find who stopped it (a debugger)"),
+    CauseClass.OOM_KILLED: CauseInfo(
+        "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose",
+        "look at its memory (the cgroup limit, the kernel log: dmesg | grep -i 'killed process')"),
+    CauseClass.CRASHED: CauseInfo(
+        "crashed", "its exit record (an uncaught exception: type, message, where; SIGTERM), or its process gone "
+        "without one (a signal, os._exit)", "read the exception and its frame; for a signal, the launcher's log "
+        "(torchrun: exitcode -N)"),
+    CauseClass.EXITED: CauseInfo(
+        "left training and exited", "its exit record: a normal exit while its peers still wait",
+        "find why this rank left the loop early (a step count, an early stop, a condition only it met)"),
+    CauseClass.HOST_LOST: CauseInfo(
+        "its host is lost", "the verdict's host finding: lost, cut off or unreachable",
+        "look at the host (power, network, kernel) and leave it out of the next run"),
+    CauseClass.SLOW_HOST: CauseInfo(
+        "its host is slow", "every rank of its host late (stragglers together)",
+        "compare the host with the others: CPU quota, thermal throttling, a noisy neighbour"),
+    CauseClass.DEVICE: CauseInfo(
+        "stuck inside the collective (device or network side)", "every member entered the collective and it never "
+        "completed on this rank", "look at the GPU and NIC of its host (DCGM Xid, NVLink, NIC errors)"),
+    CauseClass.UNKNOWN: CauseInfo(
+        "not known", "nothing beyond the recorder: no live stack, no host read, no exit record",
+        "run the job with the agent (fr-otel run) so a host-mate can read its process"),
+}
+if set(CAUSES) != set(CauseClass):  # pragma: no cover - a typo in the table
+    raise RuntimeError("fr_otel.diagnosis.cause: CAUSES must have one row per CauseClass")
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One culprit's cause: its class and the lines of evidence that name it."""
+
+    cls: CauseClass
+    evidence: tuple[str, ...]
+
+    @property
+    def said(self) -> bool:
+        """Worth a line for people: a class found, or evidence (an ``unknown`` with nothing is only in the JSON)."""
+        return self.cls != CauseClass.UNKNOWN or bool(self.evidence)
+
+    @property
+    def info(self) -> CauseInfo:
+        return CAUSES[self.cls]
+
+    def sentence(self) -> str:
+        """``Cause: waiting on its data pipeline (data_wait): main thread in ... .``"""
+        head = f"Cause: {self.info.label} ({self.cls})"
+        return head + (": " + "; ".join(self.evidence) if self.evidence else "") + "."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"class": str(self.cls), "label": self.info.label, "evidence": list(self.evidence),
+                "next": self.info.next_step}
+
+
+def cause_from_json(raw: Any) -> Cause | None:
+    """A recorded cause (an incident file's summary, untrusted); None when ill-typed."""
+    if not isinstance(raw, dict) or raw.get("class") not in set(CauseClass):
+        return None
+    lines = raw.get("evidence")
+    return Cause(CauseClass(raw["class"]), tuple(x[:500] for x in lines[:16] if isinstance(x, str))
+                 if isinstance(lines, list) else ())

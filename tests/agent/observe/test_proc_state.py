@@ -1,0 +1,83 @@
+"""Reading a host's ranks from /proc: real processes spinning, sleeping, stopped and gone; the OOM counters.
+
+What a host-mate reads is the evidence a silent rank's cause rests on (``fr_otel.diagnosis.cause``), so each
+state is read off a real process here, not a fixture file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fr_otel.agent.observe import proc_state
+from fr_otel.agent.observe.proc_state import OomBaseline, sample_processes
+
+SPIN = "while True: pass"
+SLEEP = "import time; time.sleep(600)"
+
+
+@pytest.fixture
+def processes() -> list[subprocess.Popen[bytes]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def _start(processes: list[subprocess.Popen[bytes]], code: str) -> int:
+    p = subprocess.Popen([sys.executable, "-c", code])
+    processes.append(p)
+    return p.pid
+
+
+def test_running_sleeping_stopped_and_gone_processes_read_as_such(processes: list[subprocess.Popen[bytes]]) -> None:
+    spin, sleep, stopped = (_start(processes, c) for c in (SPIN, SLEEP, SLEEP))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    time.sleep(0.5)
+    os.kill(stopped, signal.SIGSTOP)
+    time.sleep(0.1)
+    facts = sample_processes({0: spin, 1: sleep, 2: stopped, 3: gone.pid}, 9, OomBaseline.now(), sample_s=0.5)
+    assert facts[0].state == "R" and facts[0].cpu > 0.5 and facts[0].threads[0].cpu > 0.5
+    assert facts[1].state == "S" and facts[1].cpu < 0.2 and facts[1].wchan  # a sleep's kernel wait
+    assert facts[2].state == "T"
+    assert facts[3].gone and facts[3].pid == gone.pid
+    assert {f.seen_by for f in facts.values()} == {9} and all(f.sample_s >= 0.5 for f in facts.values())
+    os.kill(stopped, signal.SIGCONT)
+
+
+def test_ranks_sharing_one_process_share_its_one_read(processes: list[subprocess.Popen[bytes]]) -> None:
+    pid = _start(processes, SLEEP)
+    facts = sample_processes({r: pid for r in range(16)}, 0, OomBaseline.now(), sample_s=0.0)
+    assert set(facts) == set(range(16)) and len({id(f) for f in facts.values()}) == 1
+
+
+def test_oom_kills_count_from_the_agents_start_in_v1_and_v2_files(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counters are read from the memory cgroup's own file: v1 memory.oom_control, v2 memory.events."""
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir()
+    v2.mkdir()
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\n")
+    assert proc_state._oom_count(str(v1)) == 3 and proc_state._oom_count(str(v2)) == 2
+    baseline = OomBaseline(host=5, cgroups={str(v1): 1})
+    assert baseline.since(str(v1)) == 2  # two kills since the agent started
+    assert baseline.since(str(v2)) == 2  # a cgroup it did not know at start: every kill it counted
+    assert baseline.since(None) is None and baseline.since(str(tmp_path / "none")) is None
+
+
+def test_its_own_memory_cgroup_is_found_from_proc() -> None:
+    """The folder /proc/self/cgroup names holds one of the two counter files (where a memory cgroup is mounted)."""
+    folder = proc_state._memory_cgroup("self")
+    if folder is not None:
+        assert any((Path(folder) / name).exists() for name in ("memory.oom_control", "memory.events"))
+    else:  # no memory controller mounted at all: the reader says unknown, never a wrong count
+        assert OomBaseline.now().cgroups == {}

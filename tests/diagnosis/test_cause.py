@@ -1,0 +1,136 @@
+"""Why a culprit stopped: each cause class from the evidence that names it, and only from that (no torch).
+
+The live jobs (tests/live/test_causes.py) make each cause real; these pin the rules themselves, the order
+they apply in (the strongest evidence first) and the untrusted-input boundary of the facts they read.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fr_otel.diagnosis.cause import find_cause
+from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, cause_from_json
+from fr_otel.diagnosis.kinds import CulpritKind
+from fr_otel.diagnosis.verdict import Culprit
+from fr_otel.read.frame import Frame
+from fr_otel.read.live_stack import LiveStacks, ThreadStack
+from fr_otel.read.rank_facts import ExitRecord, ProcessFacts, ThreadFacts, exit_from_raw, facts_from_raw, \
+    host_view_from_raw
+
+TRAIN = "/job/train.py"
+
+
+def culprit(kind: CulpritKind = CulpritKind.NOT_ENQUEUED, now: LiveStacks | None = None, host: str = "n1",
+            rank: int = 2) -> Culprit:
+    return Culprit(rank=rank, kind=kind, group_name="0", group_desc="default_pg", collective_seq_id=7, evidence="",
+                   op="all_reduce", waiting_ranks=(0, 1, 3), last_frame=None, host=host, now=now)
+
+
+def stack(*threads: tuple[str, list[Frame], str], in_collective: str | None = None) -> LiveStacks:
+    return LiveStacks(1, tuple(ThreadStack(name, i + 1, tuple(frames), code)
+                               for i, (name, frames, code) in enumerate(threads)), in_collective)
+
+
+def main(frames: list[Frame], code: str = "") -> tuple[str, list[Frame], str]:
+    return ("MainThread", frames, code)
+
+
+def proc(state: str = "S", cpu: float = 0.0, wchan: str = "", **kw: object) -> ProcessFacts:
+    return ProcessFacts(4242, state, cpu, wchan, (ThreadFacts(4242, "python", state, cpu, wchan),), sample_s=0.3,
+                        seen_by=1, **kw)  # type: ignore[arg-type]
+
+
+def cls(c: Culprit, facts: ProcessFacts | None = None, leaving: ExitRecord | None = None,
+        lost: set[str] | None = None, stragglers: tuple[Culprit, ...] = ()) -> CauseClass:
+    return find_cause(c, facts, leaving, lost or set(), stragglers).cls
+
+
+def test_the_table_has_a_label_evidence_and_next_step_for_every_class() -> None:
+    assert set(CAUSES) == set(CauseClass)
+    assert all(i.label and i.needs and i.next_step for i in CAUSES.values())
+
+
+@pytest.mark.parametrize(("frames", "code", "facts", "want"), [
+    ([Frame("main", TRAIN, 9)], "total = step(x)", proc("R", 1.0), CauseClass.PYTHON_BUSY),
+    ([Frame("main", TRAIN, 9)], "time.sleep(30)", proc("S", 0.0, "hrtimer_nanosleep"), CauseClass.PYTHON_BUSY),
+    ([Frame("_try_get_data", "/venv/torch/utils/data/dataloader.py", 1133), Frame("main", TRAIN, 9)], "", proc(),
+     CauseClass.DATA_WAIT),
+    ([Frame("main", TRAIN, 9)], "lock.acquire()", proc("S", 0.0, "futex_wait_queue"), CauseClass.LOCK_WAIT),
+    ([Frame("main", TRAIN, 9)], "data = fifo.read()", proc("S", 0.0, "pipe_read"), CauseClass.IO_WAIT),
+    ([Frame("main", TRAIN, 9)], "x = f(y)", proc("S", 0.0, "pipe_read"), CauseClass.IO_WAIT),
+])
+def test_the_live_stack_and_proc_name_the_cause(frames: list[Frame], code: str, facts: ProcessFacts,
+                                                 want: CauseClass) -> None:
+    assert cls(culprit(now=stack(main(frames, code))), facts) == want
+
+
+def test_two_threads_each_in_acquire_off_the_cpu_are_a_deadlock_and_on_the_cpu_only_a_lock_wait() -> None:
+    now = stack(main([Frame("main", TRAIN, 40)], "with b:"), ("loader-thread", [Frame("other", TRAIN, 30)], "with a:"))
+    found = find_cause(culprit(now=now), proc("S", 0.0, "futex_wait_queue"), None, set())
+    assert found.cls == CauseClass.DEADLOCK and any("loader-thread" in e and f"{TRAIN}:30" in e for e in found.evidence)
+    assert cls(culprit(now=now), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.PYTHON_BUSY  # no futex: a with
+    named = stack(main([Frame("main", TRAIN, 40)], "lock_b.acquire()"),
+                  ("loader-thread", [Frame("other", TRAIN, 30)], "lock_a.acquire()"))
+    assert cls(culprit(now=named), proc("R", 1.0)) == CauseClass.LOCK_WAIT  # one of them spins: not stuck on each other
+    alone = stack(main([Frame("main", TRAIN, 40)], "with b:"), ("worker", [Frame("run", TRAIN, 5)], "x = y + 1"))
+    assert cls(culprit(now=alone), proc("S", 0.0, "futex_wait_queue")) == CauseClass.LOCK_WAIT
+
+
+def test_the_process_as_its_host_sees_it_comes_before_its_stack() -> None:
+    now = stack(main([Frame("main", TRAIN, 9)], "x = f(y)"))
+    assert cls(culprit(now=now), proc("T")) == CauseClass.STOPPED
+    assert cls(culprit(), proc("D", wchan="nfs_wait")) == CauseClass.IO_WAIT
+    silent = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), proc("R", 1.0), None, set())
+    assert silent.cls == CauseClass.GIL_HELD and any("running, 1.00 CPU cores" in e for e in silent.evidence)
+    assert cls(culprit(kind=CulpritKind.MISSING_DUMP), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.GIL_HELD
+
+
+def test_a_process_that_is_gone_is_oom_killed_when_a_counter_rose_else_crashed() -> None:
+    gone = ProcessFacts(4242, "gone", oom_kills=1, host_oom_kills=1, seen_by=1)
+    found = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), gone, None, set())
+    assert found.cls == CauseClass.OOM_KILLED and "memory cgroup counted 1 OOM kill(s)" in found.evidence[1]
+    assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=None, host_oom_kills=2)) == CauseClass.OOM_KILLED
+    assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=0)) == CauseClass.CRASHED
+
+
+def test_an_exit_record_says_how_it_left() -> None:
+    raised = ExitRecord("exception", "RuntimeError", "no labels", f"{TRAIN}:12 in step")
+    found = find_cause(culprit(), ProcessFacts(4242, "gone"), raised, set())
+    assert found == Cause(CauseClass.CRASHED, (f"uncaught RuntimeError: no labels at {TRAIN}:12 in step",))
+    assert cls(culprit(), None, ExitRecord("exit")) == CauseClass.EXITED
+    assert cls(culprit(), None, ExitRecord("sigterm")) == CauseClass.CRASHED
+
+
+def test_host_lost_slow_host_device_and_unknown() -> None:
+    assert cls(culprit(), proc("R", 1.0), lost={"n1"}) == CauseClass.HOST_LOST
+    a, b = culprit(CulpritKind.STRAGGLER, rank=2), culprit(CulpritKind.STRAGGLER, rank=3)
+    assert cls(a, stragglers=(a, b)) == CauseClass.SLOW_HOST
+    assert cls(a, stragglers=(a, culprit(CulpritKind.STRAGGLER, rank=5, host="n2"))) == CauseClass.UNKNOWN
+    inside = stack(main([Frame("main", TRAIN, 9)], "dist.all_reduce(t)"), in_collective="all_reduce")
+    assert cls(culprit(CulpritKind.NOT_COMPLETED, now=inside)) == CauseClass.DEVICE
+    assert cls(culprit(CulpritKind.NOT_COMPLETED)) == CauseClass.DEVICE
+    assert find_cause(culprit(CulpritKind.MISSING_DUMP), None, None, set()) == Cause(CauseClass.UNKNOWN, ())
+
+
+def test_facts_and_records_from_untrusted_data_keep_only_what_is_well_typed() -> None:
+    assert facts_from_raw({"pid": 1, "state": "Q"}) is None and facts_from_raw({"pid": -1, "state": "R"}) is None
+    facts = facts_from_raw({"pid": 7, "state": "R", "cpu": True, "wchan": "\x1b]0;x\x07", "threads": [
+        {"tid": 7, "state": "R", "cpu": 0.9, "name": "py"}, {"tid": "8"}] * 10, "oom_kills": 2 ** 70})
+    assert facts is not None and facts.cpu == 0.0 and "\x1b" not in facts.wchan and len(facts.threads) == 4
+    assert facts.oom_kills is None
+    assert set(host_view_from_raw({"2": {"pid": 3, "state": "S"}, "²": {"pid": 3, "state": "S"}, 5: {}})) == {2}
+    assert exit_from_raw({"how": "reboot"}) is None
+    record = exit_from_raw({"how": "exception", "type": "E" * 999, "code": 10 ** 9})
+    assert record is not None and len(record.type) == 128 and record.code is None
+    assert cause_from_json({"class": "nope"}) is None
+    assert cause_from_json({"class": "stopped", "evidence": ["a", 3]}) == Cause(CauseClass.STOPPED, ("a",))
+
+
+def test_a_gil_held_ranks_native_stack_is_said_from_its_main_thread() -> None:
+    dump = ('Process 7: python train.py\nPython v3.11.7\n\nThread 9 (idle): "loader"\n    poll (libc.so.6)\n\n'
+            'Thread 7 (idle): "MainThread"\n    clock_nanosleep (libc.so.6)\n    nanosleep (libc.so.6)\n'
+            '    sleep (libc.so.6)\n    step (train.py:12)\n')
+    found = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), proc("S", native_stack=dump), None, set())
+    assert found.cls == CauseClass.GIL_HELD
+    assert found.evidence[-1] == ("native stack (py-spy): clock_nanosleep (libc.so.6) < nanosleep (libc.so.6) < "
+                                  "sleep (libc.so.6) < step (train.py:12)")
