@@ -227,6 +227,13 @@ if [ "$install_ok" = 0 ]; then
   finish
 fi
 
+# analyze_and_judge MODE FOLDER INPUT: `fr-otel analyze` (text and --json) of INPUT into FOLDER, then the judge.
+analyze_and_judge() {
+  run_logged "$2/analyze.log" timeout "$step_timeout" "$fr_otel" analyze "$3" \
+    && run_to "$2/analysis.json" timeout "$step_timeout" "$fr_otel" analyze --json "$3" \
+    && judge "$1" "$2/analysis.json"
+}
+
 # --- live: the agent raises the incident and names the device ------------------------------------------
 live="$out/live"
 agent_out="$live/fr-otel-out"
@@ -247,10 +254,7 @@ else
 fi
 if [ "$dry_run" = 0 ] && [ -z "${incident_file:-}" ]; then
   verdict FAIL live "no incident raised: no incident.json under $agent_out (job exit $live_status; log $live/job.log)"
-elif found="fr-otel analyze failed on $incident" \
-    && run_logged "$live/analyze.log" timeout "$step_timeout" "$fr_otel" analyze "$incident" \
-    && run_to "$live/analysis.json" timeout "$step_timeout" "$fr_otel" analyze --json "$incident" \
-    && judge live "$live/analysis.json"; then
+elif found="fr-otel analyze failed on $incident" && analyze_and_judge live "$live" "$incident"; then
   [ "$dry_run" = 1 ] || verdict PASS live "incident in $incident (job exit $live_status): ${found#*ok: }"
 else
   verdict FAIL live "$found"
@@ -271,10 +275,7 @@ run_logged "$wd/job.log" timeout --kill-after=30 "$step_timeout" env \
   || wd_status=$?
 if [ "$dry_run" = 0 ] && [ ! -s "$dumps/nccl_trace_rank_0" ]; then
   verdict FAIL watchdog "no watchdog dump at $dumps/nccl_trace_rank_0 (job exit $wd_status; log $wd/job.log)"
-elif found="fr-otel analyze failed on $dumps" \
-    && run_logged "$wd/analyze.log" timeout "$step_timeout" "$fr_otel" analyze "$dumps" \
-    && run_to "$wd/analysis.json" timeout "$step_timeout" "$fr_otel" analyze --json "$dumps" \
-    && judge offline "$wd/analysis.json"; then
+elif found="fr-otel analyze failed on $dumps" && analyze_and_judge offline "$wd" "$dumps"; then
   [ "$dry_run" = 1 ] || verdict PASS watchdog "dump read offline (job exit $wd_status): ${found#*ok: }"
 else
   verdict FAIL watchdog "$found"

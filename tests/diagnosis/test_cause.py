@@ -134,3 +134,22 @@ def test_a_gil_held_ranks_native_stack_is_said_from_its_main_thread() -> None:
     assert found.cls == CauseClass.GIL_HELD
     assert found.evidence[-1] == ("native stack (py-spy): clock_nanosleep (libc.so.6) < nanosleep (libc.so.6) < "
                                   "sleep (libc.so.6) < step (train.py:12)")
+
+
+def test_a_named_cause_words_the_next_step_with_its_command_and_a_device_stall_keeps_its_kinds() -> None:
+    from dataclasses import replace
+
+    from fr_otel.diagnosis.verdict import Verdict
+    from fr_otel.read.rank_process import RankProcess
+    from fr_otel.report.advice import as_text, next_step
+
+    v = Verdict(verdict="hang", culprits=[], ranks_loaded=4, world_size=4, problems=[], notes=[], groups=[])
+    alive = replace(culprit(kind=CulpritKind.MISSING_DUMP), process=RankProcess(host="n1", pid=4242, source="agent"))
+
+    def step(cause: Cause, c: Culprit = alive) -> str:
+        return as_text(next_step(v, replace(c, cause=cause)))
+    assert "`ssh n1 py-spy dump --pid 4242 --native`" in step(Cause(CauseClass.GIL_HELD, ()))
+    assert "`kill -CONT 4242`" in step(Cause(CauseClass.STOPPED, ()))
+    assert step(Cause(CauseClass.DATA_WAIT, ())).startswith("Rank 2: waiting on its data pipeline. Look at the DataLoader")
+    stuck = replace(alive, kind=CulpritKind.NOT_COMPLETED)
+    assert step(Cause(CauseClass.DEVICE, ()), stuck) == as_text(next_step(v, stuck))  # the kind's own step

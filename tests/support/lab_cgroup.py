@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuLimit", "cpu_cgroup_parents", "stale_cpu_limits"]
+__all__ = ["CpuLimit", "cpu_cgroup_parents", "own_cgroup_path", "stale_cpu_limits"]
 
 PERIOD_US = 100_000
 
 
-def _own_path(v1_controller: str | None) -> str:
+def own_cgroup_path(v1_controller: str | None) -> str:
     """Our own cgroup's path in the hierarchy of ``v1_controller`` (None: the unified one)."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -34,13 +34,13 @@ def cpu_cgroup_parents() -> Iterator[tuple[str, Path]]:
     mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
     for _, where, kind, options, *_ in mounts:
         if kind == "cgroup2":
-            parent = Path(where) / _own_path(None)
+            parent = Path(where) / own_cgroup_path(None)
             controllers = (parent / "cgroup.controllers")
             if controllers.exists() and "cpu" in controllers.read_text().split():
                 yield "v2", parent
     for _, where, kind, options, *_ in mounts:
         if kind == "cgroup" and "cpu" in options.split(","):
-            yield "v1", Path(where) / _own_path("cpu")
+            yield "v1", Path(where) / own_cgroup_path("cpu")
 
 
 @dataclass

@@ -14,15 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.lab_cgroup import own_cgroup_path
+
 __all__ = ["MemoryLimit"]
-
-
-def _own(controller: str | None) -> str:
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if (controller is None and controllers == "") or (controller in controllers.split(",")):
-            return path.lstrip("/")
-    return ""
 
 
 @dataclass
@@ -36,8 +30,8 @@ class MemoryLimit:
     def create(cls, name: str, limit_bytes: int) -> MemoryLimit:
         """A new cgroup ``name`` limited to ``limit_bytes``; RuntimeError naming why none could be made."""
         problems = []
-        v1 = Path("/sys/fs/cgroup/memory") / _own("memory")
-        v2 = Path("/sys/fs/cgroup") / _own(None)
+        v1 = Path("/sys/fs/cgroup/memory") / own_cgroup_path("memory")
+        v2 = Path("/sys/fs/cgroup") / own_cgroup_path(None)
         for version, parent in (("v1", v1), ("v2", v2)):
             try:
                 if version == "v1" and not (parent / "memory.limit_in_bytes").exists():

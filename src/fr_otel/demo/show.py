@@ -22,6 +22,7 @@ from ..incident.files import REPORT_FILE
 from ..incident.trigger import SeenStall, Trigger
 from ..read.incident_file import IncidentIdentity
 from ..read.rank_map import RANKS_FILE, read_host_map
+from ..diagnosis.cause_kinds import cause_from_json
 from .job import DemoPlan
 from .scrape import Scrape
 
@@ -111,6 +112,9 @@ def _verdict(found: Findings, seconds: float) -> list[str]:
         if len(frames) > MAX_FRAMES:
             out.append(f"                   … {len(frames) - MAX_FRAMES} more")
     out.append(f"  evidence       {str(c.get('evidence', '')).split(' Now rank', 1)[0]}")
+    cause = cause_from_json(c.get("cause"))
+    if cause is not None and cause.said:
+        out.append(f"  cause          {cause.info.label} ({cause.cls}): {'; '.join(cause.evidence[:2])}")
     return out
 
 

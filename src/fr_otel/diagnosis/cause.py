@@ -59,7 +59,7 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
         if kills:
             where = "its memory cgroup" if facts.oom_kills else "its host (/proc/vmstat)"
             return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
-                                                 f"{where} counted {kills} OOM kill(s) since the job started"))
+                                                 f"{where} counted {kills} OOM kill(s) since its agents started"))
         return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
                                           "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
     if facts is not None and facts.state in ("T", "t"):

@@ -59,12 +59,13 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "socket or file system", "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
     CauseClass.GIL_HELD: CauseInfo(
         "native code holds its GIL", "no word from its own agent while /proc shows its process alive (not stopped)",
-        "take a native stack (py-spy dump --native --pid PID, needs ptrace): a regex, a C extension, a ctypes call"),
+        "read its native stack (incident.json's proc.native_stack, where py-spy ran; else take one): a regex, a C "
+        "extension or a ctypes call that never releases the GIL"),
     CauseClass.STOPPED: CauseInfo(
-        "stopped", "/proc state T or t (SIGSTOP, a debugger)", "SIGCONT it, or find who stopped it (a debugger)"),
+        "stopped", "/proc state T or t (SIGSTOP, a debugger)", "find who stopped it (a debugger, a job control signal) and send it SIGCONT"),
     CauseClass.OOM_KILLED: CauseInfo(
         "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose",
-        "look at its memory (the cgroup limit, the kernel log: dmesg | grep -i 'killed process')"),
+        "look at its memory use against its cgroup's limit, and the kernel log of its host"),
     CauseClass.CRASHED: CauseInfo(
         "crashed", "its exit record (an uncaught exception: type, message, where; SIGTERM), or its process gone "
         "without one (a signal, os._exit)", "read the exception and its frame; for a signal, the launcher's log "

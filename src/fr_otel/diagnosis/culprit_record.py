@@ -51,7 +51,9 @@ def culprit_record(job: Job, rank: int, evidence: list[Evidence], explained: tup
                 break
     process = job.processes.get(rank)
     dump = job.dumps.get(rank)
-    now = dump.now if dump is not None else None
+    # A rank that said how it left was captured on its way out (its main thread in the agent's exit hook): where
+    # it stopped is its exit record's (the cause says it), not that stack.
+    now = dump.now if dump is not None and rank not in job.exits else None
     text = primary.text
     if now is not None and now.where is not None:
         text += " " + _now_sentence(rank, process, now, primary.kind, op, primary.seq)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ..common.commands import py_spy_command_line
 from ..common.ranks import compress_ranks
+from ..diagnosis.cause_kinds import Cause, CauseClass
 from ..diagnosis.kinds import CulpritKind, VerdictWord, check_table
 from ..diagnosis.verdict import Culprit, Verdict
 from ..read.dump import op_name
@@ -151,9 +152,35 @@ check_table("report.advice._STEPS", CulpritKind, _STEPS)
 
 
 def next_step(v: Verdict, c: Culprit) -> Step:
-    """The next step for culprit ``c``: where to look, with its real host and pid when known."""
+    """The next step for culprit ``c``: where to look, with its real host and pid when known. A named cause
+    (:mod:`fr_otel.diagnosis.cause`) says more than the culprit's kind: its step is the cause's."""
+    if c.cause is not None and c.cause.cls not in _KIND_SAYS_IT:
+        return _by_cause(c, c.cause)
     seq = f"#{c.collective_seq_id}" if c.collective_seq_id is not None else ""
     return _STEPS[c.kind](v, c, c.rank, op_name(c.op or "the collective"), seq, process_gone(v, c))
+
+
+#: Causes the culprit's kind and the verdict's hosts already word best (a device stall under NCCL, a lost host):
+#: their step stays the kind's.
+_KIND_SAYS_IT = frozenset({CauseClass.UNKNOWN, CauseClass.DEVICE, CauseClass.HOST_LOST, CauseClass.SLOW_HOST})
+#: Causes whose process still runs: its live stack is the next thing to read.
+_LIVE_CAUSES = frozenset({CauseClass.PYTHON_BUSY, CauseClass.DATA_WAIT, CauseClass.LOCK_WAIT, CauseClass.DEADLOCK,
+                          CauseClass.IO_WAIT, CauseClass.GIL_HELD})
+
+
+def _by_cause(c: Culprit, cause: Cause) -> Step:
+    """``Rank 2: waiting on its data pipeline. Look at ...`` with the command that goes with it."""
+    first, rest = cause.info.next_step[:1].upper(), cause.info.next_step[1:]
+    step: tuple[str, ...] = (f"Rank {c.rank}: {cause.info.label}. {first}{rest}.",)
+    pid = c.process.pid if c.process is not None else None
+    if cause.cls in _LIVE_CAUSES:
+        native = " --native" if cause.cls == CauseClass.GIL_HELD else ""
+        step += (" While it is stuck: ", Code(_py_spy(c) + native), " (root or CAP_SYS_PTRACE).")
+    elif cause.cls == CauseClass.STOPPED and pid is not None:
+        step += (" On its host: ", Code(f"kill -CONT {pid}"), ".")
+    elif cause.cls == CauseClass.OOM_KILLED:
+        step += (" On its host: ", Code("dmesg -T | grep -i 'killed process'"), ".")
+    return step
 
 
 def general_next_step(v: Verdict) -> Step:

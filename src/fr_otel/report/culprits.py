@@ -98,8 +98,9 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
     ]
     if c.cause is not None and c.cause.said:
         lines = "".join(f"<li>{esc(line, 600)}</li>" for line in c.cause.evidence[:8])
-        parts.append(f'<div class="cause"><b>Cause</b> {esc(c.cause.info.label)} <code>{esc(c.cause.cls)}</code>'
-                     f'<ul>{lines}</ul><p class="dim">{esc(c.cause.info.next_step, 400)}</p></div>')
+        label = c.cause.info.label
+        parts.append(f'<div class="cause"><b>Cause</b> {esc(label)}'
+                     + (f' <code>{esc(c.cause.cls)}</code>' if label != c.cause.cls else "") + f'<ul>{lines}</ul></div>')
     parts.append(f'<p class="next"><b>Next step</b> {as_html(next_step(f.verdict, c))}</p>')
     if c.related:
         items = "".join(

@@ -121,9 +121,9 @@ def _culprit_lines(v: Verdict, c: Culprit, advised: dict[str, int]) -> list[str]
     host = f" (host {c.host}{f', node {c.node}' if c.node and c.node != c.host else ''})" if c.host else ""
     out = ["", f"  rank {c.rank}{host}: {c.kind} on {c.where}", f"    {c.evidence}"]
     if c.cause is not None and c.cause.said:
-        out.append(f"    cause: {c.cause.info.label} ({c.cause.cls})")
+        label = c.cause.info.label
+        out.append(f"    cause: {label}" + (f" ({c.cause.cls})" if label != c.cause.cls else ""))
         out.extend(f"      - {line}" for line in c.cause.evidence[:MAX_CAUSE_LINES])
-        out.append(f"      then: {c.cause.info.next_step}")
     if c.step is not None or c.collective_step is not None:
         out.append(f"    {step_sentence(c, v.steps)}")
     for e in c.related[:MAX_RELATED]:
