@@ -29,7 +29,7 @@ thread: median, p99 and max of 300 captures, and the payload bytes it adds (targ
     python bench/bench_agent.py --quick         # fewer phases, one detection run
     python bench/bench_agent.py --part overhead --capacity 20000 --phases 16
     python bench/bench_agent.py --part stacks   # seconds
-    python bench/bench_agent.py --part host-read   # an incident's /proc read of 8 host-mates, py-spy's pause
+    python bench/bench_agent.py --part host-read   # an incident's /proc read of 8 host-mates, py-spy's read
 
 **Counting training steps.** In one process, no agent threads: the step counter's
 optimizer post-step hook called directly (ns per call), and ``optimizer.step()`` of the
@@ -322,8 +322,9 @@ def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
 def host_read(samples: int = 20, ranks: int = 8) -> dict[str, float]:
     """What an incident's read of its host's ranks costs the reading agent (``sample_processes``: /proc state,
     threads' CPU over 0.3 s, wchan, OOM counters) for ``ranks`` processes (half spinning, half asleep, 4
-    threads each), and what py-spy's native stack costs (the time the target process is paused), where installed."""
-    from fr_otel.agent.observe.proc_state import OomBaseline, sample_processes, _native_stack, _py_spy
+    threads each), and what reading a host-mate's Python stack with py-spy costs the reader, where installed
+    (non-blocking: the target is never paused)."""
+    from fr_otel.agent.observe.proc_state import OomBaseline, _outside_stack, _py_spy, sample_processes
 
     code = ("import threading, time, sys\n"
             "[threading.Thread(target=time.sleep, args=(600,), daemon=True).start() for _ in range(3)]\n"
@@ -342,7 +343,7 @@ def host_read(samples: int = 20, ranks: int = 8) -> dict[str, float]:
         if _py_spy() is not None:
             for pid in list(pids.values())[:4]:
                 t0 = time.monotonic()
-                _native_stack(pid, time.monotonic() + 10)
+                _outside_stack(pid, time.monotonic() + 10)
                 native.append(time.monotonic() - t0)
         return {"ranks": ranks, "read_cpu_ms_median": statistics.median(cpu) * 1e3, "read_cpu_ms_max": max(cpu) * 1e3,
                 "py_spy_ms_median": statistics.median(native) * 1e3 if native else float("nan")}
@@ -497,9 +498,9 @@ def main() -> int:
         r = host_read()
         results["host_read"] = r
         print(f"host read at an incident: {r['ranks']} host-mates (4 threads each): /proc reads {r['read_cpu_ms_median']:.2f} ms "
-              f"of CPU (max {r['read_cpu_ms_max']:.2f} ms) beside the 0.3 s CPU sample (a sleep); py-spy native stack "
-              f"{r['py_spy_ms_median']:.0f} ms per process (it pauses that process; the host's lowest rank takes them, "
-              "only at incidents)")
+              f"of CPU (max {r['read_cpu_ms_max']:.2f} ms) beside the 0.3 s CPU sample (a sleep); py-spy --nonblocking "
+              f"{r['py_spy_ms_median']:.0f} ms per host-mate, wall, in the reader (the target is not paused; the host's "
+              "lowest rank reads them, only at incidents)")
     if args.part in ("overhead", "all"):
         print(f"overhead: MLP width {args.hidden}, {args.phases} phases x {args.steps} steps, agent "
               "polling every 1 s, /metrics scraped every 1 s")

@@ -7,6 +7,8 @@ they apply in (the strongest evidence first) and the untrusted-input boundary of
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fr_otel.diagnosis.cause import find_cause
 from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, cause_from_json
@@ -91,6 +93,7 @@ def test_a_process_that_is_gone_is_oom_killed_when_a_counter_rose_else_crashed()
     assert found.cls == CauseClass.OOM_KILLED and "memory cgroup counted 1 OOM kill(s)" in found.evidence[1]
     assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=None, host_oom_kills=2)) == CauseClass.OOM_KILLED
     assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=0)) == CauseClass.CRASHED
+    assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=1), ExitRecord("sigterm")) == CauseClass.CRASHED
 
 
 def test_an_exit_record_says_how_it_left() -> None:
@@ -98,7 +101,6 @@ def test_an_exit_record_says_how_it_left() -> None:
     found = find_cause(culprit(), ProcessFacts(4242, "gone"), raised, set())
     assert found == Cause(CauseClass.CRASHED, (f"uncaught RuntimeError: no labels at {TRAIN}:12 in step",))
     assert cls(culprit(), None, ExitRecord("exit")) == CauseClass.EXITED
-    assert cls(culprit(), None, ExitRecord("sigterm")) == CauseClass.CRASHED
 
 
 def test_host_lost_slow_host_device_and_unknown() -> None:
@@ -126,14 +128,34 @@ def test_facts_and_records_from_untrusted_data_keep_only_what_is_well_typed() ->
     assert cause_from_json({"class": "stopped", "evidence": ["a", 3]}) == Cause(CauseClass.STOPPED, ("a",))
 
 
-def test_a_gil_held_ranks_native_stack_is_said_from_its_main_thread() -> None:
-    dump = ('Process 7: python train.py\nPython v3.11.7\n\nThread 9 (idle): "loader"\n    poll (libc.so.6)\n\n'
-            'Thread 7 (idle): "MainThread"\n    clock_nanosleep (libc.so.6)\n    nanosleep (libc.so.6)\n'
-            '    sleep (libc.so.6)\n    step (train.py:12)\n')
-    found = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), proc("S", native_stack=dump), None, set())
+def test_a_gil_held_ranks_outside_stack_is_said_from_its_main_thread() -> None:
+    dump = ('Process 7: python train.py\nPython v3.11.7\n\nThread 9 (idle): "loader"\n    get (queue.py:171)\n\n'
+            'Thread 7 (active+gil): "MainThread"\n    match (re/__init__.py:166)\n    parse (train.py:40)\n'
+            '    step (train.py:12)\n')
+    found = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), proc("R", 1.0, outside_stack=dump), None, set())
     assert found.cls == CauseClass.GIL_HELD
-    assert found.evidence[-1] == ("native stack (py-spy): clock_nanosleep (libc.so.6) < nanosleep (libc.so.6) < "
-                                  "sleep (libc.so.6) < step (train.py:12)")
+    assert found.evidence[-1] == ("Python stack read from outside (py-spy): match (re/__init__.py:166) < "
+                                  "parse (train.py:40) < step (train.py:12) (it holds the GIL)")
+
+
+def test_teardown_is_evidence_beside_the_cause_and_a_thread_idle_in_a_condition_is_no_deadlock() -> None:
+    """SIGTERM and a collective's failure are how a hang ends, not why; a pin-memory thread in a condition's wait
+    and a main thread in Work.wait() or a join are no deadlock; an OOM kill counted elsewhere is not this rank's."""
+    sleeping = stack(main([Frame("main", TRAIN, 9)], "time.sleep(30)"))
+    found = find_cause(culprit(now=sleeping), proc("S"), ExitRecord("sigterm"), set())
+    assert found.cls == CauseClass.PYTHON_BUSY and found.evidence[-1].startswith("then SIGTERM ended it")
+    failed = ExitRecord("failure", "DistBackendError", "Connection closed by peer")
+    assert cls(culprit(now=sleeping), proc("S"), failed) == CauseClass.PYTHON_BUSY
+    pin = ("pin_memory", [Frame("wait", "/usr/lib/python3.11/threading.py", 324),
+                          Frame("_pin_memory_loop", "/venv/torch/utils/data/_utils/pin_memory.py", 49)], "")
+    waiting = stack(main([Frame("train_step", TRAIN, 40)], "work.wait()"), pin)
+    assert cls(culprit(CulpritKind.NOT_COMPLETED, waiting), proc("S", 0.0, "futex_wait_queue")) == CauseClass.DEVICE
+    joining = stack(main([Frame("save", TRAIN, 40)], "ckpt.join()"),
+                    ("tqdm", [Frame("wait", "/usr/lib/python3.11/threading.py", 324)], ""))
+    assert cls(culprit(now=joining), proc("S", 0.0, "futex_wait_queue")) == CauseClass.LOCK_WAIT
+    assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=1)) == CauseClass.CRASHED
+    assert cls(culprit(CulpritKind.NOT_COMPLETED), proc("R", 1.0)) == CauseClass.DEVICE  # not gil_held
+    assert cls(culprit(), None, ExitRecord("sigterm")) == CauseClass.CRASHED  # nothing else known: the signal
 
 
 def test_a_named_cause_words_the_next_step_with_its_command_and_a_device_stall_keeps_its_kinds() -> None:
@@ -153,3 +175,41 @@ def test_a_named_cause_words_the_next_step_with_its_command_and_a_device_stall_k
     assert step(Cause(CauseClass.DATA_WAIT, ())).startswith("Rank 2: waiting on its data pipeline. Look at the DataLoader")
     stuck = replace(alive, kind=CulpritKind.NOT_COMPLETED)
     assert step(Cause(CauseClass.DEVICE, ()), stuck) == as_text(next_step(v, stuck))  # the kind's own step
+
+
+def test_docs_list_every_class_with_its_label_and_the_evidence_it_needs_as_the_table_has_them() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "verdict.md").read_text()
+    for cls_, info in CAUSES.items():
+        assert f"| `{cls_}` | {info.label} | {info.needs} |" in docs, cls_
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["pid", "state", "cpu", "wchan", "threads", "tid", "name", "oom_kills", "sampled_ns", "how",
+                         "type", "code", "class", "evidence", "outside_stack", "2", "x"]), inner, max_size=6),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_JSON)
+def test_untrusted_facts_records_and_causes_never_raise(raw: object) -> None:
+    """Whatever a payload, a node summary or an incident.json holds under these keys is read or dropped."""
+    facts_from_raw(raw)
+    host_view_from_raw(raw)
+    host_view_from_raw({"2": raw, "3": {"pid": 1, "state": raw}, "4": {"pid": 1, "state": "S", "threads": raw}})
+    exit_from_raw(raw)
+    cause_from_json(raw)
+    cause_from_json({"class": raw, "evidence": raw})
+
+
+def test_reads_of_one_process_merge_to_the_newest_keeping_the_one_outside_stack() -> None:
+    from fr_otel.read.rank_facts import merge_facts
+
+    lowest = ProcessFacts(7, "S", sampled_ns=10, seen_by=0, outside_stack="Thread 7 (idle): \"MainThread\"\n    f (a.py:1)\n")
+    later = ProcessFacts(7, "S", sampled_ns=20, seen_by=3)
+    merged = merge_facts(merge_facts(None, lowest), later)
+    assert merged.seen_by == 3 and merged.outside_stack == lowest.outside_stack
+    assert merge_facts(later, ProcessFacts(8, "S", sampled_ns=5, outside_stack="x")).outside_stack == ""  # another pid

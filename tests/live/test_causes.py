@@ -83,11 +83,13 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     if kind == "stopped":
         assert proc["state"] == "T"
     if kind.startswith("gil"):
-        # Its own agent was silent: the cause rests on what a host-mate read, with py-spy's native stack
-        # (the test extra installs it; CI runs as root, so ptrace is permitted).
+        # Its own agent was silent: the cause rests on what a host-mate read, with its Python stack read from
+        # outside by py-spy (the test extra installs it; CI runs as root, so ptrace is permitted).
         assert any("its own agent sent nothing" in e for e in cause["evidence"])
-        assert (Path(sys.executable).parent / "py-spy").exists() and proc.get("native_stack"), proc
-        assert any(e.startswith("native stack (py-spy): ") for e in cause["evidence"]), cause
+        assert (Path(sys.executable).parent / "py-spy").exists() and proc.get("outside_stack"), proc
+        where = "match (re/__init__.py" if kind == "gil_regex" else "_fault (support/cause_job.py:"
+        assert any(e.startswith("Python stack read from outside (py-spy): ") and where in e
+                   for e in cause["evidence"]), cause
     if kind == "python_busy":  # the trace and the page say it too
         (trace,) = list((tmp_path / "out").glob("fr-otel-trace-*.jsonl"))
         spans = [ReceivedSpan(rs.resource, ss.scope, s) for request in read_jsonl(trace)

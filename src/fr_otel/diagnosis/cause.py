@@ -27,7 +27,8 @@ __all__ = ["find_cause", "with_causes"]
 
 _LOST_HOST_STATES = ("lost", "cut_off", "unreachable")
 _DATA = re.compile(r"torch/utils/data/|dataloader", re.IGNORECASE)
-_LOCK_CALL = re.compile(r"\.acquire$|^acquire$|\.wait$|^wait$|\.join$|^join$|_acquire_restore|^with$")
+_ACQUIRE = re.compile(r"(?:^|\.)acquire$")
+_LOCK_CALL = re.compile(r"(?:^|\.)(?:acquire|join)$")
 _IO_CALL = re.compile(r"(?:^|\.)(?:read|readline|readlines|readinto|recv|recv_into|recvfrom|accept|select|poll|"
                       r"open|connect|sendall|write|fsync|flush|communicate)$")
 _IO_WCHAN = re.compile(r"pipe|fifo|wait_for_partner|sock|tcp|unix|poll|select|nfs|fuse|wait_on_page|io_schedule|blk|ext4|xfs")
@@ -47,51 +48,60 @@ def with_causes(culprits: Sequence[Culprit], job_facts: Mapping[int, ProcessFact
 
 def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord | None, lost_hosts: set[str],
                stragglers: Sequence[Culprit] = ()) -> Cause:
-    """The first rule that holds, from the strongest evidence (the host gone, the process gone) to the weakest."""
+    """The first rule that holds, from the strongest evidence (the host gone, the process gone) to the weakest.
+    How a rank left decides only when it left on its own (its code raised, or it exited): SIGTERM and a
+    collective's failure are what a hang ends in (torchrun's teardown, a watchdog), so they are evidence
+    beside the cause the other rules find."""
     place = culprit.node or culprit.host
     seen = [_proc_line(facts)] if facts is not None else []
     if place and place in lost_hosts:
         return Cause(CauseClass.HOST_LOST, (f"the verdict found its host {place} lost or cut off",))
-    if leaving is not None:
-        return _left(leaving, seen)
-    if facts is not None and facts.gone:
-        kills = facts.oom_kills or facts.host_oom_kills
+    if leaving is not None and leaving.how == "exception":
+        where = f" at {leaving.where}" if leaving.where else ""
+        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
+    if leaving is not None and leaving.how == "exit":
+        return Cause(CauseClass.EXITED, ("it left the interpreter (its script returned or called sys.exit) while its "
+                                         "peers still wait",))
+    after = [_aftermath(leaving)] if leaving is not None else []
+    if facts is not None and facts.gone and leaving is None:
+        kills = facts.oom_kills if facts.oom_kills is not None else facts.host_oom_kills
         if kills:
-            where = "its memory cgroup" if facts.oom_kills else "its host (/proc/vmstat)"
+            where = "its memory cgroup" if facts.oom_kills is not None else "its host (/proc/vmstat)"
             return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
                                                  f"{where} counted {kills} OOM kill(s) since its agents started"))
         return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
                                           "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
     if facts is not None and facts.state in ("T", "t"):
-        return Cause(CauseClass.STOPPED, tuple(seen))
+        return Cause(CauseClass.STOPPED, (*seen, *after))
     if culprit.kind == CulpritKind.STRAGGLER:
         mates = sorted(s.rank for s in stragglers if s.rank != culprit.rank and (s.node or s.host) == place and place)
         if mates:
             return Cause(CauseClass.SLOW_HOST, (f"rank(s) {', '.join(map(str, mates))} of its host {place} are late "
                                                 "too", *seen))
+    if culprit.kind == CulpritKind.NOT_COMPLETED:
+        return Cause(CauseClass.DEVICE, ("it entered the collective and never completed it", *seen, *after))
     now = culprit.now
     if now is not None and now.main is not None:
         found = _from_stack(culprit, now, facts)
         if found is not None:
-            return replace(found, evidence=(*found.evidence, *seen))
+            return replace(found, evidence=(*found.evidence, *seen, *after))
     if facts is not None and facts.state == "D":
-        return Cause(CauseClass.IO_WAIT, tuple(seen))
-    if facts is not None and now is None:
+        return Cause(CauseClass.IO_WAIT, (*seen, *after))
+    if facts is not None and not facts.gone and now is None and culprit.kind == CulpritKind.MISSING_DUMP:
         return Cause(CauseClass.GIL_HELD, (
-            "its own agent sent nothing (its threads cannot run) while its process is alive", *seen,
-            *([f"native stack (py-spy): {_native_top(facts.native_stack)}"] if facts.native_stack else [])))
-    if culprit.kind == CulpritKind.NOT_COMPLETED:
-        return Cause(CauseClass.DEVICE, ("every member entered the collective and it never completed here", *seen))
-    return Cause(CauseClass.UNKNOWN, tuple(seen))
+            "its own agent sent nothing within the incident's budget while its process is alive and not stopped: "
+            "none of its Python threads ran", *seen,
+            *([f"Python stack read from outside (py-spy): {_stack_top(facts.outside_stack)}"]
+              if facts.outside_stack else []), *after))
+    if leaving is not None and leaving.how == "sigterm":
+        return Cause(CauseClass.CRASHED, (*after, *seen))
+    return Cause(CauseClass.UNKNOWN, (*seen, *after))
 
 
-def _left(leaving: ExitRecord, seen: list[str]) -> Cause:
-    if leaving.how == "exception":
-        where = f" at {leaving.where}" if leaving.where else ""
-        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
+def _aftermath(leaving: ExitRecord) -> str:
     if leaving.how == "sigterm":
-        return Cause(CauseClass.CRASHED, ("ended by SIGTERM (its launcher or the scheduler stopped it)", *seen))
-    return Cause(CauseClass.EXITED, ("it exited normally (its exit copy says so) while its peers still wait",))
+        return "then SIGTERM ended it (its launcher or the scheduler stopping the job)"
+    return f"then a collective failed on it ({leaving.type}: {leaving.message})"[:400]
 
 
 def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -> Cause | None:
@@ -111,9 +121,11 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
         return Cause(CauseClass.IO_WAIT, (at,))
     futex = facts is not None and "futex" in facts.wchan  # the main thread's kernel wait
     if _waits_on_lock(main, doing, futex):
-        others = [t for t in now.threads[1:] if _waits_on_lock(t, _thread_doing(t), futex)]
+        # A deadlock needs two threads each in a lock's acquire: a thread idle in a condition or a queue (a
+        # pin-memory thread, tqdm's monitor, a pool's workers) waits for work, not for the main thread.
+        others = [t for t in now.threads[1:] if _acquires(t, _thread_doing(t), futex)]
         idle = facts is None or facts.cpu < _BUSY_CPU
-        if others and idle:
+        if others and idle and _acquires(main, doing, futex):
             o = others[0]
             f = o.frames[0]
             return Cause(CauseClass.DEADLOCK, (at, f"thread {o.name} waits too, in {_thread_doing(o) or f.name} at "
@@ -129,19 +141,24 @@ def _thread_doing(t: ThreadStack) -> str:
     return call.group(0).rstrip("( ") if call else (t.frames[0].name if t.frames else "")
 
 
-def _waits_on_lock(t: ThreadStack, doing: str, futex: bool) -> bool:
-    """In a lock's acquire: the call says so, or a ``with`` line of a thread of a process whose threads wait on
-    a futex (what a blocked ``threading.Lock`` is in the kernel)."""
-    if _LOCK_CALL.search(doing):
+def _acquires(t: ThreadStack, doing: str, futex: bool) -> bool:
+    """In a lock's acquire: the call says so, or a ``with`` line while the main thread waits on a futex (what a
+    blocked ``threading.Lock`` is in the kernel)."""
+    if _ACQUIRE.search(doing):
         return True
-    if t.code.lstrip().startswith("with ") and (futex or "lock" in t.code.lower()):
+    return t.code.lstrip().startswith("with ") and (futex or "lock" in t.code.lower())
+
+
+def _waits_on_lock(t: ThreadStack, doing: str, futex: bool) -> bool:
+    """In a lock's acquire, or joining a thread (the lock its end releases)."""
+    if _LOCK_CALL.search(doing) or _acquires(t, doing, futex):
         return True
     return bool(t.frames) and t.frames[0].filename.endswith("threading.py") and t.frames[0].name in (
-        "wait", "acquire", "join", "_wait_for_tstate_lock")
+        "acquire", "join", "_wait_for_tstate_lock")
 
 
-def _native_top(dump: str, frames: int = 5) -> str:
-    """The main thread's innermost frames of a ``py-spy dump --native``: ``clock_nanosleep (libc.so.6) < ...``."""
+def _stack_top(dump: str, frames: int = 5) -> str:
+    """The main thread's innermost frames of a ``py-spy dump``: ``match (re/__init__.py:166) < ...``."""
     lines = dump.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("Thread ") and "MainThread" in line), None)
     if start is None:
@@ -151,7 +168,8 @@ def _native_top(dump: str, frames: int = 5) -> str:
         if not line.startswith(" "):
             break
         top.append(line.strip())
-    return " < ".join(top[:frames]) or "(empty)"
+    held = " (it holds the GIL)" if start >= 0 and "+gil" in lines[start] else ""
+    return (" < ".join(top[:frames]) or "(empty)") + held
 
 
 def _proc_line(facts: ProcessFacts) -> str:

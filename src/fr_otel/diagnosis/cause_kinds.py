@@ -37,53 +37,61 @@ class CauseClass(StrEnum):
 @dataclass(frozen=True, slots=True)
 class CauseInfo:
     label: str  # what people read
-    needs: str  # the evidence that names it (docs/verdict.md lists these)
+    needs: str  # the evidence that names it (docs/verdict.md's table shows these, checked by tests/diagnosis/test_cause.py)
     next_step: str
 
 
 CAUSES: Mapping[CauseClass, CauseInfo] = {
-    CauseClass.PYTHON_BUSY: CauseInfo(
-        "in its own Python code", "its live stack outside any collective (with /proc CPU: running or sleeping)",
-        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took"),
-    CauseClass.DATA_WAIT: CauseInfo(
-        "waiting on its data pipeline", "its live stack in a DataLoader or its queue",
-        "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host"),
-    CauseClass.LOCK_WAIT: CauseInfo(
-        "waiting on a lock", "its live stack in a lock's acquire (or a condition, a join)",
-        "find the thread that holds that lock: its stack is in the incident's threads"),
-    CauseClass.DEADLOCK: CauseInfo(
-        "deadlocked", "its main thread and another thread each waiting in a lock's acquire, neither on the CPU",
-        "the two acquires are named: take the locks in one order everywhere"),
-    CauseClass.IO_WAIT: CauseInfo(
-        "blocked in I/O", "its live stack in a read, recv or open, or /proc state D or a kernel wait on a pipe, "
-        "socket or file system", "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
-    CauseClass.GIL_HELD: CauseInfo(
-        "native code holds its GIL", "no word from its own agent while /proc shows its process alive (not stopped)",
-        "read its native stack (incident.json's proc.native_stack, where py-spy ran; else take one): a regex, a C "
-        "extension or a ctypes call that never releases the GIL"),
-    CauseClass.STOPPED: CauseInfo(
-        "stopped", "/proc state T or t (SIGSTOP, a debugger)", "find who stopped it (a debugger, a job control signal) and send it SIGCONT"),
-    CauseClass.OOM_KILLED: CauseInfo(
-        "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose",
-        "look at its memory use against its cgroup's limit, and the kernel log of its host"),
-    CauseClass.CRASHED: CauseInfo(
-        "crashed", "its exit record (an uncaught exception: type, message, where; SIGTERM), or its process gone "
-        "without one (a signal, os._exit)", "read the exception and its frame; for a signal, the launcher's log "
-        "(torchrun: exitcode -N)"),
-    CauseClass.EXITED: CauseInfo(
-        "left training and exited", "its exit record: a normal exit while its peers still wait",
-        "find why this rank left the loop early (a step count, an early stop, a condition only it met)"),
     CauseClass.HOST_LOST: CauseInfo(
         "its host is lost", "the verdict's host finding: lost, cut off or unreachable",
         "look at the host (power, network, kernel) and leave it out of the next run"),
+    CauseClass.CRASHED: CauseInfo(
+        "crashed", "its exit record: an uncaught exception of its own code (which, and where); or its process gone "
+        "without one (a signal, `os._exit`); or SIGTERM when nothing else is known",
+        "read the exception and its frame; for a signal, the launcher's log (torchrun: exitcode -N)"),
+    CauseClass.EXITED: CauseInfo(
+        "left training and exited", "its exit record: it left the interpreter (its script returned, `sys.exit`) "
+        "while its peers still wait",
+        "find why this rank left the loop early (a step count, an early stop, a condition only it met)"),
+    CauseClass.OOM_KILLED: CauseInfo(
+        "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose (its "
+        "cgroup's, else the host's)",
+        "look at its memory use against its cgroup's limit, and the kernel log of its host"),
+    CauseClass.STOPPED: CauseInfo(
+        "stopped", "`/proc` state `T` or `t` (SIGSTOP, a debugger)",
+        "find who stopped it (a debugger, a job control signal) and send it SIGCONT"),
     CauseClass.SLOW_HOST: CauseInfo(
-        "its host is slow", "every rank of its host late (stragglers together)",
+        "its host is slow", "a straggler whose host's other ranks are stragglers too",
         "compare the host with the others: CPU quota, thermal throttling, a noisy neighbour"),
     CauseClass.DEVICE: CauseInfo(
-        "stuck inside the collective (device or network side)", "every member entered the collective and it never "
-        "completed on this rank", "look at the GPU and NIC of its host (DCGM Xid, NVLink, NIC errors)"),
+        "stuck inside the collective", "a `not_completed` culprit: it entered the collective and never completed it "
+        "(checked before its stack: a rank in `Work.wait()` is inside it)",
+        "look at the GPU and NIC of its host (DCGM Xid, NVLink, NIC errors)"),
+    CauseClass.DATA_WAIT: CauseInfo(
+        "waiting on its data pipeline", "its main thread's live stack in a DataLoader (`torch/utils/data`)",
+        "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host"),
+    CauseClass.IO_WAIT: CauseInfo(
+        "blocked in I/O", "its live stack in a read, recv, open..., or a kernel wait on a pipe, FIFO, socket or "
+        "file system; or state `D`",
+        "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
+    CauseClass.DEADLOCK: CauseInfo(
+        "deadlocked", "its main thread and another thread each in a lock's acquire (or a `with` line while the main "
+        "thread waits on a futex), off the CPU; a thread idle in a condition or a queue is no party",
+        "the two acquires are named: take the locks in one order everywhere"),
+    CauseClass.LOCK_WAIT: CauseInfo(
+        "waiting on a lock", "its main thread in a lock's acquire or a thread's join",
+        "find the thread that holds that lock: its stack is in the incident's threads"),
+    CauseClass.PYTHON_BUSY: CauseInfo(
+        "in its own Python code", "its live stack outside any collective (running, or in `time.sleep`)",
+        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took"),
+    CauseClass.GIL_HELD: CauseInfo(
+        "native code holds its GIL", "a `missing_dump` culprit: no word from its own agent within the incident's "
+        "budget while `/proc` shows its process alive and not stopped (a regex, a `ctypes.PyDLL` call, a C "
+        "extension); py-spy's outside read shows the call (`active+gil`)",
+        "read the Python stack py-spy took from outside (incident.json's proc.outside_stack; else take one, native "
+        "frames too): a regex, a C extension or a ctypes call that never releases the GIL"),
     CauseClass.UNKNOWN: CauseInfo(
-        "not known", "nothing beyond the recorder: no live stack, no host read, no exit record",
+        "not known", "nothing beyond the recorder (dump files alone, no agent)",
         "run the job with the agent (fr-otel run) so a host-mate can read its process"),
 }
 if set(CAUSES) != set(CauseClass):  # pragma: no cover - a typo in the table
@@ -118,7 +126,7 @@ class Cause:
 
 def cause_from_json(raw: Any) -> Cause | None:
     """A recorded cause (an incident file's summary, untrusted); None when ill-typed."""
-    if not isinstance(raw, dict) or raw.get("class") not in set(CauseClass):
+    if not isinstance(raw, dict) or type(raw.get("class")) is not str or raw["class"] not in set(CauseClass):
         return None
     lines = raw.get("evidence")
     return Cause(CauseClass(raw["class"]), tuple(x[:500] for x in lines[:16] if isinstance(x, str))

@@ -20,7 +20,7 @@ from ..read.discovery import host_from_name
 from ..read.dump import Entry, GroupHistory, Progress, RankDump
 from ..read.entry_rules import creation_order, is_default_group, unnamed_world
 from ..read.network import NetworkFacts
-from ..read.rank_facts import ExitRecord, ProcessFacts
+from ..read.rank_facts import ExitRecord, ProcessFacts, merge_facts
 from ..read.rank_process import RankProcess
 from ..read.reader import ReadResult
 from .kinds import MembershipSource
@@ -274,6 +274,7 @@ def build_job(read: ReadResult) -> Job:
         missing = tuple(r for r in range(world_size) if r not in dumps)
         if missing:
             problems.append(f"no dump for rank(s) {compress_ranks(missing)} of {world_size}")
+    processes = _processes(dumps, read.side.processes)
     return Job(
         dumps=dumps,
         groups=groups,
@@ -282,7 +283,7 @@ def build_job(read: ReadResult) -> Job:
         missing_ranks=missing,
         problems=problems,
         unnamed_local_ids=unnamed,
-        processes=_processes(dumps, read.side.processes),
+        processes=processes,
         last_heard=dict(read.side.last_heard),
         last_step=dict(read.side.last_step),
         store_host=read.side.store_host or (read.side.network.store_host if read.side.network else None),
@@ -290,19 +291,24 @@ def build_job(read: ReadResult) -> Job:
         network_views=read.side.views,
         recorded=read.side.identity.summary if read.side.identity is not None else {},
         recorded_from=read.side.identity.path if read.side.identity is not None else "",
-        host_facts=_host_facts(dumps, read.side.identity.host if read.side.identity is not None else {}),
+        host_facts=_host_facts(dumps, read.side.identity.host if read.side.identity is not None else {}, processes),
         exits={**(read.side.identity.exits if read.side.identity is not None else {}),
                **{r: d.exit for r, d in dumps.items() if d.exit is not None}},
     )
 
 
-def _host_facts(dumps: dict[int, RankDump], written: dict[int, ProcessFacts]) -> dict[int, ProcessFacts]:
-    """Per rank, the newest read of its process among every dump's host view and the incident file's."""
+def _host_facts(dumps: dict[int, RankDump], written: dict[int, ProcessFacts],
+                processes: dict[int, RankProcess]) -> dict[int, ProcessFacts]:
+    """Per rank, the newest read of its process among every dump's host view and the incident file's. A dump
+    speaks only for its own host's ranks (where both hosts are known): a forged view cannot name another's."""
     out = dict(written)
     for d in dumps.values():
+        here = processes[d.rank].host if d.rank in processes else None
         for rank, facts in d.host_view.items():
-            if rank not in out or facts.sampled_ns > out[rank].sampled_ns:
-                out[rank] = facts
+            there = processes[rank].host if rank in processes else None
+            if here and there and here != there:
+                continue
+            out[rank] = merge_facts(out.get(rank), facts)
     return out
 
 

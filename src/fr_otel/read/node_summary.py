@@ -38,7 +38,7 @@ from .columns import fingerprint_id
 from .dump import Entry, GroupHistory, P2PChannel, PgConfig, Progress, RankDump
 from .dump_file import raw_entry
 from .failed import failed_from_raw
-from .rank_facts import ProcessFacts, exit_from_raw, host_view_from_raw
+from .rank_facts import ProcessFacts, exit_from_raw, host_view_from_raw, merge_facts
 from .frame import Frame
 from .pg_meta import dump_text, member_runs, pg_config
 from .rank_process import process_from_raw
@@ -169,8 +169,7 @@ def encode_node_summary(host: str, leader: int, made_ns: int, dumps: dict[int, R
     view: dict[int, ProcessFacts] = {}  # the node's ranks as /proc showed them: the newest read of each
     for d in dumps.values():
         for rank, facts in d.host_view.items():
-            if rank not in view or facts.sampled_ns > view[rank].sampled_ns:
-                view[rank] = facts
+            view[rank] = merge_facts(view.get(rank), facts)
     body = {"fr_otel_node_summary": 1, "host": host, "leader": leader, "made_ns": made_ns, "groups": groups,
             "host_view": {str(r): f.as_json() for r, f in sorted(view.items())},
             "calls": [[fid, *call] for fid, call in calls.items()], "ranks": ranks,
@@ -228,7 +227,7 @@ def decode_node_summary(blob: bytes, source: str, problems: list[str],
         out.dumps[dump.rank] = dump
     if bad:
         problems.append(f"{source}: {len(bad)} rank record(s) unusable, left out: {', '.join(bad[:4])}")
-    view = host_view_from_raw(raw.get("host_view"))
+    view = host_view_from_raw(raw.get("host_view"))  # drops what is ill-typed, never raises (fuzzed)
     if view and out.dumps:  # the node's view travels with one of its dumps (the job model merges every dump's)
         out.dumps[min(out.dumps)].host_view = view
     heard, full = raw.get("heard"), raw.get("full")

@@ -12,14 +12,14 @@ bounded values. No torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..common.json_types import is_exact_number
 from ..common.text import printable
 
 __all__ = ["EXIT_KEY", "HOST_VIEW_KEY", "ExitRecord", "ProcessFacts", "ThreadFacts", "exit_from_raw",
-           "facts_from_raw", "host_view_from_raw"]
+           "facts_from_raw", "host_view_from_raw", "merge_facts"]
 
 #: Top-level payload key (and ``proc`` in a rank's entry of incident.json) with what its host saw of it.
 HOST_VIEW_KEY = "fr_otel_host_view"
@@ -27,7 +27,9 @@ HOST_VIEW_KEY = "fr_otel_host_view"
 EXIT_KEY = "fr_otel_exit"
 #: Process states ``/proc/<pid>/stat`` gives, and ``gone`` for a process that no longer exists.
 STATES = frozenset("RSDTtZXIWPK") | {"gone"}
-EXIT_HOWS = ("exception", "exit", "sigterm")
+#: exception: its own code raised; failure: a collective failed on it (what a hang ends in); exit: it left the
+#: interpreter (its script returned, sys.exit); sigterm: it was told to stop.
+EXIT_HOWS = ("exception", "failure", "exit", "sigterm")
 _MAX_TEXT = 300
 _MAX_THREADS = 8
 _MAX_VIEW = 1024  # ranks per host view: a host runs a handful
@@ -74,7 +76,7 @@ class ProcessFacts:
     sample_s: float = 0.0  # how long the CPU was measured over
     sampled_ns: int = 0
     seen_by: int | None = None  # the rank whose agent read it
-    native_stack: str = ""  # py-spy's dump of it, where installed and permitted
+    outside_stack: str = ""  # its Python stacks as py-spy read them from outside (non-blocking), where permitted
 
     @property
     def gone(self) -> bool:
@@ -87,14 +89,15 @@ class ProcessFacts:
         for key in ("oom_kills", "host_oom_kills", "seen_by"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
-        if self.native_stack:
-            out["native_stack"] = self.native_stack
+        if self.outside_stack:
+            out["outside_stack"] = self.outside_stack
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class ExitRecord:
-    """How a rank left: ``exception`` (type, message, where), ``exit`` (normally, code), ``sigterm``."""
+    """How a rank left: ``exception`` (type, message, where), ``failure`` (a collective failed on it), ``exit``,
+    ``sigterm``."""
 
     how: str
     type: str = ""
@@ -113,11 +116,22 @@ class ExitRecord:
         return out
 
 
+def merge_facts(kept: ProcessFacts | None, other: ProcessFacts) -> ProcessFacts:
+    """Two reads of one rank's process as one: the newer, with the other's outside stack when it has none (only
+    the host's lowest rank takes one; its read need not be the newest)."""
+    if kept is None:
+        return other
+    newer, older = (other, kept) if other.sampled_ns > kept.sampled_ns else (kept, other)
+    if not newer.outside_stack and older.outside_stack and older.pid == newer.pid:
+        return replace(newer, outside_stack=older.outside_stack)
+    return newer
+
+
 def _thread(raw: Any) -> ThreadFacts | None:
     if not isinstance(raw, dict):
         return None
     tid, state = _count(raw.get("tid")), raw.get("state")
-    if tid is None or state not in STATES:
+    if tid is None or type(state) is not str or state not in STATES:
         return None
     return ThreadFacts(tid, _text(raw.get("name"), 64), state, _share(raw.get("cpu")), _text(raw.get("wchan"), 64))
 
@@ -127,7 +141,7 @@ def facts_from_raw(raw: Any) -> ProcessFacts | None:
     if not isinstance(raw, dict):
         return None
     pid, state = _count(raw.get("pid")), raw.get("state")
-    if pid is None or state not in STATES:
+    if pid is None or type(state) is not str or state not in STATES:
         return None
     threads = raw.get("threads")
     seen_by = _count(raw.get("seen_by"))
@@ -136,7 +150,7 @@ def facts_from_raw(raw: Any) -> ProcessFacts | None:
         tuple(t for t in map(_thread, threads[:_MAX_THREADS] if isinstance(threads, list) else ()) if t is not None),
         _count(raw.get("oom_kills")), _count(raw.get("host_oom_kills")), _share(raw.get("sample_s")),
         _count(raw.get("sampled_ns")) or 0, seen_by,
-        printable(raw["native_stack"], keep_lines=True)[:4000] if type(raw.get("native_stack")) is str else "")
+        printable(raw["outside_stack"][:4000], keep_lines=True)[:4000] if type(raw.get("outside_stack")) is str else "")
 
 
 def host_view_from_raw(raw: Any) -> dict[int, ProcessFacts]:
@@ -155,7 +169,7 @@ def host_view_from_raw(raw: Any) -> dict[int, ProcessFacts]:
 
 def exit_from_raw(raw: Any) -> ExitRecord | None:
     """:class:`ExitRecord` from untrusted data; None when it is not one."""
-    if not isinstance(raw, dict) or raw.get("how") not in EXIT_HOWS:
+    if not isinstance(raw, dict) or type(raw.get("how")) is not str or raw["how"] not in EXIT_HOWS:
         return None
     code = raw.get("code")
     return ExitRecord(raw["how"], _text(raw.get("type"), 128), _text(raw.get("message")), _text(raw.get("where")),

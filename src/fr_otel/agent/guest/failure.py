@@ -68,10 +68,12 @@ def failed_collectives(entries: Iterable[Mapping[str, Any]], in_flight: Mapping[
 
 def exit_record(exc: BaseException) -> ExitRecord:
     """How an uncaught exception ends this rank: its type, message and the innermost frame it was raised in
-    (what the others' cause says once this process is gone)."""
+    (what the others' cause says once this process is gone); a collective's failure is told apart (a hang's
+    aftermath, not its cause)."""
     where = ""
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
     if frames:
         f = frames[-1]
         where = f"{f.filename}:{f.lineno} in {f.name}"
-    return ExitRecord("exception", type(exc).__name__, one_line(exc, 300), where, at_ns=time.time_ns())
+    how = "failure" if collective_failure(exc) is not None else "exception"
+    return ExitRecord(how, type(exc).__name__, one_line(exc, 300), where, at_ns=time.time_ns())

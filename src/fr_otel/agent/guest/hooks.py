@@ -13,9 +13,9 @@
   and then, if the previous disposition was the default (and nobody replaced the agent's
   handler since), restores it and re-sends SIGTERM, so the process still dies of SIGTERM,
   just after the flush. A previous Python handler is called from the main thread as
-  usual; SIG_IGN stays ignored. A SIGTERM that comes once the way out has begun (an uncaught exception, the
-  atexit hook: torchrun tears down a node whose other worker failed) is not acted on: the flush already
-  running finishes within its one budget, and the process ends with it.
+  usual; SIG_IGN stays ignored. A SIGTERM that comes while an exit flush runs (an uncaught exception's, the
+  atexit hook's: torchrun tears down a node whose other worker failed) waits for that flush, which its one
+  budget bounds, and is acted on as above once it returns.
 
 Child processes (``fork``) inherit hooks but not the agent: every hook checks the pid and
 only chains there. All flushes are bounded by the caller's timeout.
@@ -59,10 +59,11 @@ class ExitHooks:
         self._sigterm_once = threading.Lock()
         self._sigterm_done = threading.Event()
         self._pending: BaseException | None = None  # an uncaught exception the atexit hook flushes
-        #: The exit path runs (an uncaught exception, the atexit hook): a SIGTERM now (torchrun's, as it tears
-        #: down a node whose other worker failed) lets it finish, within its one budget, rather than
-        #: cutting it short: this rank's part in the incident its failure raises is what the SIGTERM would lose.
-        self._leaving = False
+        #: An exit flush runs (the uncaught exception's, the atexit hook's): a SIGTERM now (torchrun's, as it tears
+        #: down a node whose other worker failed) waits for it, bounded by its one budget, and is acted on once it
+        #: returns: this rank's part in the incident its failure raises is what the SIGTERM would cut short.
+        self._flushing = False
+        self._deferred_sigterm = False
         self.installed: list[str] = []
 
     # -- install / uninstall ------------------------------------------------------------
@@ -134,12 +135,27 @@ class ExitHooks:
 
     def _atexit(self) -> None:
         if self._ours():
-            self._leaving = True
             logging.getLogger("fr_otel.agent").debug("atexit hook runs")
             pending, self._pending = self._pending, None
-            if pending is not None:
-                self._on_exception(pending)
-            self._on_exit()
+            self._exit_flush(pending)
+
+    def _exit_flush(self, exc: BaseException | None, *, at_exit: bool = True) -> None:
+        """The exception's flush (when ``exc``) and the exit's (when ``at_exit``); a SIGTERM that came meanwhile
+        is acted on after it, as it would have been (the previous handler, else the default: death by SIGTERM)."""
+        self._flushing = True
+        try:
+            if exc is not None:
+                self._on_exception(exc)
+            if at_exit:
+                self._on_exit()
+        finally:
+            self._flushing = False
+            if self._deferred_sigterm:
+                self._deferred_sigterm = False
+                if threading.current_thread() is threading.main_thread():
+                    self._chain(signal.SIGTERM, None)
+                elif self._prev_sigterm in (signal.SIG_DFL, None):
+                    _die_of_sigterm()
 
     def _excepthook(self, etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         prev = self._prev_excepthook or sys.__excepthook__
@@ -147,11 +163,16 @@ class ExitHooks:
             prev(etype, value, tb)
         finally:
             if self._ours():
-                self._leaving = True
                 if "atexit" in self.installed and threading.current_thread() is threading.main_thread():
                     self._pending = value  # the traceback goes out first; the atexit hook flushes
                 else:
-                    self._on_exception(value)
+                    self._exit_flush(value, at_exit=False)
+
+    def _defer_sigterm(self) -> None:
+        if not self._deferred_sigterm:
+            self._deferred_sigterm = True
+            logging.getLogger("fr_otel.agent").info("SIGTERM during this rank's exit flush: it finishes the flush "
+                                                    "first (within its budget), then acts on it")
 
     def _flush_sigterm_once(self) -> None:
         if self._sigterm_once.acquire(blocking=False):
@@ -163,8 +184,8 @@ class ExitHooks:
             self._sigterm_done.wait()  # the other path is flushing; the callback is bounded
 
     def _sigterm(self, signum: int, frame: FrameType | None) -> None:
-        if self._ours() and self._leaving:
-            logging.getLogger("fr_otel.agent").info("SIGTERM during this rank's way out: it finishes its flush first")
+        if self._ours() and self._flushing:
+            self._defer_sigterm()
             return
         if self._ours():
             self._flush_sigterm_once()
@@ -198,8 +219,9 @@ class ExitHooks:
             if not data:
                 return
             if signal.SIGTERM in data and self._ours():
-                if self._leaving:
-                    continue  # the exit path already runs, bounded: the process ends with it
+                if self._flushing:
+                    self._defer_sigterm()  # the exit flush acts on it once it returns
+                    continue
                 self._flush_sigterm_once()
                 still_ours = signal.getsignal(signal.SIGTERM) == self._sigterm  # else someone else decides
                 if still_ours and self._prev_sigterm in (signal.SIG_DFL, None):

@@ -29,7 +29,7 @@ from ..guest.process_identity import local_world_size
 from ..guest.step_counter import COUNTER
 from ..links.store_link import StoreUnavailable
 from ..observe.payload import encode_payload, entries_per_group
-from ..observe.proc_state import sample_processes
+from ..observe.proc_state import is_rank_process, sample_processes
 from ...read.rank_facts import ProcessFacts
 from .conclude import CONCLUDE_RESERVE_S, coordinate
 from .files import fetch_files_later, publish_files
@@ -79,6 +79,9 @@ def _learn_node_ranks(me: IncidentRank) -> None:
     first = me.rank - mine
     wanted = [r for r in range(first, first + local) if r not in me.hosts.processes]
     if wanted:
+        me.hosts.from_disk()  # the node leader's ranks.json, when it wrote one: no store call
+        wanted = [r for r in wanted if r not in me.hosts.processes]
+    if wanted:
         with suppress(StoreUnavailable):
             me.hosts.gather(wanted)
 
@@ -89,15 +92,16 @@ MAX_HOST_RANKS = 64
 
 def read_host_ranks(me: IncidentRank) -> dict[int, ProcessFacts]:
     """What ``/proc`` shows of this host's ranks (this one included): a sibling speaks for a rank that cannot
-    (stopped, its GIL held, gone). The lowest rank of the host also takes py-spy's native stacks, where installed."""
+    (stopped, its GIL held, gone). The lowest rank of the host also reads their Python stacks from outside (py-spy,
+non-blocking), where installed."""
     host = me.process.host
     _learn_node_ranks(me)
     pids = {r: p.pid for r, p in me.hosts.processes.items() if p.host == host and p.pid is not None and host}
     if me.process.pid is not None:
         pids[me.rank] = me.process.pid
-    pids = dict(sorted(pids.items())[:MAX_HOST_RANKS])
-    native = frozenset(pids) if pids and min(pids) == me.rank else frozenset()
-    return sample_processes(pids, me.rank, me.oom_baseline, native_for=native)
+    pids = {r: pid for r, pid in sorted(pids.items())[:MAX_HOST_RANKS] if is_rank_process(pid, r)}
+    outside = frozenset(pids) if pids and min(pids) == me.rank else frozenset()
+    return sample_processes(pids, me.rank, me.oom_baseline, outside_for=outside)
 
 
 #: What an incident's end leaves a rank: the verdict's summary as it knows it (:func:`fr_otel.incident.summary.brief_summary`;

@@ -5,7 +5,8 @@ has died; a sibling on the same host still reads ``/proc/<pid>`` of it without p
 the main thread's state (R, S, D, T, Z), every thread's CPU over a short sample (a thread at ~100 %
 of a core is spinning), ``wchan`` (``pipe_read``, ``futex_wait_queue``...), and the OOM-kill counters
 of its memory cgroup (v1 ``memory.oom_control``, v2 ``memory.events``) and of the host
-(``/proc/vmstat``), as increases since this agent started. Every read is a small file under /proc or
+(``/proc/vmstat``), as increases since this agent started; where py-spy is installed, a host-mate's Python
+stacks read from outside without stopping it. Every read is a small file under /proc or
 /sys, opened without blocking; a whole sample of a host's ranks takes :data:`SAMPLE_S` plus
 microseconds, on the agent's incident thread, never the training thread. Facts, not verdicts: the
 cause is named offline (:mod:`fr_otel.diagnosis.cause`).
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from ...read.rank_facts import ProcessFacts, ThreadFacts
 
-__all__ = ["SAMPLE_S", "OomBaseline", "sample_processes"]
+__all__ = ["SAMPLE_S", "OomBaseline", "is_rank_process", "sample_processes"]
 
 #: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one.
 SAMPLE_S = 0.3
@@ -31,7 +32,7 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _MAX_THREADS_READ = 256
 _MAX_THREADS_KEPT = 8
 _PY_SPY_TIMEOUT_S = 5.0
-_NATIVE_BUDGET_S = 8.0  # all native stacks of one sample together
+_OUTSIDE_BUDGET_S = 8.0  # all py-spy reads of one sample together
 
 
 def _read(path: str, limit: int = 4096) -> str | None:
@@ -136,16 +137,29 @@ class OomBaseline:
         return count - self.cgroups.get(folder, 0)
 
 
+def is_rank_process(pid: int, rank: int) -> bool:
+    """Whether ``pid`` may be rank ``rank``'s process: False only when it runs with another ``RANK`` in its
+    environment (a pid a stale host map names, reused since); a process that is gone, or whose environment
+    cannot be read, may be."""
+    text = _read(f"/proc/{pid}/environ", 1 << 18)
+    if text is None:
+        return True
+    for item in text.split("\0"):
+        if item.startswith("RANK="):
+            return item[5:] == str(rank)
+    return True
+
+
 def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sample_s: float = SAMPLE_S,
-                     native_for: frozenset[int] = frozenset()) -> dict[int, ProcessFacts]:
+                     outside_for: frozenset[int] = frozenset()) -> dict[int, ProcessFacts]:
     """rank -> what ``/proc`` says of its process ``pids[rank]``, CPU measured over ``sample_s``; ``me``: the
-    reading rank. ``native_for``: ranks whose native stack py-spy takes, where installed (bounded). Ranks that share
+    reading rank. ``outside_for``: ranks whose Python stacks py-spy reads from outside, where installed (bounded). Ranks that share
     a process (simulated ranks, in tests and benches) share its one read."""
     by_pid: dict[int, int] = {}
     for rank, pid in sorted(pids.items()):
         by_pid.setdefault(pid, rank)
     if len(by_pid) < len(pids):
-        read = sample_processes({r: p for p, r in by_pid.items()}, me, baseline, sample_s, native_for)
+        read = sample_processes({r: p for p, r in by_pid.items()}, me, baseline, sample_s, outside_for)
         return {rank: read[by_pid[pid]] for rank, pid in pids.items() if by_pid[pid] in read}
     cgroups = {rank: _memory_cgroup(pid) for rank, pid in pids.items()}
     before = {rank: _threads(pid) for rank, pid in pids.items()}
@@ -156,7 +170,7 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
     host_now = _host_oom_count()
     host_since = host_now - baseline.host if host_now is not None and baseline.host is not None else None
     out: dict[int, ProcessFacts] = {}
-    native_until = time.monotonic() + _NATIVE_BUDGET_S
+    outside_until = time.monotonic() + _OUTSIDE_BUDGET_S
     for rank, pid in pids.items():
         threads = []
         for tid, (name, state, ticks) in after[rank].items():
@@ -174,7 +188,7 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
         out[rank] = ProcessFacts(
             pid, main.state, sum(t.cpu for t in threads), main.wchan, tuple(threads[:_MAX_THREADS_KEPT]),
             baseline.since(cgroups[rank]), host_since, elapsed, time.time_ns(), me,
-            _native_stack(pid, native_until) if rank in native_for and rank != me else "")
+            _outside_stack(pid, outside_until) if rank in outside_for and rank != me else "")
     return out
 
 
@@ -184,21 +198,23 @@ def _wchan(pid: int, tid: int) -> str:
 
 
 def _py_spy() -> str | None:
-    """py-spy on PATH, else the one installed beside this interpreter (the ``native`` extra in the job's venv)."""
+    """py-spy on PATH, else the one installed beside this interpreter (the ``py-spy`` extra in the job's venv)."""
     found = shutil.which("py-spy")
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return found or (beside if os.access(beside, os.X_OK) else None)
 
 
-def _native_stack(pid: int, until: float) -> str:
-    """``py-spy dump --native`` of ``pid`` where py-spy is installed and ptrace is permitted, by ``until``; else ""."""
+def _outside_stack(pid: int, until: float) -> str:
+    """``py-spy dump --nonblocking`` of ``pid`` where py-spy is installed and ptrace is permitted, by ``until``; else
+    "". Non-blocking: py-spy reads the process's memory without stopping it (a native stack would pause it, and
+    a py-spy killed at its timeout can leave it stopped), so a rank still training is never slowed."""
     exe = _py_spy()
     left = min(_PY_SPY_TIMEOUT_S, until - time.monotonic())
     if exe is None or left <= 0.1:
         return ""
     try:
-        done = subprocess.run([exe, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=left, check=False)
+        done = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
+                              errors="replace", timeout=left, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout[:4000] if done.returncode == 0 else ""
