@@ -213,3 +213,15 @@ def test_reads_of_one_process_merge_to_the_newest_keeping_the_one_outside_stack(
     merged = merge_facts(merge_facts(None, lowest), later)
     assert merged.seen_by == 3 and merged.outside_stack == lowest.outside_stack
     assert merge_facts(later, ProcessFacts(8, "S", sampled_ns=5, outside_stack="x")).outside_stack == ""  # another pid
+
+
+def test_a_host_the_verdict_found_lost_is_the_cause_and_one_unreachable_from_here_is_not() -> None:
+    from fr_otel.diagnosis.cause import with_causes
+    from fr_otel.diagnosis.hosts import HostFinding
+
+    def on(state: str) -> CauseClass:
+        (c,) = with_causes([culprit(CulpritKind.MISSING_DUMP)], {}, {}, [HostFinding("n1", (2, 3), (2,), (2,), state)])
+        assert c.cause is not None
+        return c.cause.cls
+    assert on("lost") == on("cut_off") == on("store_lost") == CauseClass.HOST_LOST
+    assert on("unreachable") == CauseClass.UNKNOWN  # a partition seen from one side names no culprit's host

@@ -18,14 +18,13 @@ from dataclasses import dataclass, replace
 from ..read.live_stack import LiveStacks, ThreadStack
 from ..read.rank_facts import ExitRecord, ProcessFacts
 from .cause_kinds import Cause, CauseClass
-from .hosts import HostFinding
+from .hosts import LOST_STATES, HostFinding
 from .kinds import CulpritKind
 from .verdict import Culprit
 
 __all__ = ["find_cause", "with_causes"]
 
 
-_LOST_HOST_STATES = ("lost", "cut_off", "unreachable")
 _DATA = re.compile(r"torch/utils/data/|dataloader", re.IGNORECASE)
 _ACQUIRE = re.compile(r"(?:^|\.)acquire$")
 _LOCK_CALL = re.compile(r"(?:^|\.)(?:acquire|join)$")
@@ -40,7 +39,7 @@ _BUSY_CPU = 0.5  # cores: a process this busy is computing, not waiting
 def with_causes(culprits: Sequence[Culprit], job_facts: Mapping[int, ProcessFacts], exits: Mapping[int, ExitRecord],
                 hosts: Sequence[HostFinding]) -> list[Culprit]:
     """``culprits`` with their cause (reported-only ranks included: their state is worth saying too)."""
-    lost = {h.host for h in hosts if h.state in _LOST_HOST_STATES}
+    lost = {h.host for h in hosts if h.state in LOST_STATES}  # not "unreachable": a view from here, no culprit
     stragglers = [c for c in culprits if c.kind == CulpritKind.STRAGGLER]
     return [replace(c, cause=find_cause(c, job_facts.get(c.rank), exits.get(c.rank), lost, stragglers))
             for c in culprits]

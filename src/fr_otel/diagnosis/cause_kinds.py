@@ -43,7 +43,7 @@ class CauseInfo:
 
 CAUSES: Mapping[CauseClass, CauseInfo] = {
     CauseClass.HOST_LOST: CauseInfo(
-        "its host is lost", "the verdict's host finding: lost, cut off or unreachable",
+        "its host is lost", "the verdict's host finding: lost, cut off, or lost with the job's store",
         "look at the host (power, network, kernel) and leave it out of the next run"),
     CauseClass.CRASHED: CauseInfo(
         "crashed", "its exit record: an uncaught exception of its own code (which, and where); or its process gone "

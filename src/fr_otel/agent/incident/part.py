@@ -92,8 +92,8 @@ MAX_HOST_RANKS = 64
 
 def read_host_ranks(me: IncidentRank) -> dict[int, ProcessFacts]:
     """What ``/proc`` shows of this host's ranks (this one included): a sibling speaks for a rank that cannot
-    (stopped, its GIL held, gone). The lowest rank of the host also reads their Python stacks from outside (py-spy,
-non-blocking), where installed."""
+    (stopped, its GIL held, gone). The lowest rank of the host also reads their Python stacks from outside
+    (py-spy, non-blocking), where installed."""
     host = me.process.host
     _learn_node_ranks(me)
     pids = {r: p.pid for r, p in me.hosts.processes.items() if p.host == host and p.pid is not None and host}
