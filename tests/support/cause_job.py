@@ -112,10 +112,12 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    import fr_otel  # imported before the rendezvous, started after a barrier: every rank's agent starts at once,
+    # so a slow import on a busy box is never a rank late to its first collective (the healthy run stays healthy)
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=float(_env("GLOO_TIMEOUT", "120"))))
-    import fr_otel
-
+    dist.barrier()
     fr_otel.start()
     rank = dist.get_rank()
     markers = _env("MARKERS", os.environ.get("TRAIN_LOOP_MARKERS", ""))
