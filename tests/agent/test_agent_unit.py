@@ -373,6 +373,41 @@ def test_hooks_flush_then_chain(tmp_path: Path, case: str) -> None:
         assert calls == ["sigterm", "previous handler", "exit"]
 
 
+FLUSHING_SCRIPT = """
+    import code, os, signal, sys, threading, time
+    from fr_otel.agent.guest.hooks import ExitHooks
+    log = lambda what: open(os.environ["OUT"], "a").write(what + "\\n")
+
+    def on_exception(exc):
+        log("flush begins")
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()  # torchrun tearing the node down
+        time.sleep(1.0)
+        log("flush done")
+    hooks = ExitHooks(("atexit", "excepthook", "sigterm"), lambda: log("exit"), on_exception, lambda: log("sigterm"))
+    hooks.install()
+    if os.environ.get("DO") == "repl":  # an exception the REPL handles: the process is not leaving
+        code.InteractiveInterpreter().runsource("1/0")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        log("survived")
+    raise ValueError("bad step")
+"""
+
+
+@pytest.mark.parametrize("case", ["exit-flush", "repl"])
+def test_a_sigterm_during_an_exit_flush_waits_for_it_then_ends_the_process(tmp_path: Path, case: str) -> None:
+    """torchrun SIGTERMs a node's other workers as soon as one fails: a worker already flushing its own failure
+    finishes that flush, then dies of the SIGTERM; a SIGTERM with no exit flush running acts at once."""
+    out = tmp_path / "calls"
+    proc = _python(FLUSHING_SCRIPT, {"OUT": str(out), "DO": case})
+    calls = out.read_text().splitlines()
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    if case == "exit-flush":
+        assert calls == ["flush begins", "flush done", "exit"]  # not cut short, and no second (SIGTERM) flush
+    else:
+        assert calls == ["sigterm"]  # the REPL's handled exception deferred nothing
+
+
 def test_run_puts_the_bootstrap_first_and_flags_into_the_environment() -> None:
     """`fr-otel run` flags become FR_OTEL_* variables; the bootstrap leads PYTHONPATH."""
     from fr_otel.cli.run import parse_launch
