@@ -291,6 +291,21 @@ def test_a_slow_hosts_ranks_are_named_together_and_an_equally_late_rank_elsewher
     assert blamed(alone) == [(3, "straggler")]  # without hosts, 30 ms is on time
 
 
+def test_a_host_whose_ranks_are_late_in_turn_is_named_by_its_arrival(tmp_path: Path) -> None:
+    """Host b's CPU serves its two ranks in turn from #7 on (late together from #8, where the later is 90 ms): rank 2 45, 0, 90 ms late in turn, rank 3 0, 90, 45
+    (each alone: median and mean 45 ms, under the 50 ms threshold). The host arrives 45-90 ms late every time:
+    both named, as a slow host. Host c's rank 5 is 20 ms late on every collective: on time."""
+    b = DumpBuilder(8)
+    for i in range(30):
+        late = {2: (0.045, 0.0, 0.09)[i % 3], 3: (0.0, 0.09, 0.045)[i % 3]} if i >= 6 else {}
+        b.collective(b.world, late_s={**late, 5: 0.02})
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: "d", 7: "d"}
+    v = analyze(build_job(read_dumps(_on_hosts(b.write(tmp_path / "pickle"), hosts))))
+    assert v.verdict == "straggler" and blamed(v) == [(2, "straggler"), (3, "straggler")], blamed(v)
+    assert "the ranks of host b (2-3)" in v.culprits[0].evidence and "since #8" in v.culprits[0].evidence
+    assert analyze(build_job(read_dumps(b.write(tmp_path / "no-hosts")))).verdict == "healthy"  # each alone: on time
+
+
 def test_healthy_job_accuses_no_one(tmp_path: Path) -> None:
     """Everything completed, with pipeline traffic: healthy, nobody named."""
     b = DumpBuilder(4)

@@ -16,7 +16,8 @@ least). The change point is each rank's own: two equally slow ranks each get the
 the last to arrive). A slow host slows every rank on it, but not evenly (the scheduler serves one
 first): once one of its ranks is a straggler, the others on that host are judged against half the threshold,
 the rule FrOtelSlowHost holds live (one slow rank does not make its host slow: a healthy sibling is not
-late at all). Series are per op, so a rank late only before its reduce_scatter is not
+late at all); and a host whose ranks are late in turn (each on time every other collective) is judged by its
+arrival, the later of its ranks. Series are per op, so a rank late only before its reduce_scatter is not
 diluted by the all_gathers it reaches on time. Needs no CUDA events. A constant clock offset
 between hosts looks the same: the evidence says so.
 """
@@ -28,6 +29,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..common.ranks import compress_ranks
 from .job import Job, ProcessGroup
 from .kinds import CulpritKind
 from .verdict import AnalysisOptions, Evidence
@@ -89,13 +91,17 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
     overall = {key: _expected(peers) for key, peers in typical.items()}
     expected_at = {key: {seq: _expected(xs) for seq, xs in by_seq.items() if 2 * len(xs) > len(typical[key])}
                    for key, by_seq in at_seq.items()}
+    def residual(s: _Series) -> list[float]:
+        """Its lateness beyond what its equals show, collective by collective."""
+        key = (s.kind, s.op, role.get(s.rank))
+        at, whole = expected_at[key], overall[key]
+        return [x - at.get(q, whole) for x, q in zip(s.late, s.seqs)]
+
     def judge_all(candidates: list[_Series], opts: AnalysisOptions) -> dict[int, _Finding]:
         best: dict[int, _Finding] = {}
         for s in candidates:
             key = (s.kind, s.op, role.get(s.rank))
-            at, whole = expected_at[key], overall[key]
-            expected = [at.get(q, whole) for q in s.seqs]
-            found = _judge(s, [x - e for x, e in zip(s.late, expected)], whole, len(typical[key]), opts)
+            found = _judge(s, residual(s), overall[key], len(typical[key]), opts)
             if found is not None and (s.rank not in best or (found.count, found.median_s) >
                                       (best[s.rank].count, best[s.rank].median_s)):
                 best[s.rank] = found
@@ -111,7 +117,44 @@ def find_stragglers(job: Job, options: AnalysisOptions) -> list[tuple[int, Evide
         peers = sorted(p for p in best if hosts.get(p) == hosts[r])
         out.append((r, replace(e, text=f"{e.text}; its host {hosts[r]} also holds straggler rank(s) "
                                        f"{', '.join(map(str, peers))}: a slow host slows all its ranks")))
+    # A host arrives when its last rank does. A throttled host's scheduler serves its ranks in turn, so each
+    # alone may be on time every other collective and stay under the threshold while the host as a whole is
+    # late at every one: its arrival (the later of its ranks) is judged like a rank's.
+    named = set(best) | set(by_host)
+    members: dict[tuple[str, tuple[int, ...], str], list[_Series]] = {}
+    for s in series:
+        if s.rank in hosts:
+            members.setdefault((s.group.name, s.op, hosts[s.rank]), []).append(s)
+    for (_, _, host), group in members.items():
+        if len(group) < 2 or len(group) == len(group[0].group.ranks) or any(m.rank in named for m in group):
+            continue
+        each = [residual(m) for m in group]
+        arrival = [max(xs) for xs in zip(*each)]
+        head = group[0]
+        found = _judge(_Series(head.rank, head.group, head.op, head.seqs, arrival), arrival, 0.0, 1, options)
+        # Held long enough that hiccups of different ranks do not add up to one (twice the minimum), and every
+        # rank of the host late on average by a quarter of the threshold: the host, not one rank's bad moments.
+        since = found.onset or 0 if found is not None else 0
+        if (found is not None and found.count >= 2 * options.straggler_min_collectives
+                and all(statistics.fmean(r[since:]) >= options.straggler_threshold_s / 4 for r in each)):
+            ranks = sorted(m.rank for m in group)
+            named.update(ranks)
+            out.extend((r, _host_evidence(job, found, host, ranks)) for r in ranks)
     return sorted(out, key=lambda item: item[0])
+
+
+def _host_evidence(job: Job, f: _Finding, host: str, ranks: list[int]) -> Evidence:
+    """The evidence of a host whose ranks are late together (its arrival, the later of them, judged)."""
+    s = f.series
+    who = f"the ranks of host {host} ({compress_ranks(ranks)})"
+    n_late = round(f.late_share * f.count)
+    since = (f", since #{s.seqs[f.onset]}" if f.onset is not None else "")
+    before = (f"; before: {f.before_s * 1e3:.0f} ms" if f.before_s is not None else "")
+    text = (f"{who} enqueued {n_late} of the last {f.count} {_op_text(job, s)} on {s.group.label} late together"
+            f"{since}: the later of them a median {f.median_s * 1e3:.0f} ms after their peers (mean "
+            f"{f.mean_s * 1e3:.0f} ms{before}), though each alone is on time some of the time (the host's CPU "
+            "serves one first): a slow host slows all its ranks; no collective is stuck")
+    return Evidence(CulpritKind.STRAGGLER, s.group.name, s.seqs[f.onset] if f.onset is not None else None, text)
 
 
 def _lateness(job: Job, options: AnalysisOptions) -> list[_Series]:
