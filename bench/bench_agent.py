@@ -321,7 +321,7 @@ def _incident_capture_s(dumps: Path, deadline: float) -> list[float]:
 
 def host_read(samples: int = 20, ranks: int = 8) -> dict[str, float]:
     """What an incident's read of its host's ranks costs the reading agent (``sample_processes``: /proc state,
-    threads' CPU over 0.3 s, wchan, OOM counters) for ``ranks`` processes (half spinning, half asleep, 4
+    threads' CPU over 0.1 s, wchan, OOM counters) for ``ranks`` processes (half spinning, half asleep, 4
     threads each), and what reading a host-mate's Python stack with py-spy costs the reader, where installed
     (non-blocking: the target is never paused)."""
     from fr_otel.agent.observe.proc_state import OomBaseline, _outside_stack, _py_spy, sample_processes
@@ -337,7 +337,7 @@ def host_read(samples: int = 20, ranks: int = 8) -> dict[str, float]:
         cpu = []
         for _ in range(samples):
             t0 = time.process_time()
-            sample_processes(pids, 0, baseline, sample_s=0.0)  # the reads alone (the 0.3 s sample is a sleep)
+            sample_processes(pids, 0, baseline, sample_s=0.0)  # the reads alone (the 0.1 s sample is a sleep)
             cpu.append(time.process_time() - t0)
         native = []
         if _py_spy() is not None:
@@ -498,7 +498,7 @@ def main() -> int:
         r = host_read()
         results["host_read"] = r
         print(f"host read at an incident: {r['ranks']} host-mates (4 threads each): /proc reads {r['read_cpu_ms_median']:.2f} ms "
-              f"of CPU (max {r['read_cpu_ms_max']:.2f} ms) beside the 0.3 s CPU sample (a sleep); py-spy --nonblocking "
+              f"of CPU (max {r['read_cpu_ms_max']:.2f} ms) beside the 0.1 s CPU sample (a sleep); py-spy --nonblocking "
               f"{r['py_spy_ms_median']:.0f} ms per host-mate, wall, in the reader (the target is not paused; the host's "
               "lowest rank reads them, only at incidents)")
     if args.part in ("overhead", "all"):

@@ -45,8 +45,9 @@ def test_running_sleeping_stopped_and_gone_processes_read_as_such(processes: lis
     os.kill(stopped, signal.SIGSTOP)
     time.sleep(0.1)
     facts = sample_processes({0: spin, 1: sleep, 2: stopped, 3: gone.pid}, 9, OomBaseline.now(), sample_s=0.5)
-    assert facts[0].state == "R" and facts[0].cpu > 0.5 and facts[0].threads[0].cpu > 0.5
-    assert facts[1].state == "S" and facts[1].cpu < 0.2 and facts[1].wchan  # a sleep's kernel wait
+    # A busy box shares its cores (CI runs four workers on two): the spinner gets some of one, the sleeper none.
+    assert facts[0].state == "R" and facts[0].cpu > 0.1 and facts[0].threads[0].cpu > 0.1
+    assert facts[1].state == "S" and facts[1].cpu < 0.05 and facts[1].wchan  # a sleep's kernel wait
     assert facts[2].state == "T"
     assert facts[3].gone and facts[3].pid == gone.pid
     assert {f.seen_by for f in facts.values()} == {9} and all(f.sample_s >= 0.5 for f in facts.values())

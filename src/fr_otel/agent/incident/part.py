@@ -28,6 +28,7 @@ from ..guest.stack_capture import capture_stacks
 from ..guest.process_identity import local_world_size
 from ..guest.step_counter import COUNTER
 from ..links.store_link import StoreUnavailable
+from ..serve.health import run_guarded
 from ..observe.payload import encode_payload, entries_per_group
 from ..observe.proc_state import is_rank_process, sample_processes
 from ...read.rank_facts import ProcessFacts
@@ -52,11 +53,14 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
     now = None
     with me.health.guard("capturing the threads' stacks"):
         now = capture_stacks()  # first: where the training thread is at the incident, not after the read
+    # The host's ranks are read meanwhile, on a thread of their own: their CPU sample is a sleep, and a part
+    # that waits for it reaches its coordinator that much later (a late part reads as a missing rank).
+    host_view: dict[int, ProcessFacts] = {}
+    reader = threading.Thread(target=run_guarded, name="fr-otel-host-read", daemon=True, args=(
+        me.health, "reading its host's ranks in /proc", lambda: host_view.update(read_host_ranks(me))))
+    reader.start()
     raw = me.read_recorder()
     dumped_at = time.time_ns()
-    host_view = None
-    with me.health.guard("reading its host's ranks in /proc"):
-        host_view = read_host_ranks(me)
     path = dump_path(me, trace_hex)
     written = False
     with me.health.guard("writing the dump file"):
@@ -65,8 +69,14 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
         written = True
         log.debug("incident %s: recorder written to %s", trace_hex, path)
     keep = entries_per_group(me.config.incident_entries, me.world_size)
+    reader.join(HOST_READ_WAIT_S)
     return encode_payload(raw, me.groups(), keep, dumped_at, me.process, steps=COUNTER.log(), now=now,
-                          failed=failed, host_view=host_view, leaving=me.leaving.record), written
+                          failed=failed, host_view=dict(host_view), leaving=me.leaving.record), written
+
+
+#: How long a part waits for its host's read (the CPU sample, py-spy's reads by the host's lowest rank) once its
+#: recorder is written: past it, the part goes without (a line in the debug log).
+HOST_READ_WAIT_S = 2.0
 
 
 def _learn_node_ranks(me: IncidentRank) -> None:

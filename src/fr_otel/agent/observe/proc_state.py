@@ -26,8 +26,9 @@ from ...read.rank_facts import ProcessFacts, ThreadFacts
 
 __all__ = ["SAMPLE_S", "OomBaseline", "is_rank_process", "sample_processes"]
 
-#: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one.
-SAMPLE_S = 0.3
+#: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one
+#: (10 clock ticks at 100 Hz), short enough to end before the part that carries it is written.
+SAMPLE_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _MAX_THREADS_READ = 256
 _MAX_THREADS_KEPT = 8
