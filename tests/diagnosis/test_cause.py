@@ -76,6 +76,12 @@ def test_two_threads_each_in_acquire_off_the_cpu_are_a_deadlock_and_on_the_cpu_o
     assert cls(culprit(now=named), proc("R", 1.0)) == CauseClass.LOCK_WAIT  # one of them spins: not stuck on each other
     alone = stack(main([Frame("main", TRAIN, 40)], "with b:"), ("worker", [Frame("run", TRAIN, 5)], "x = y + 1"))
     assert cls(culprit(now=alone), proc("S", 0.0, "futex_wait_queue")) == CauseClass.LOCK_WAIT
+    # The agent's own thread busy writing the incident (the process at 1.9 cores) does not unmake the deadlock:
+    # the thread that waits, the main one, is off the CPU.
+    agent_busy = ProcessFacts(4242, "S", 1.92, "futex_do_wait", (ThreadFacts(4243, "python", "R", 1.9, ""),
+                                                                  ThreadFacts(4242, "python", "S", 0.0, "futex_do_wait")),
+                              sample_s=0.1, seen_by=1)
+    assert cls(culprit(now=now), agent_busy) == CauseClass.DEADLOCK
 
 
 def test_the_process_as_its_host_sees_it_comes_before_its_stack() -> None:

@@ -123,12 +123,13 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
         # A deadlock needs two threads each in a lock's acquire: a thread idle in a condition or a queue (a
         # pin-memory thread, tqdm's monitor, a pool's workers) waits for work, not for the main thread.
         others = [t for t in now.threads[1:] if _acquires(t, _thread_doing(t), futex)]
-        idle = facts is None or facts.cpu < _BUSY_CPU
+        main_now = facts.main_thread if facts is not None else None
+        idle = main_now is None or main_now.cpu < _BUSY_CPU  # the waiting thread, not the agent at work beside it
         if others and idle and _acquires(main, doing, futex):
             o = others[0]
             f = o.frames[0]
             return Cause(CauseClass.DEADLOCK, (at, f"thread {o.name} waits too, in {_thread_doing(o) or f.name} at "
-                                               f"{f.filename}:{f.line} in {f.name}", "neither is on the CPU"))
+                                               f"{f.filename}:{f.line} in {f.name}", "its main thread is off the CPU"))
         return Cause(CauseClass.LOCK_WAIT, (at,))
     if _SLEEP_CALL.search(doing):
         return Cause(CauseClass.PYTHON_BUSY, (at + ": sleeping",))

@@ -70,7 +70,7 @@ class ProcessFacts:
     state: str  # the main thread's: R running, S sleeping, D uninterruptible (I/O), T stopped, Z zombie; "gone"
     cpu: float = 0.0  # the whole process's CPU over the sample, in cores
     wchan: str = ""  # where in the kernel its main thread sleeps ("" when running or unreadable)
-    threads: tuple[ThreadFacts, ...] = ()  # the busiest threads first (at most 8)
+    threads: tuple[ThreadFacts, ...] = ()  # the busiest threads first (at most 8), the main thread always among them
     oom_kills: int | None = None  # OOM kills its memory cgroup counted since the reader's agent started (None: unknown)
     host_oom_kills: int | None = None  # ... the host's (/proc/vmstat oom_kill), the same way
     sample_s: float = 0.0  # how long the CPU was measured over
@@ -81,6 +81,12 @@ class ProcessFacts:
     @property
     def gone(self) -> bool:
         return self.state in ("gone", "Z", "X")
+
+    @property
+    def main_thread(self) -> ThreadFacts | None:
+        """Its main thread (tid = pid) where kept: the process's CPU also counts the agent's own threads, which
+        work hardest during the very incident that reads them."""
+        return next((t for t in self.threads if t.tid == self.pid), None)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid, "state": self.state, "cpu": round(self.cpu, 3), "wchan": self.wchan,

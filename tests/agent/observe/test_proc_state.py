@@ -54,6 +54,30 @@ def test_running_sleeping_stopped_and_gone_processes_read_as_such(processes: lis
     os.kill(stopped, signal.SIGCONT)
 
 
+def test_each_process_is_measured_over_its_own_window_and_keeps_its_main_thread(
+        processes: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader held up between two ranks' reads (a busy host, mid-incident) does not make a spinner read as
+    several cores; a main thread idle among ten spinning threads stays in the kept threads."""
+    sleeper = _start(processes, SLEEP)
+    spinner = _start(processes, SPIN)
+    crowd = _start(processes, "import threading, time\n"
+                              "def spin():\n    while True: pass\n"
+                              "for _ in range(10): threading.Thread(target=spin, daemon=True).start()\n"
+                              "time.sleep(600)")
+    time.sleep(0.5)
+    read = proc_state._threads
+
+    def held_up(pid: int) -> dict[int, tuple[str, str, int]]:
+        if pid == sleeper:
+            time.sleep(0.4)  # the reader descheduled before this read
+        return read(pid)
+    monkeypatch.setattr(proc_state, "_threads", held_up)
+    facts = sample_processes({0: sleeper, 1: spinner, 2: crowd}, 9, OomBaseline.now(), sample_s=0.1)
+    assert facts[1].sample_s >= 0.45 and facts[1].cpu <= 1.15, facts[1]  # one core at most, not (0.1 + 0.4) / 0.1
+    main = facts[2].main_thread
+    assert len(facts[2].threads) == 8 and main is not None and main.tid == crowd and main.cpu < 0.05, facts[2]
+
+
 def test_ranks_sharing_one_process_share_its_one_read(processes: list[subprocess.Popen[bytes]]) -> None:
     pid = _start(processes, SLEEP)
     facts = sample_processes({r: pid for r in range(16)}, 0, OomBaseline.now(), sample_s=0.0)

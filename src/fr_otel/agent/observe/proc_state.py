@@ -75,6 +75,13 @@ def _threads(pid: int) -> dict[int, tuple[str, str, int]]:
     return out
 
 
+def _timed_threads(pid: int) -> tuple[float, dict[int, tuple[str, str, int]]]:
+    """When (the middle of the read, monotonic) and what :func:`_threads` read."""
+    began = time.monotonic()
+    read = _threads(pid)
+    return (began + time.monotonic()) / 2, read
+
+
 def _memory_cgroup(pid: int | str) -> str | None:
     """The folder of ``pid``'s memory cgroup (v1 ``memory`` controller, else the v2 unified one)."""
     text = _read(f"/proc/{pid}/cgroup")
@@ -163,19 +170,20 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
         read = sample_processes({r: p for p, r in by_pid.items()}, me, baseline, sample_s, outside_for)
         return {rank: read[by_pid[pid]] for rank, pid in pids.items() if by_pid[pid] in read}
     cgroups = {rank: _memory_cgroup(pid) for rank, pid in pids.items()}
-    before = {rank: _threads(pid) for rank, pid in pids.items()}
-    t0 = time.monotonic()
+    before = {rank: _timed_threads(pid) for rank, pid in pids.items()}
     time.sleep(sample_s)
-    elapsed = max(time.monotonic() - t0, 1e-3)
-    after = {rank: _threads(pid) for rank, pid in pids.items()}
+    after = {rank: _timed_threads(pid) for rank, pid in pids.items()}
     host_now = _host_oom_count()
     host_since = host_now - baseline.host if host_now is not None and baseline.host is not None else None
     out: dict[int, ProcessFacts] = {}
     outside_until = time.monotonic() + _OUTSIDE_BUDGET_S
     for rank, pid in pids.items():
+        # Each rank's own window, read to read: a reader descheduled between two ranks' reads (a busy host, in
+        # the very incident) would otherwise divide one rank's ticks by too short a time.
+        elapsed = max(after[rank][0] - before[rank][0], 1e-3)
         threads = []
-        for tid, (name, state, ticks) in after[rank].items():
-            was = before[rank].get(tid)
+        for tid, (name, state, ticks) in after[rank][1].items():
+            was = before[rank][1].get(tid)
             cpu = (ticks - was[2]) / _TICK / elapsed if was is not None else 0.0
             threads.append(ThreadFacts(tid, name, state, max(cpu, 0.0), _wchan(pid, tid)))
         main = next((t for t in threads if t.tid == pid), None)
@@ -186,8 +194,11 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
                                      seen_by=me)
             continue
         threads.sort(key=lambda t: (-t.cpu, t.tid != pid, t.tid))
+        kept = threads[:_MAX_THREADS_KEPT]
+        if main not in kept:  # the main thread always stays: the cause is read from it
+            kept = [*threads[:_MAX_THREADS_KEPT - 1], main]
         out[rank] = ProcessFacts(
-            pid, main.state, sum(t.cpu for t in threads), main.wchan, tuple(threads[:_MAX_THREADS_KEPT]),
+            pid, main.state, sum(t.cpu for t in threads), main.wchan, tuple(kept),
             baseline.since(cgroups[rank]), host_since, elapsed, time.time_ns(), me,
             _outside_stack(pid, outside_until) if rank in outside_for and rank != me else "")
     return out
