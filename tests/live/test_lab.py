@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.lab import Lab, lab_unavailable, process_state, sweep_stale
+from support.lab import Lab, lab_unavailable, process_name, process_state, sweep_stale
 
 from fr_otel.testing.otlp import wait_for
 
@@ -81,14 +81,26 @@ def test_a_partition_blocks_traffic_without_a_reset_and_a_frozen_host_is_thawed_
         talk = lab.spawn(1, [sys.executable, "-c", client], name="client")
         assert talk.wait(30) == 0, talk.output()
         sleeper = lab.spawn(0, ["sleep", "300"], name="sleep")
-        assert wait_for(lambda: sleeper.pid in lab.pids(0), timeout=60), f"sleep {sleeper.pid} never in node0"
+        # In the namespace is not yet `sleep`: `ip netns exec` still mounts the host's /sys before it execs, and
+        # that mount can wait in the kernel (state D, deaf to SIGSTOP) while other labs' namespaces are torn down.
+        assert wait_for(lambda: sleeper.pid in lab.pids(0) and process_name(sleeper.pid) == "sleep", timeout=120), (
+            f"sleep {sleeper.pid} never ran in node0: {process_name(sleeper.pid)!r} in state "
+            f"{process_state(sleeper.pid)!r}, kernel wait {_wchan(sleeper.pid)!r}")
         lab.freeze(0)
         # A loaded box can take seconds to stop a process: wait on the state itself, generously, and say it.
         assert wait_for(lambda: process_state(sleeper.pid) == "T", timeout=60), (
-            f"sleep {sleeper.pid} not stopped 60 s after the freeze: state {process_state(sleeper.pid)!r}")
+            f"sleep {sleeper.pid} not stopped 60 s after the freeze: state {process_state(sleeper.pid)!r}, "
+            f"kernel wait {_wchan(sleeper.pid)!r}")
     assert talk.stdout_path.read_text().strip() == "timeout"
     assert sleeper.returncode == -9
     assert lab.leftovers() == []
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
 
 
 def test_a_lab_left_by_a_killed_process_is_swept_by_the_next_one(tmp_path: Path) -> None:

@@ -390,6 +390,15 @@ def _wait_until_exec(popen: subprocess.Popen[bytes], argv: Sequence[str], timeou
         raise LabError(f"{list(argv)[:3]} still in its host's wrappers {timeout:g} s after it was started")
 
 
+def process_name(pid: int) -> str:
+    """A process's command name (``/proc/<pid>/comm``), or "" once it is gone: ``ip`` until ``ip netns exec``
+    has entered the namespace, mounted its /sys and exec'd the program."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def process_state(pid: int) -> str:
     """A process's state letter (R, S, T, Z...), or "" once it is gone."""
     try:
