@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -62,6 +63,19 @@ def test_a_callers_deadline_bounds_a_call_below_the_links_timeout(store_server) 
     assert watch.seconds() < 1.5
     with link.deadline(time.monotonic() - 1), pytest.raises(StoreUnavailable, match="no time left"):
         link.call(lambda: client.get("k"), "get")
+
+
+def test_a_deadline_is_the_calling_threads_and_the_nearer_of_two_wins() -> None:
+    """A helper thread does not inherit its starter's deadline: it must take :meth:`current_deadline` along."""
+    link = StoreLink(timeout_s=1.0)
+    seen: list[float | None] = []
+    with link.deadline(100.0):
+        with link.deadline(200.0):
+            assert link.current_deadline() == 100.0
+        helper = threading.Thread(target=lambda: seen.append(link.current_deadline()))
+        helper.start()
+        helper.join()
+    assert seen == [None] and link.current_deadline() is None
 
 
 def test_an_error_the_store_raises_reaches_the_caller_as_is() -> None:

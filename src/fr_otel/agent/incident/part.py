@@ -56,8 +56,13 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
     # The host's ranks are read meanwhile, on a thread of their own: their CPU sample is a sleep, and a part
     # that waits for it reaches its coordinator that much later (a late part reads as a missing rank).
     host_view: dict[int, ProcessFacts] = {}
+    until = min(time.monotonic() + HOST_READ_WAIT_S, me.channel.link.current_deadline() or float("inf"))
+
+    def read() -> None:
+        with me.channel.link.deadline(until):  # its one store call: within the wait and the exit budget
+            host_view.update(read_host_ranks(me))
     reader = threading.Thread(target=run_guarded, name="fr-otel-host-read", daemon=True, args=(
-        me.health, "reading its host's ranks in /proc", lambda: host_view.update(read_host_ranks(me))))
+        me.health, "reading its host's ranks in /proc", read))
     reader.start()
     raw = me.read_recorder()
     dumped_at = time.time_ns()
@@ -75,7 +80,8 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
 
 
 #: How long a part waits for its host's read (the CPU sample, py-spy's reads by the host's lowest rank) once its
-#: recorder is written: past it, the part goes without (a line in the debug log).
+#: recorder is written: past it, the part goes without (a line in the debug log). The read's one store round trip
+#: (the node's ranks, when unknown) ends within as long from the read's start.
 HOST_READ_WAIT_S = 2.0
 
 

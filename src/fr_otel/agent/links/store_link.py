@@ -126,6 +126,10 @@ class StoreLink:
         finally:
             self._deadline.at = before
 
+    def current_deadline(self) -> float | None:
+        """The calling thread's deadline (monotonic), if any: a helper thread it starts takes it along."""
+        return getattr(self._deadline, "at", None)
+
     @contextlib.contextmanager
     def announcing(self, before: Callable[[float], None]) -> Iterator[None]:
         """Calls from this thread first tell ``before`` the longest they may wait (seconds): a node leader
@@ -160,7 +164,7 @@ class StoreLink:
         if not self.backoff.allow():
             raise StoreUnavailable(f"{what}: the job's store is unreachable; backing off")
         wait = self.timeout_s if timeout_s is None else timeout_s
-        at = getattr(self._deadline, "at", None)
+        at = self.current_deadline()
         if at is not None:
             wait = min(wait, at - self._clock())
         if wait <= 0:
