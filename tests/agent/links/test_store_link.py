@@ -78,6 +78,20 @@ def test_a_deadline_is_the_calling_threads_and_the_nearer_of_two_wins() -> None:
     assert seen == [None] and link.current_deadline() is None
 
 
+def test_a_deadline_that_runs_out_in_the_queue_says_nothing_of_the_store() -> None:
+    """A helper thread's short deadline spent behind another call is not a store failure: no back-off, no
+    'unreachable since' (which a verdict would read as the store lost)."""
+    link = StoreLink(timeout_s=5.0)
+    busy = threading.Thread(target=lambda: link.call(lambda: time.sleep(1.0), "slow get"))
+    busy.start()
+    time.sleep(0.1)
+    with link.deadline(time.monotonic() + 0.2), pytest.raises(StoreUnavailable, match="queued behind"):
+        link.call(lambda: 42, "get")
+    busy.join()
+    assert link.unreachable_since_ns is None and link.reachable()
+    assert link.call(lambda: 42, "get") == 42
+
+
 def test_an_error_the_store_raises_reaches_the_caller_as_is() -> None:
     """A store that refuses (not a timeout) raises its own error; the link stays usable."""
     link = StoreLink(timeout_s=1.0)

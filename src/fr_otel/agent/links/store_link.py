@@ -163,10 +163,9 @@ class StoreLink:
             raise StoreUnavailable(f"{what}: the store has not answered for {self.unreachable_for_s():.0f} s")
         if not self.backoff.allow():
             raise StoreUnavailable(f"{what}: the job's store is unreachable; backing off")
-        wait = self.timeout_s if timeout_s is None else timeout_s
+        full = self.timeout_s if timeout_s is None else timeout_s
         at = self.current_deadline()
-        if at is not None:
-            wait = min(wait, at - self._clock())
+        wait = full if at is None else min(full, at - self._clock())
         if wait <= 0:
             raise StoreUnavailable(f"{what}: no time left")
         before = getattr(self._announce, "before", None)
@@ -178,7 +177,10 @@ class StoreLink:
         try:
             result = future.result(timeout=wait)
         except FutureTimeout:
-            future.cancel()  # still queued behind a stuck call: the worker skips it
+            never_ran = future.cancel()  # still queued behind another call: the worker skips it
+            if never_ran and wait < full:
+                # The caller's own deadline ran out while other calls had the worker: no word on the store.
+                raise StoreUnavailable(f"{what}: no time left (queued behind other calls)") from None
             exc = StoreUnavailable(f"{what}: no answer from the store within {wait:.1f} s")
             if self.unreachable_since_ns is None and wait >= self.timeout_s:
                 log.warning("%s did not answer within %.0f s (its host lost or cut off?): incidents go on without "
