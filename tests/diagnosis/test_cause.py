@@ -81,7 +81,11 @@ def test_two_threads_each_in_acquire_off_the_cpu_are_a_deadlock_and_on_the_cpu_o
     agent_busy = ProcessFacts(4242, "S", 1.92, "futex_do_wait", (ThreadFacts(4243, "python", "R", 1.9, ""),
                                                                   ThreadFacts(4242, "python", "S", 0.0, "futex_do_wait")),
                               sample_s=0.1, seen_by=1)
-    assert cls(culprit(now=now), agent_busy) == CauseClass.DEADLOCK
+    busy_found = find_cause(culprit(now=now), agent_busy, None, set())
+    assert busy_found.cls == CauseClass.DEADLOCK and "its main thread used 0.00 CPU cores over 0.1 s" in busy_found.evidence
+    # Facts without the main thread (an older agent's, an edited file): the process's CPU decides, as it says.
+    no_main = ProcessFacts(4242, "S", 1.5, "futex_do_wait", (ThreadFacts(4243, "python", "R", 1.5, ""),), sample_s=0.1)
+    assert cls(culprit(now=now), no_main) == CauseClass.LOCK_WAIT
 
 
 def test_the_process_as_its_host_sees_it_comes_before_its_stack() -> None:

@@ -123,13 +123,17 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
         # A deadlock needs two threads each in a lock's acquire: a thread idle in a condition or a queue (a
         # pin-memory thread, tqdm's monitor, a pool's workers) waits for work, not for the main thread.
         others = [t for t in now.threads[1:] if _acquires(t, _thread_doing(t), futex)]
+        # The waiting thread's CPU, not the process's: the agent's own threads work hardest in the very incident.
         main_now = facts.main_thread if facts is not None else None
-        idle = main_now is None or main_now.cpu < _BUSY_CPU  # the waiting thread, not the agent at work beside it
-        if others and idle and _acquires(main, doing, futex):
+        cpu, whose = ((main_now.cpu, "its main thread") if main_now is not None else
+                      (facts.cpu, "its process") if facts is not None else (None, ""))
+        if others and (cpu is None or cpu < _BUSY_CPU) and _acquires(main, doing, futex):
             o = others[0]
             f = o.frames[0]
+            off = (f"{whose} used {cpu:.2f} CPU cores over {facts.sample_s:.1f} s" if cpu is not None and facts
+                   else "its CPU was not read")
             return Cause(CauseClass.DEADLOCK, (at, f"thread {o.name} waits too, in {_thread_doing(o) or f.name} at "
-                                               f"{f.filename}:{f.line} in {f.name}", "its main thread is off the CPU"))
+                                               f"{f.filename}:{f.line} in {f.name}", off))
         return Cause(CauseClass.LOCK_WAIT, (at,))
     if _SLEEP_CALL.search(doing):
         return Cause(CauseClass.PYTHON_BUSY, (at + ": sleeping",))

@@ -76,7 +76,7 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
     CauseClass.DEADLOCK: CauseInfo(
         "deadlocked", "its main thread and another thread each in a lock's acquire (or a `with` line while the main "
-        "thread waits on a futex), off the CPU; a thread idle in a condition or a queue is no party",
+        "thread waits on a futex), the main thread off the CPU; a thread idle in a condition or a queue is no party",
         "the two acquires are named: take the locks in one order everywhere"),
     CauseClass.LOCK_WAIT: CauseInfo(
         "waiting on a lock", "its main thread in a lock's acquire or a thread's join",
