@@ -81,8 +81,9 @@ def test_a_partition_blocks_traffic_without_a_reset_and_a_frozen_host_is_thawed_
         talk = lab.spawn(1, [sys.executable, "-c", client], name="client")
         assert talk.wait(30) == 0, talk.output()
         sleeper = lab.spawn(0, ["sleep", "300"], name="sleep")
-        # In the namespace is not yet `sleep`: `ip netns exec` still mounts the host's /sys before it execs, and
-        # that mount can wait in the kernel (state D, deaf to SIGSTOP) while other labs' namespaces are torn down.
+        # In the namespace is not yet `sleep`: its wrappers run first (`ip netns exec`, `unshare`, `sh` running
+        # `hostname` through vfork), and a freeze before the last exec leaves sh in the vfork wait (state D, deaf
+        # to SIGSTOP) until the thaw.
         assert wait_for(lambda: sleeper.pid in lab.pids(0) and process_name(sleeper.pid) == "sleep", timeout=120), (
             f"sleep {sleeper.pid} never ran in node0: {process_name(sleeper.pid)!r} in state "
             f"{process_state(sleeper.pid)!r}, kernel wait {_wchan(sleeper.pid)!r}")

@@ -383,8 +383,11 @@ def _wait_until_exec(popen: subprocess.Popen[bytes], argv: Sequence[str], timeou
             cmdline = Path(f"/proc/{popen.pid}/cmdline").read_bytes()
         except OSError:
             return
-        if not cmdline.startswith(wrappers):  # the command itself (or what it exec'd since), or a zombie
+        if cmdline and not cmdline.startswith(wrappers):  # the command itself (or what it exec'd since)
             return
+        if not cmdline and process_name(popen.pid) not in ("ip", "unshare", "sh", ""):
+            return  # no argv to read (a zombie, or one that cleared it): its name says it left the wrappers
+        # An empty cmdline is read mid-execve too: not yet the command.
         time.sleep(0.005)
     if popen.poll() is None:
         raise LabError(f"{list(argv)[:3]} still in its host's wrappers {timeout:g} s after it was started")
