@@ -78,6 +78,19 @@ def test_each_process_is_measured_over_its_own_window_and_keeps_its_main_thread(
     assert len(facts[2].threads) == 8 and main is not None and main.tid == crowd and main.cpu < 0.05, facts[2]
 
 
+def test_a_main_thread_past_the_read_limit_is_read_all_the_same(processes: list[subprocess.Popen[bytes]],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once pids wrap, a process's threads can have lower tids than its main thread: the limit on threads read
+    never leaves the main one out (the process would read as gone)."""
+    pid = _start(processes, SLEEP)
+    real = os.listdir
+    monkeypatch.setattr(proc_state, "_MAX_THREADS_READ", 3)
+    monkeypatch.setattr(proc_state.os, "listdir", lambda path: ["1", "2", "3", *real(path)] if "/task" in str(path)
+                        else real(path))
+    facts = sample_processes({0: pid}, 9, OomBaseline.now(), sample_s=0.0)
+    assert not facts[0].gone and facts[0].main_thread is not None, facts[0]
+
+
 def test_ranks_sharing_one_process_share_its_one_read(processes: list[subprocess.Popen[bytes]]) -> None:
     pid = _start(processes, SLEEP)
     facts = sample_processes({r: pid for r in range(16)}, 0, OomBaseline.now(), sample_s=0.0)

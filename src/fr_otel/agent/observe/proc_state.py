@@ -64,9 +64,11 @@ def _stat(path: str) -> tuple[str, str, int] | None:
 
 def _threads(pid: int) -> dict[int, tuple[str, str, int]]:
     try:
-        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())[:_MAX_THREADS_READ]
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())
     except OSError:
         return {}
+    if len(tids) > _MAX_THREADS_READ:  # the main thread always (its tid need not be the lowest once pids wrap)
+        tids = [pid, *(t for t in tids if t != pid)][:_MAX_THREADS_READ]
     out = {}
     for tid in tids:
         st = _stat(f"/proc/{pid}/task/{tid}/stat")
