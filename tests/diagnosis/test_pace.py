@@ -123,6 +123,37 @@ def test_a_live_stall_incident_counts_the_wait_it_was_raised_for_whatever_the_le
     assert young.verdict == "healthy" and young.ages.threshold_s == pytest.approx(9.0, abs=0.01)
 
 
+def test_a_rank_that_left_never_enqueues_the_wait_however_early_its_last_recorder_was_taken() -> None:
+    """Rank 2 left the loop and exited; its exit copy was taken 0.5 s into its peers' 6th all_reduce, their
+    dumps 6 s into it. A laggard dumped early bounds how long the wait had lasted, but one that has left never
+    enqueues it: a stall incident over 3 s names it. Without its exit record, the same early dump is a
+    snapshot of a 0.5 s wait (seen: CI read an early exit as inconclusive when a stall, not a failure, raised it)."""
+    import pickle
+
+    from fr_otel import analyze
+    from fr_otel.diagnosis.verdict import AnalysisOptions
+    from fr_otel.read.rank_facts import EXIT_KEY
+
+    b = DumpBuilder(4)
+    for _ in range(5):
+        b.collective(b.world)
+    b.collective(b.world, ranks=[0, 1, 3], done=False)
+    created = b.clock
+    for left in (True, False):
+        read = ReadResult()
+        for r in range(4):
+            raw = b.dump(r)
+            at = created + (5 * 10**8 if r == 2 else 6 * 10**9)  # the stall threshold learnt here: 1 s
+            if r == 2 and left:
+                raw = pickle.dumps({**pickle.loads(raw), EXIT_KEY: {"how": "exit", "at_ns": created}})
+            read.dumps[r] = parse_dump_bytes(raw, r, f"rank_{r}", dumped_at_ns=at)  # type: ignore[assignment]
+        found = analyze(build_job(read), AnalysisOptions(raised_over_s=3.0))
+        if left:
+            assert found.verdict == "hang" and [(c.rank, c.kind) for c in found.culprits] == [(2, "not_enqueued")]
+        else:
+            assert found.verdict != "hang" and not found.culprits, found.verdict
+
+
 @pytest.mark.parametrize(("root", "verdict"), [
     ((("fr_otel.incident.reason", "stall"), ("fr_otel.incident.detected.threshold_s", 5.0)), "hang"),
     ((("fr_otel.incident.reason", "manual"), ("fr_otel.incident.detected.threshold_s", 5.0)), "healthy"),

@@ -237,7 +237,9 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
 
         laggards = ranks_where("enqueued_before", seq)
         if seq not in laggards_dumped:
-            laggards_dumped[seq] = clock.earliest(laggards)
+            # A laggard dumped early bounds how long the wait had lasted by then; one that has left (its exit
+            # record: an exit, an exception, SIGTERM) never enqueues it, whenever its last recorder was taken.
+            laggards_dumped[seq] = clock.earliest(q for q in laggards if q not in job.exits)
         if not clock.stuck(created, r, laggards_dumped[seq], what=inside):
             continue
         if laggards:
