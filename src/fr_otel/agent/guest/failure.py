@@ -11,18 +11,20 @@ the payload (:mod:`fr_otel.read.failed`), so the verdict sees them in flight, as
 
 from __future__ import annotations
 
+import pickle
 import re
 import time
 import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...common.gc_pause import gc_paused
 from ...common.text import one_line
 from ...read.failed import MAX_MARKS, FailedCollective
 from ...read.rank_facts import ExitRecord
 from ...read.entry_rules import completion_rule
 
-__all__ = ["collective_failure", "exit_record", "failed_collectives"]
+__all__ = ["collective_failure", "exit_record", "failed_collectives", "failed_in_recorder"]
 
 _FAILURE_WORDS = re.compile(
     r"gloo/transport|Connection (?:closed|reset) by peer|Timed out waiting \d+ms|NCCL (?:error|communicator)|"
@@ -41,7 +43,7 @@ def collective_failure(exc: BaseException) -> str | None:
 def failed_collectives(entries: Iterable[Mapping[str, Any]], in_flight: Mapping[str, int],
                        reason: str) -> tuple[FailedCollective, ...]:
     """The collectives ``reason`` ended, from this rank's recorder ``entries`` (oldest first): the newest
-    collective, and each of ``in_flight`` (group -> seq seen in flight before), when recorded as completed."""
+    collective, and each of ``in_flight`` (group -> seq seen in flight before) when recorded as completed."""
     newest: Mapping[str, Any] | None = None
     completed: dict[tuple[str, int], bool] = {}
     entries = list(entries)
@@ -57,13 +59,26 @@ def failed_collectives(entries: Iterable[Mapping[str, Any]], in_flight: Mapping[
         newest = e
     marks: dict[tuple[str, int], FailedCollective] = {}
     if newest is not None:
+        # The one the exception came from, marked even while the recorder still shows it pending: the backend
+        # may retire it as completed only after ``wait()`` raised, and a part read then would show it done.
         key = (str(newest["process_group"][0]), int(newest["collective_seq_id"]))
-        if completed.get(key):
-            marks[key] = FailedCollective(*key, reason)
+        marks[key] = FailedCollective(*key, reason)
     for group, seq in in_flight.items():
         if completed.get((group, seq)):
             marks.setdefault((group, seq), FailedCollective(group, seq, reason))
     return tuple(marks.values())[:MAX_MARKS]
+
+
+def failed_in_recorder(raw: bytes, leaving: ExitRecord | None) -> tuple[FailedCollective, ...]:
+    """The marks a collective's failure implies, read from this process's own recorder bytes, when its exit
+    record says a collective failed: a part taken between the exception and the exception hook's own marks
+    (the hook reads the recorder too, and a joined incident's part may be built meanwhile) must not show the
+    failed collective as completed."""
+    if leaving is None or leaving.how != "failure":
+        return ()
+    with gc_paused():
+        entries = pickle.loads(raw).get("entries") or []  # this process's own bytes, never a file's
+    return failed_collectives(entries, {}, f"{leaving.type}: {leaving.message}"[:300])
 
 
 def exit_record(exc: BaseException) -> ExitRecord:

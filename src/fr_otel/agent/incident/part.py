@@ -24,6 +24,7 @@ from ...common.log import logger
 from ...common.text import one_line
 from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
+from ..guest.failure import failed_in_recorder
 from ..guest.stack_capture import capture_stacks
 from ..guest.process_identity import local_world_size
 from ..guest.step_counter import COUNTER
@@ -74,9 +75,13 @@ def own_part(me: IncidentRank, trace_hex: str, failed: tuple[FailedCollective, .
         written = True
         log.debug("incident %s: recorder written to %s", trace_hex, path)
     keep = entries_per_group(me.config.incident_entries, me.world_size)
+    leaving = me.leaving.record
+    if not failed:  # the exception hook may not have marked them yet: the recorder already shows them done
+        with me.health.guard("reading which collectives the failure ended"):
+            failed = failed_in_recorder(raw, leaving)
     reader.join(HOST_READ_WAIT_S)
     return encode_payload(raw, me.groups(), keep, dumped_at, me.process, steps=COUNTER.log(), now=now,
-                          failed=failed, host_view=dict(host_view), leaving=me.leaving.record), written
+                          failed=failed, host_view=dict(host_view), leaving=leaving), written
 
 
 #: How long a part waits for its host's read (the CPU sample, py-spy's reads by the host's lowest rank) once its
@@ -252,5 +257,7 @@ def publish_final(me: IncidentRank, failed: tuple[FailedCollective, ...] = ()) -
     (a rank that finished early is exactly the one its peers will wait for)."""
     raw = me.read_recorder()
     keep = min(me.config.incident_entries, FINAL_ENTRIES)
+    leaving = me.leaving.record
     me.channel.publish_final(me.rank, encode_payload(raw, me.groups(), keep, time.time_ns(), me.process,
-                                                     COUNTER.log(), failed=failed, leaving=me.leaving.record))
+                                                     COUNTER.log(), failed=failed or failed_in_recorder(raw, leaving),
+                                                     leaving=leaving))
