@@ -11,18 +11,17 @@ the payload (:mod:`fr_otel.read.failed`), so the verdict sees them in flight, as
 
 from __future__ import annotations
 
-import pickle
 import re
 import time
 import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...common.gc_pause import gc_paused
 from ...common.text import one_line
 from ...read.failed import MAX_MARKS, FailedCollective
 from ...read.rank_facts import ExitRecord
 from ...read.entry_rules import completion_rule
+from ..observe.recorder import recorder_entries
 
 __all__ = ["collective_failure", "exit_record", "failed_collectives", "failed_in_recorder"]
 
@@ -76,9 +75,7 @@ def failed_in_recorder(raw: bytes, leaving: ExitRecord | None) -> tuple[FailedCo
     failed collective as completed."""
     if leaving is None or leaving.how != "failure":
         return ()
-    with gc_paused():
-        entries = pickle.loads(raw).get("entries") or []  # this process's own bytes, never a file's
-    return failed_collectives(entries, {}, f"{leaving.type}: {leaving.message}"[:300])
+    return failed_collectives(recorder_entries(raw), {}, f"{leaving.type}: {leaving.message}"[:300])
 
 
 def exit_record(exc: BaseException) -> ExitRecord:

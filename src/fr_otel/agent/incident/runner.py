@@ -18,13 +18,11 @@ work is queued (a forged incident's verdict never comes: it must not hold up the
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 import time
 from contextlib import suppress
 from typing import Any
 
-from ...common.gc_pause import gc_paused
 from ...common.log import logger
 from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
@@ -36,6 +34,7 @@ from ..links.node_leader import Contact
 from ..links.store_link import StoreUnavailable
 from ..links.store_trust import owner_problem
 from ..observe.poller import ProgressTracker, Stall, stall_trigger
+from ..observe.recorder import recorder_entries
 from .memory import IncidentMemory
 from .part import publish_final, take_part
 from .rank import IncidentRank, incident_budget_s
@@ -357,9 +356,7 @@ class IncidentRunner:
 
     def _failed_now(self, why: str) -> tuple[FailedCollective, ...]:
         in_flight = {g.name: g.inflight_seq for g in self._tracker.statuses if g.inflight_seq is not None}
-        with gc_paused():
-            entries = pickle.loads(self.me.read_recorder()).get("entries") or []  # this process's own bytes
-        return failed_collectives(entries, in_flight, why)
+        return failed_collectives(recorder_entries(self.me.read_recorder()), in_flight, why)
 
     def at_sigterm(self, deadline: float) -> None:
         """SIGTERM: first tell the peers (while this handler waits for the flush, the main thread

@@ -46,6 +46,7 @@ __all__ = [
     "process_group_ready",
     "read_groups",
     "recorder_capacity",
+    "recorder_entries",
     "warn_recorder_off",
 ]
 
@@ -269,21 +270,25 @@ class Recorder:
         with nothing pending, the slot -> group name pairs the entries reveal, and the
         pending send/recv per slot (:func:`scan_p2p`).
         """
-        data = self.full_bytes(stacks=False, only_active=True)
-        with gc_paused():
-            raw = pickle.loads(data)  # our own process's bytes, not a file from a shared disk
-        entries = raw.get("entries") or []
+        entries = recorder_entries(self.full_bytes(stacks=False, only_active=True))
         return (*scan_entries(entries), scan_p2p(entries))
 
 
     def recent_op(self, pg_name: str, last: int = 32) -> str | None:
         """The op most of this rank's last ``last`` collectives in group ``pg_name`` were (one full
         read, no stacks: for a rare log line); None when the recorder holds none of that group."""
-        with gc_paused():
-            entries = pickle.loads(self.full_bytes(stacks=False)).get("entries") or []  # our own process's bytes
+        entries = recorder_entries(self.full_bytes(stacks=False))
         ops = [op_name(str(e.get("profiling_name", ""))) for e in entries
                if not e.get("is_p2p") and (e.get("process_group") or ("",))[0] == pg_name][-last:]
         return max(set(ops), key=ops.count) if ops else None
+
+
+def recorder_entries(raw: bytes) -> list[dict[str, Any]]:
+    """The entries of this process's own recorder bytes, as torch pickled them a moment ago: trusted,
+    so plain ``pickle`` (a dump file from a shared disk goes through :mod:`fr_otel.read.safe_pickle`),
+    with the collector paused (thousands of small dicts would trigger it mid-read, in the user's process)."""
+    with gc_paused():
+        return list(pickle.loads(raw).get("entries") or [])
 
 
 def scan_entries(entries: list[dict[str, Any]]) -> tuple[dict[int, InFlightEntry], dict[int, int], dict[int, str]]:
