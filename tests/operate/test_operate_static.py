@@ -607,7 +607,9 @@ def test_panels_that_judge_against_an_alert_threshold_read_its_rule() -> None:
             assert "threshold" not in (var.get("label") or var["name"]).lower(), f"{name}: ${var['name']}"
 
 
-def test_overview_has_the_panels_the_issue_asks_for() -> None:
+def test_overview_shows_the_stall_at_a_glance_and_links_each_late_rank_to_its_trace() -> None:
+    """The overview's stat row, age heatmap, "who is behind" table with rank/group links, incident
+    annotations and exemplars: what on-call reads first."""
     dash = DASHBOARDS["fr-otel-overview.json"]
     panels = {p["title"]: p for p in iter_panels(dash["panels"])}
     stats = [p["title"] for p in panels.values() if p["type"] == "stat"]
