@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fr_otel.diagnosis.cause import find_cause
-from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, cause_from_json
+from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, Domain, cause_from_json
 from fr_otel.diagnosis.kinds import CulpritKind
 from fr_otel.diagnosis.verdict import Culprit
 from fr_otel.read.frame import Frame
@@ -124,6 +124,51 @@ def test_host_lost_slow_host_device_and_unknown() -> None:
     assert find_cause(culprit(CulpritKind.MISSING_DUMP), None, None, set()) == Cause(CauseClass.UNKNOWN, ())
 
 
+def dom(c: Culprit, facts: ProcessFacts | None = None, leaving: ExitRecord | None = None,
+        lost: set[str] | None = None) -> Domain:
+    return find_cause(c, facts, leaving, lost or set()).domain
+
+
+def test_each_cause_names_whose_fault_it_is_from_its_class_and_where_the_evidence_decides_from_that() -> None:
+    """The rank's own code is software; a lost host, a device stall, a D-state process and a host-level OOM kill are
+    infrastructure; a signal with no OOM record, SIGTERM alone, a stopped process or no evidence are unknown."""
+    busy = stack(main([Frame("main", TRAIN, 9)], "while True: pass"))
+    assert dom(culprit(now=busy), proc("R", 1.0)) == Domain.SOFTWARE
+    assert dom(culprit(CulpritKind.MISSING_DUMP), proc("R", 1.0)) == Domain.SOFTWARE  # gil_held
+    raised = ExitRecord("exception", "RuntimeError", "no labels", f"{TRAIN}:12 in step")
+    assert dom(culprit(), ProcessFacts(4242, "gone"), raised) == Domain.SOFTWARE
+    assert dom(culprit(), None, ExitRecord("exit")) == Domain.SOFTWARE
+    assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=1, host_oom_kills=1)) == Domain.SOFTWARE  # its limit
+    assert dom(culprit(), proc("R", 1.0), lost={"n1"}) == Domain.INFRASTRUCTURE
+    assert dom(culprit(CulpritKind.NOT_COMPLETED)) == Domain.INFRASTRUCTURE
+    assert dom(culprit(), proc("D", wchan="nfs_wait")) == Domain.INFRASTRUCTURE
+    read = stack(main([Frame("main", TRAIN, 9)], "data = f.read()"))
+    assert dom(culprit(now=read), proc("S", wchan="pipe_read")) == Domain.SOFTWARE  # a FIFO with no writer
+    assert dom(culprit(now=read), proc("D", wchan="nfs_wait")) == Domain.INFRASTRUCTURE  # a hung mount
+    assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=None, host_oom_kills=2)) == Domain.INFRASTRUCTURE
+    assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=0)) == Domain.UNKNOWN  # a signal
+    assert dom(culprit(), proc("S"), ExitRecord("sigterm")) == Domain.UNKNOWN
+    assert dom(culprit(), proc("T")) == Domain.UNKNOWN
+    assert dom(culprit(CulpritKind.MISSING_DUMP)) == Domain.UNKNOWN
+    found = find_cause(culprit(now=busy), proc("R", 1.0), None, set())
+    assert found.to_dict()["domain"] == "software" and cause_from_json(found.to_dict()) == found
+    infra = find_cause(culprit(), ProcessFacts(4242, "gone", host_oom_kills=2), None, set())
+    assert cause_from_json(infra.to_dict()) == infra and cause_from_json({**infra.to_dict(), "domain": "x"}).domain \
+        == Domain.SOFTWARE  # an unknown word is the class's own
+
+
+def test_a_rank_that_called_another_collective_diverged_in_its_code_whatever_it_did_after() -> None:
+    """A ``mismatch`` culprit's cause is code_divergence (software), even once a failed collective or SIGTERM ended
+    it; its evidence is the mismatch itself."""
+    diverged = Culprit(rank=2, kind=CulpritKind.MISMATCH, group_name="0", group_desc="default_pg", collective_seq_id=7,
+                       evidence="rank 2 called all_gather #7 where ranks 0-1,3 called all_reduce", op="all_gather",
+                       waiting_ranks=(0, 1, 3), last_frame=None, host="n1")
+    for leaving in (None, ExitRecord("sigterm"), ExitRecord("failure", "DistBackendError", "timeout")):
+        found = find_cause(diverged, proc("S"), leaving, set())
+        assert found.cls == CauseClass.CODE_DIVERGENCE and found.domain == Domain.SOFTWARE
+        assert found.evidence[0].startswith("rank 2 called all_gather #7")
+
+
 def test_facts_and_records_from_untrusted_data_keep_only_what_is_well_typed() -> None:
     assert facts_from_raw({"pid": 1, "state": "Q"}) is None and facts_from_raw({"pid": -1, "state": "R"}) is None
     facts = facts_from_raw({"pid": 7, "state": "R", "cpu": True, "wchan": "\x1b]0;x\x07", "threads": [
@@ -187,12 +232,15 @@ def test_a_named_cause_words_the_next_step_with_its_command_and_a_device_stall_k
     assert step(Cause(CauseClass.DEVICE, ()), stuck) == as_text(next_step(v, stuck))  # the kind's own step
 
 
-def test_docs_list_every_class_with_its_label_and_the_evidence_it_needs_as_the_table_has_them() -> None:
+def test_docs_list_every_class_with_its_label_domain_and_the_evidence_it_needs_as_the_table_has_them() -> None:
+    """docs/verdict.md's cause table is the code's table, row for row: label, failure domain (and when the evidence
+    overrides it), evidence."""
     from pathlib import Path
 
     docs = (Path(__file__).parents[2] / "docs" / "verdict.md").read_text()
     for cls_, info in CAUSES.items():
-        assert f"| `{cls_}` | {info.label} | {info.needs} |" in docs, cls_
+        domain = f"`{info.domain}`" + (f"; {info.domain_when}" if info.domain_when else "")
+        assert f"| `{cls_}` | {info.label} | {domain} | {info.needs} |" in docs, cls_
 
 
 _JSON = st.recursive(

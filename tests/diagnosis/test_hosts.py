@@ -150,10 +150,11 @@ def test_missing_ranks_never_make_a_healthy_verdict(tmp_path: Path) -> None:
     assert any("not called healthy" in n for n in verdict.notes)
 
 
-def test_a_crashed_host_is_named_lost_beside_the_stores_host_that_went_with_it(tmp_path: Path) -> None:
+def test_a_crashed_host_is_named_lost_and_the_stores_host_whose_agents_answer_is_not(tmp_path: Path) -> None:
     """From node2's local incident (the store went away mid-incident, node0's agents still answer from their
     way out): node1 stopped beating first and its agent does not answer: node1 is named lost, with when it
-    was last heard, beside node0 as the store's host; node2's own ranks are not blamed."""
+    was last heard; node0, whose agents answer, is no lost host for its store's silence alone (a loaded store
+    answers late too); node2's own ranks are not blamed."""
     stall = _job(tmp_path, [4, 5])
     _host_map(tmp_path, {0: stall + 2 * 10**9, 1: stall + 2 * 10**9, 2: stall - 5 * 10**8, 3: stall - 5 * 10**8,
                          4: stall + 2 * 10**9, 5: stall + 2 * 10**9}, store_host="node0")
@@ -162,7 +163,7 @@ def test_a_crashed_host_is_named_lost_beside_the_stores_host_that_went_with_it(t
     verdict = analyze(build_job(read_dumps(tmp_path)))
     assert verdict.verdict == "hang"
     states = {h.host: h.state for h in verdict.hosts}
-    assert states == {"node0": "store_lost", "node1": "lost"}
+    assert states == {"node0": "unknown", "node1": "lost"}
     (node1,) = [h for h in verdict.hosts if h.host == "node1"]
     assert node1.missing == (2, 3) and node1.last_heard_ns == stall - 5 * 10**8
     assert {c.rank for c in verdict.blamed} >= {2, 3} and not {c.rank for c in verdict.blamed} & {4, 5}
@@ -245,3 +246,21 @@ def test_a_host_others_cannot_reach_but_that_reaches_them_is_not_called_cut_off(
                                                 "node1": {"node0": False, "node2": False},
                                                 "node2": {"node0": False, "node1": False}})
     assert not [h for h in analyze(build_job(read_dumps(folders))).hosts if h.state == "cut_off"]
+
+
+def test_a_store_that_only_answers_slowly_is_no_lost_host_and_leaves_no_host_out(tmp_path: Path) -> None:
+    """From node1's local incident under load: its store calls timed out (the store "silent" since then), but
+    node0's agents accept a connection at their address and its ranks beat as late as everyone's: node0 is not
+    called lost, so nothing names it to leave out; the ranks it cannot see are reported, not blamed on a host."""
+    from fr_otel.diagnosis.hosts import LOST_STATES
+    from fr_otel.diagnosis.restart import hosts_to_exclude, verdict_action
+
+    stall = _job(tmp_path, [2, 3])
+    _host_map(tmp_path, {r: stall + 2 * 10**9 for r in range(6)}, store_host="node0")
+    _network(tmp_path, seen_from="node1", store_address="10.0.0.1:29500", store_host="node0",
+             store_silent_since_ns=stall + 3 * 10**9, answered={"node0": True, "node2": True},
+             probed={"node0": "10.0.0.1:9400", "node2": "10.0.0.3:9400"})
+    verdict = analyze(build_job(read_dumps(tmp_path)))
+    assert not [h for h in verdict.hosts if h.state in LOST_STATES], [h.sentence() for h in verdict.hosts]
+    assert hosts_to_exclude(verdict) == () and verdict_action(verdict) != "restart_elsewhere"
+    assert "node0" not in render_verdict(verdict).splitlines()[0]

@@ -1,5 +1,6 @@
-"""Which verdicts call for ending a job early, and which hosts a restart leaves out: only a stuck job
-whose verdict says where, never a straggler, a healthy or inconclusive job, nor a job that was ending."""
+"""Which verdicts call for ending a job early, what to do then, and which hosts a restart leaves out: only a
+stuck job whose verdict says where, never a straggler, a healthy or inconclusive job, nor a job that was ending;
+a host only on evidence against it, never for a fault in the job's own code."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from fr_otel import analyze_incident
 from fr_otel.common.commands import exclude_command_lines
-from fr_otel.diagnosis.restart import calls_for_restart, exclude_reason, hosts_to_exclude
+from fr_otel.diagnosis.restart import (EXIT_CODES, Action, calls_for_restart, exclude_reason, hosts_to_exclude,
+                                      verdict_action)
 from fr_otel.diagnosis.verdict import Verdict
 from support.megatron import catalog
 
@@ -46,15 +48,39 @@ def test_the_nvrx_hangs_call_for_a_restart_but_name_no_host_their_dumps_do_not_c
     assert calls_for_restart(v) and hosts_to_exclude(v) == ()
 
 
-@pytest.mark.parametrize("case,hosts", [
-    ("freeze/node0", ("node2",)), ("freeze/node1", ("node2",)), ("code_hang/node1", ("node2",)),
-    ("partition/node0", ("node1",)), ("partition/node2", ("node1",)), ("store_host/node1", ("node0",)),
+@pytest.mark.parametrize("name,action", [
+    ("gpu_stall", Action.RESTART_ELSEWHERE),  # stuck inside the collective: a device fault, the host's
+    ("cpu_stop", Action.RESTART_IN_PLACE),  # never reached it, and nothing beyond the dumps says why
+    ("mismatch", Action.FIX_CODE),  # another collective than its peers': the code diverged
 ])
-def test_the_lab_folders_exclude_exactly_the_lost_or_culprit_host(case: str, hosts: tuple[str, ...]) -> None:
-    """Read as each surviving node's folder holds it: lost hosts first, then the culprits' hosts, each once."""
+def test_the_action_follows_the_culprits_failure_domain(name: str, action: Action) -> None:
+    """A device stall restarts elsewhere, a code divergence is the code to fix (exit 70), a rank that never
+    reached its collective with no evidence why restarts in place (exit 75)."""
+    v = simulated(name)
+    assert verdict_action(v) == action, [(c.rank, c.kind, c.cause) for c in v.blamed]
+    assert EXIT_CODES[action] == (70 if action == Action.FIX_CODE else 75)
+    if action != Action.RESTART_ELSEWHERE:
+        assert hosts_to_exclude(v) == ()
+
+
+@pytest.mark.parametrize("case,hosts,action", [
+    ("freeze/node0", ("node2",), Action.RESTART_ELSEWHERE), ("freeze/node1", ("node2",), Action.RESTART_ELSEWHERE),
+    ("partition/node0", ("node1",), Action.RESTART_ELSEWHERE), ("partition/node2", ("node1",), Action.RESTART_ELSEWHERE),
+    ("store_host/node1", ("node0",), Action.RESTART_ELSEWHERE), ("code_hang", (), Action.FIX_CODE),
+    ("code_hang/node1", (), Action.RESTART_IN_PLACE),  # its live verdict recorded no cause: no evidence either way
+])
+def test_the_lab_folders_exclude_exactly_the_lost_host_and_never_a_code_hangs(
+        case: str, hosts: tuple[str, ...], action: Action) -> None:
+    """Read as each surviving node's folder holds it: a lost, cut-off or store host is left out, once; a rank
+    hung in its own code (node2's rank 5 asleep, read from every node's folder) leaves its healthy host in: the
+    code is to fix; one node's folder whose live verdict recorded no cause says so, and leaves it in too."""
     result = analyze_incident(DATA / "node-folders" / case)
-    assert hosts_to_exclude(result.verdict) == hosts
-    assert result.to_dict()["exclude_hosts"] == list(hosts)
+    assert hosts_to_exclude(result.verdict) == hosts and verdict_action(result.verdict) == action
+    doc = result.to_dict()
+    assert doc["exclude_hosts"] == list(hosts) and doc["action"] == action
+    domains = {(c["cause"] or {"domain": "unknown"})["domain"] for c in doc["culprits"] if c["kind"] != "unknown"}
+    assert domains == {{Action.FIX_CODE: "software", Action.RESTART_ELSEWHERE: "infrastructure",
+                        Action.RESTART_IN_PLACE: "unknown"}[action]}, doc["culprits"]
 
 
 def test_an_incident_raised_as_the_job_ended_excludes_nothing() -> None:
@@ -84,11 +110,11 @@ def test_a_host_goes_by_the_schedulers_node_name_where_the_job_knew_it(tmp_path:
     import json
     import shutil
 
-    folder = tmp_path / "code_hang"
-    shutil.copytree(DATA / "node-folders" / "code_hang" / "node1", folder)
+    folder = tmp_path / "freeze"
+    shutil.copytree(DATA / "node-folders" / "freeze" / "node0", folder)
     ranks = json.loads((folder / "ranks.json").read_text())
     for r, entry in ranks["ranks"].items():
         entry["node"] = f"gpu-{entry['host']}"
     (folder / "ranks.json").write_text(json.dumps(ranks))
     v = analyze_incident(folder).verdict
-    assert [c.rank for c in v.blamed] == [5] and hosts_to_exclude(v) == ("gpu-node2",)
+    assert [c.rank for c in v.blamed] == [4, 5] and hosts_to_exclude(v) == ("gpu-node2",)

@@ -51,7 +51,7 @@ def test_the_library_call_applies_incident_json_as_the_cli_does(nvrx: Path, tmp_
     job = fr_otel.build_job(fr_otel.read_dumps(folder))
     assert "trace_id" not in fr_otel.analyze(job).to_dict()
     ending = fr_otel.analyze(job, fr_otel.AnalysisOptions(straggler_threshold_s=2.5, ending=True))
-    assert {**ending.to_dict(), "trace_id": doc["trace_id"], "exclude_hosts": []} == doc  # raised as the job ended
+    assert {**ending.to_dict(), "trace_id": doc["trace_id"], "exclude_hosts": [], "action": None} == doc  # raised as the job ended
 
 
 def test_a_folder_without_a_dump_is_one_exception_naming_why(tmp_path: Path) -> None:

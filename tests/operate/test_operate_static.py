@@ -920,17 +920,22 @@ def test_architecture_and_deploy_docs() -> None:
         assert rel in readme
 
 
-def test_the_deploy_examples_restart_a_job_for_the_abort_exit_code_alone() -> None:
-    """FR_OTEL_ON_HANG=abort's exit code, as the Kubernetes example's podFailurePolicy and the sbatch script
-    test it: the pod restarts for it and fails the Job for any other code; the script resubmits itself for it."""
-    from fr_otel.agent.hang_abort import ABORT_EXIT_CODE
+def test_the_deploy_examples_restart_a_job_for_the_retry_exit_code_alone_and_fail_it_for_a_code_fault() -> None:
+    """FR_OTEL_ON_HANG=abort's exit codes, as the Kubernetes example's podFailurePolicy and the sbatch script
+    test them: a code fault's 70 fails the Job and stops the script; the retry code 75 restarts the pod and makes
+    the script resubmit itself; any other code fails the Job."""
+    from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE
 
+    assert (CODE_FAULT_EXIT_CODE, ABORT_EXIT_CODE) == (70, 75)  # sysexits' EX_SOFTWARE and EX_TEMPFAIL
     job = load_yaml(K8S_DIR / "training-job.example.yaml")
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert [(r["action"], r["onExitCodes"]["operator"], r["onExitCodes"]["values"]) for r in rules] == [
-        ("Count", "In", [ABORT_EXIT_CODE]), ("FailJob", "NotIn", [0, ABORT_EXIT_CODE])]
+        ("FailJob", "In", [CODE_FAULT_EXIT_CODE]), ("Count", "In", [ABORT_EXIT_CODE]),
+        ("FailJob", "NotIn", [0, ABORT_EXIT_CODE])]
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] > 0
     trainer = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer")
     assert {"name": "FR_OTEL_ON_HANG", "value": "abort"} in trainer["env"]
     sbatch = (SLURM_DIR / "fr-otel.sbatch").read_text(encoding="utf-8")
     assert f'[ "$rc" -eq {ABORT_EXIT_CODE} ]' in sbatch and 'sbatch ${hosts:+"--exclude=$hosts"}' in sbatch
+    fix = sbatch.index(f'if [ "$rc" -eq {CODE_FAULT_EXIT_CODE} ]')
+    assert fix < sbatch.index("sbatch ${hosts") and 'exit "$rc"' in sbatch[fix:sbatch.index("sbatch ${hosts")]

@@ -2,7 +2,7 @@
 
 A hang otherwise idles every GPU of the job until the NCCL watchdog fires (10-30 min), and only then
 does the launcher restart it. With ``abort``, once an incident this rank took part in has a verdict that
-calls for a restart (:func:`fr_otel.diagnosis.restart.calls_for_restart`: a hang or desync naming culprits
+calls for ending the job (:func:`fr_otel.diagnosis.restart.calls_for_restart`: a hang or desync naming culprits
 or a lost host, never a straggler, a healthy or inconclusive job, nor an incident raised as the job was
 ending) and this rank's part of it is over (its dump written; on the coordinator the trace delivered and
 the files written, or their budgets spent), the rank is **armed**. It **fires on its own evidence** only:
@@ -13,11 +13,13 @@ the store's port can write, ends nothing by itself: a rank whose collectives mov
 Ranks in no collective (often the culprit itself) do not exit on their own: torchrun ends a node's
 other workers once one fails, and the peers' leaving fails any collective they enter later.
 
-The exit is ``os._exit(ABORT_EXIT_CODE)`` from the agent's thread: the training thread sits in a
-collective inside C++, where neither an exception nor a signal handler reaches it, and everything the
-incident owed is done. The log line says what it did and why. torchrun exits 1 for any failed worker
-(its summary shows ``exitcode: 75``); under ``fr-otel run --on-hang abort`` the rank also appends its
-number to ``FR_OTEL_ABORT_MARK``'s file, and ``fr-otel run`` exits 75 itself.
+The exit is ``os._exit(code)`` from the agent's thread: the training thread sits in a collective inside
+C++, where neither an exception nor a signal handler reaches it, and everything the incident owed is done.
+The code tells the scheduler what to do (:data:`fr_otel.diagnosis.restart.EXIT_CODES`): 70 (EX_SOFTWARE) when
+the verdict's action is to fix the code (a retry hangs again), else 75 (EX_TEMPFAIL: restart, elsewhere or in
+place). The log line says what it did and why. torchrun exits 1 for any failed worker (its summary shows
+``exitcode: 70`` or ``75``); under ``fr-otel run --on-hang abort`` the rank also appends its number and code to
+``FR_OTEL_ABORT_MARK``'s file, and ``fr-otel run`` exits with that code itself.
 """
 
 from __future__ import annotations
@@ -35,17 +37,20 @@ from ..common.log import logger
 from ..common.names import host_name
 from ..common.json_types import is_exact_int
 from ..common.text import one_line
+from ..diagnosis.restart import EXIT_CODES, Action
 from ..diagnosis.verdict import NOT_BLAMED
 from ..incident.trigger import Trigger
 from .config import FR_OTEL_ABORT_MARK
 from .observe.state import GroupStatus
 
-__all__ = ["ABORT_EXIT_CODE", "HangAbort", "attempt_number", "mark_attempt", "stuck_collectives"]
+__all__ = ["ABORT_EXIT_CODE", "CODE_FAULT_EXIT_CODE", "HangAbort", "attempt_number", "mark_attempt", "stuck_collectives"]
 
 #: sysexits' EX_TEMPFAIL, "a temporary failure; the caller is invited to retry": what torchrun's
 #: ``--max-restarts``, a Slurm resubmission (deploy/slurm/fr-otel.sbatch) and a Kubernetes Job's
-#: ``podFailurePolicy`` act on.
-ABORT_EXIT_CODE = 75
+#: ``podFailurePolicy`` act on; the code of a hang whose action is a restart (elsewhere or in place).
+ABORT_EXIT_CODE = EXIT_CODES[Action.RESTART_IN_PLACE]
+#: sysexits' EX_SOFTWARE, "do not retry blindly": the code of a hang whose action is to fix the code.
+CODE_FAULT_EXIT_CODE = EXIT_CODES[Action.FIX_CODE]
 #: How long the exit waits, at most, for this node's copy of the incident's files (fetched on a thread).
 FILES_WAIT_S = 10.0
 _MAX_HOSTS = 64
@@ -60,8 +65,8 @@ def attempt_number() -> int:
 
 
 def mark_attempt(line: str) -> None:
-    """One line (``start N`` when a rank of attempt N starts, ``abort N RANK`` when it ends a hang) in the file
-    ``fr-otel run --on-hang abort`` reads after COMMAND: it exits 75 only when the last attempt ended a hang,
+    """One line (``start N`` when a rank of attempt N starts, ``abort N RANK CODE`` when it ends a hang) in the file
+    ``fr-otel run --on-hang abort`` reads after COMMAND: it exits 70 or 75 only when the last attempt ended a hang,
     not for a later attempt's own failure. Nothing without that file; a failure to write is a log line."""
     mark = os.environ.get(FR_OTEL_ABORT_MARK, "")
     if not mark:
@@ -91,6 +96,7 @@ class _Armed:
     culprits: str
     exclude_hosts: tuple[str, ...]
     reason: str
+    code: int  # the exit code: 70 for a code fault, else 75
     before_exit: tuple[threading.Thread, ...]
     not_before: float  # monotonic: the grace after arming (see HangAbort.grace_s)
 
@@ -129,8 +135,12 @@ class HangAbort:
             if isinstance(listed, list) else []
         culprits = ",".join(str(r) for r in ranks[:16] if is_exact_int(r))
         reason = one_line(str(summary.get("verdict", "hang")), 40)
+        # A code fault's hosts are healthy: whatever a summary lists, none is left out then.
+        fix = summary.get("action") == Action.FIX_CODE
+        code = CODE_FAULT_EXIT_CODE if fix else ABORT_EXIT_CODE
         with self._lock:
-            self._armed.append(_Armed(k, stuck, culprits, hosts, reason, before_exit, time.monotonic() + self.grace_s))
+            self._armed.append(_Armed(k, stuck, culprits, () if fix else hosts, reason, code, before_exit,
+                                      time.monotonic() + self.grace_s))
         log.info("incident %d: rank %d ends itself (FR_OTEL_ON_HANG=abort) if its collective of the hang is still "
                  "in flight %.0f s after it began", k, self.rank, self.abort_after_s)
         return True
@@ -155,15 +165,17 @@ class HangAbort:
         if a.exclude_hosts:
             commands = "; ".join(c for _, c in exclude_command_lines(a.exclude_hosts, f"fr-otel incident {a.incident}"))
             exclude = f"; leave out next time: {', '.join(a.exclude_hosts)} ({commands})"
+        fix = a.code == CODE_FAULT_EXIT_CODE
+        then = ("the culprit stopped in its own code: fix it, a restart would hang again" if fix
+                else "the launcher can restart the job now instead of at the watchdog")
         log.error("rank %d ends its process with exit code %d (FR_OTEL_ON_HANG=abort): incident %d's verdict is a %s "
                   "(culprit rank(s) %s) and this rank's %s #%s on group %s has been in flight %.0f s (>= %.0f s): "
-                  "the launcher can restart the job now instead of at the watchdog%s", self.rank, ABORT_EXIT_CODE,
-                  a.incident, a.reason, a.culprits or "in its incident.json", g.op or "collective", g.inflight_seq,
-                  g.name, age_s, self.abort_after_s, exclude)
+                  "%s%s", self.rank, a.code, a.incident, a.reason, a.culprits or "in its incident.json",
+                  g.op or "collective", g.inflight_seq, g.name, age_s, self.abort_after_s, then, exclude)
         deadline = time.monotonic() + FILES_WAIT_S
         for thread in a.before_exit:  # this node's copy of the incident's files, fetched on a thread
             thread.join(max(deadline - time.monotonic(), 0.0))
-        mark_attempt(f"abort {attempt_number()} {self.rank}")  # fr-otel run then exits 75, not torchrun's 1
+        mark_attempt(f"abort {attempt_number()} {self.rank} {a.code}")  # fr-otel run then exits so, not torchrun's 1
         for handler in log.handlers:
             handler.flush()
         for stream in (sys.stdout, sys.stderr):
@@ -171,4 +183,4 @@ class HangAbort:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        self._end(ABORT_EXIT_CODE)
+        self._end(a.code)

@@ -194,11 +194,12 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUS
 
 def supervise(command: Sequence[str], env: dict[str, str]) -> int:
     """``--on-hang abort``: run COMMAND as a child instead of becoming it, passing signals on, and exit with
-    :data:`~fr_otel.agent.hang_abort.ABORT_EXIT_CODE` when it failed and its last attempt (torchrun restarts
-    it) ended a hang: torchrun exits 1 for any failed worker, and the scheduler's restart rules need the
-    abort's own code. Any other failure keeps its status. The ranks say what happened in a private file
-    (:func:`~fr_otel.agent.hang_abort.mark_attempt`) on this node."""
-    from ..agent.hang_abort import ABORT_EXIT_CODE
+    the abort's own code when it failed and its last attempt (torchrun restarts it) ended a hang: 70 when the
+    verdict's action is to fix the code, else 75 (:data:`fr_otel.diagnosis.restart.EXIT_CODES`). torchrun exits 1
+    for any failed worker, and the scheduler's restart rules need the abort's own code. Any other failure keeps
+    its status. The ranks say what happened in a private file (:func:`~fr_otel.agent.hang_abort.mark_attempt`)
+    on this node."""
+    from ..agent.hang_abort import ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE
 
     fd, mark = tempfile.mkstemp(prefix="fr-otel-abort-")
     os.close(fd)
@@ -229,11 +230,16 @@ def supervise(command: Sequence[str], env: dict[str, str]) -> int:
             os.unlink(mark)
     attempts = {int(w[1]) for w in lines if len(w) >= 2 and w[0] in ("start", "abort") and w[1].isdigit()}
     last = str(max(attempts, default=-1))
-    aborted = {w[2] for w in lines if len(w) == 3 and w[0] == "abort" and w[1] == last and w[2].isdigit()}
+    # ``abort ATTEMPT RANK CODE``: the code each rank ended with (70: fix the code; 75: restart).
+    aborted = {w[2]: int(w[3]) if len(w) == 4 and w[3] == str(CODE_FAULT_EXIT_CODE) else ABORT_EXIT_CODE
+               for w in lines if len(w) in (3, 4) and w[0] == "abort" and w[1] == last and w[2].isdigit()}
     if status != 0 and aborted:
+        code = min(aborted.values())  # every rank read one verdict; a code fault's word wins over a restart's
+        then = ("do not resubmit: the culprit stopped in its own code, so a restart would hang again"
+                if code == CODE_FAULT_EXIT_CODE else "for the scheduler to restart the job")
         error(f"{command[0]} exited with {status} after rank(s) {','.join(sorted(aborted, key=int))} ended a hang "
-              f"(--on-hang abort): exit code {ABORT_EXIT_CODE}, for the scheduler to restart the job")
-        return ABORT_EXIT_CODE
+              f"(--on-hang abort): exit code {code}, {then}")
+        return code
     return status if status >= 0 else 128 - status
 
 

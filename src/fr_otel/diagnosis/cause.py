@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..read.live_stack import LiveStacks, ThreadStack
 from ..read.rank_facts import ExitRecord, ProcessFacts
-from .cause_kinds import Cause, CauseClass
+from .cause_kinds import Cause, CauseClass, Domain
 from .hosts import LOST_STATES, HostFinding
 from .kinds import CulpritKind
 from .verdict import Culprit
@@ -55,6 +55,8 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     seen = [_proc_line(facts)] if facts is not None else []
     if place and place in lost_hosts:
         return Cause(CauseClass.HOST_LOST, (f"the verdict found its host {place} lost or cut off",))
+    if culprit.kind == CulpritKind.MISMATCH:  # what it did after (an exception, a teardown) follows from it
+        return Cause(CauseClass.CODE_DIVERGENCE, (culprit.evidence[:400], *seen))
     if leaving is not None and leaving.how == "exception":
         where = f" at {leaving.where}" if leaving.where else ""
         return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
@@ -65,11 +67,13 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if facts is not None and facts.gone and leaving is None:
         kills = facts.oom_kills if facts.oom_kills is not None else facts.host_oom_kills
         if kills:
-            where = "its memory cgroup" if facts.oom_kills is not None else "its host (/proc/vmstat)"
+            own = facts.oom_kills is not None  # the job's own memory limit, else the host's kernel
+            where = "its memory cgroup" if own else "its host (/proc/vmstat)"
             return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
-                                                 f"{where} counted {kills} OOM kill(s) since its agents started"))
+                                                 f"{where} counted {kills} OOM kill(s) since its agents started"),
+                         None if own else Domain.INFRASTRUCTURE)
         return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
-                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
+                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen), Domain.UNKNOWN)
     if facts is not None and facts.state in ("T", "t"):
         return Cause(CauseClass.STOPPED, (*seen, *after))
     if culprit.kind == CulpritKind.STRAGGLER:
@@ -80,12 +84,14 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if culprit.kind == CulpritKind.NOT_COMPLETED:
         return Cause(CauseClass.DEVICE, ("it entered the collective and never completed it", *seen, *after))
     now = culprit.now
+    held = Domain.INFRASTRUCTURE if facts is not None and facts.state == "D" else None  # uninterruptible: the host's
     if now is not None and now.main is not None:
         found = _from_stack(culprit, now, facts)
         if found is not None:
-            return replace(found, evidence=(*found.evidence, *seen, *after))
-    if facts is not None and facts.state == "D":
-        return Cause(CauseClass.IO_WAIT, (*seen, *after))
+            return replace(found, evidence=(*found.evidence, *seen, *after),
+                           evidence_domain=held if found.cls == CauseClass.IO_WAIT else found.evidence_domain)
+    if held is not None:
+        return Cause(CauseClass.IO_WAIT, (*seen, *after), held)
     if facts is not None and not facts.gone and now is None and culprit.kind == CulpritKind.MISSING_DUMP:
         return Cause(CauseClass.GIL_HELD, (
             "its own agent sent nothing within the incident's budget while its process is alive and not stopped: "
@@ -93,7 +99,7 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
             *([f"Python stack read from outside (py-spy): {_stack_top(facts.outside_stack)}"]
               if facts.outside_stack else []), *after))
     if leaving is not None and leaving.how == "sigterm":
-        return Cause(CauseClass.CRASHED, (*after, *seen))
+        return Cause(CauseClass.CRASHED, (*after, *seen), Domain.UNKNOWN)
     return Cause(CauseClass.UNKNOWN, (*seen, *after))
 
 

@@ -1,7 +1,13 @@
-"""The cause classes: why a culprit stopped, each with its label, the evidence it needs and the next step.
+"""The cause classes: why a culprit stopped, each with its label, the evidence it needs, the next step and
+its failure domain.
 
 One table (:data:`CAUSES`), as :mod:`.kinds` holds the culprit kinds: the classifier
-(:mod:`.cause`), the JSON, the terminal, the page and docs/verdict.md all read it. No torch.
+(:mod:`.cause`), the JSON, the terminal, the page and docs/verdict.md all read it. The **domain** says whose
+fault the evidence points at: the rank's own code or process (``software``: restarting will hang again), the
+machine or the network (``infrastructure``: a restart should leave that host out), or neither
+(``unknown``). A hang on its own is no evidence against a host; only ``infrastructure`` ever leads to a host
+being left out (:mod:`.restart`). A class's domain is its row's, except where the row says the evidence
+decides (``domain_when``): the classifier then names it on the cause. No torch.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 
 from ..common.str_enum import StrEnum
 
-__all__ = ["CAUSES", "Cause", "CauseClass", "CauseInfo", "cause_from_json"]
+__all__ = ["CAUSES", "Cause", "CauseClass", "CauseInfo", "Domain", "cause_from_json"]
 
 
 class CauseClass(StrEnum):
@@ -31,7 +37,16 @@ class CauseClass(StrEnum):
     HOST_LOST = "host_lost"
     SLOW_HOST = "slow_host"
     DEVICE = "device"
+    CODE_DIVERGENCE = "code_divergence"
     UNKNOWN = "unknown"
+
+
+class Domain(StrEnum):
+    """Whose fault a cause's evidence points at (JSON ``culprits[i].cause.domain``)."""
+
+    SOFTWARE = "software"  # the rank's own code or process: fix the code, a restart hangs again
+    INFRASTRUCTURE = "infrastructure"  # the machine or the network: restart elsewhere, leaving the host out
+    UNKNOWN = "unknown"  # no evidence either way: restart in place, and collect what was missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,60 +54,86 @@ class CauseInfo:
     label: str  # what people read
     needs: str  # the evidence that names it (docs/verdict.md's table shows these, checked by tests/diagnosis/test_cause.py)
     next_step: str
+    domain: Domain  # the failure domain, unless the evidence decides otherwise (``domain_when``)
+    domain_when: str = ""  # where the evidence overrides ``domain``, and how (docs/verdict.md's table shows it)
 
 
 CAUSES: Mapping[CauseClass, CauseInfo] = {
     CauseClass.HOST_LOST: CauseInfo(
         "its host is lost", "the verdict's host finding: lost, cut off, or lost with the job's store",
-        "look at the host (power, network, kernel) and leave it out of the next run"),
+        "look at the host (power, network, kernel) and leave it out of the next run",
+        Domain.INFRASTRUCTURE),
+    CauseClass.CODE_DIVERGENCE: CauseInfo(
+        "called another collective than its peers", "a `mismatch` culprit: at the same sequence number on the group "
+        "it issued another op, count, shape or dtype than its peers (the recorder shows both)",
+        "compare its call site with its peers' (both under Stacks): a rank-dependent branch, a conditional "
+        "collective, data of another shape; restarting will hang again until the code is fixed",
+        Domain.SOFTWARE),
     CauseClass.CRASHED: CauseInfo(
         "crashed", "its exit record: an uncaught exception of its own code (which, and where); or its process gone "
         "without one (a signal, `os._exit`); or SIGTERM when nothing else is known",
-        "read the exception and its frame; for a signal, the launcher's log (torchrun: exitcode -N)"),
+        "read the exception and its frame; for a signal, the launcher's log (torchrun: exitcode -N)",
+        Domain.SOFTWARE,
+        "unknown when no exception was recorded (a signal, `os._exit`, SIGTERM): no evidence whose it was"),
     CauseClass.EXITED: CauseInfo(
         "left training and exited", "its exit record: it left the interpreter (its script returned, `sys.exit`) "
         "while its peers still wait",
-        "find why this rank left the loop early (a step count, an early stop, a condition only it met)"),
+        "find why this rank left the loop early (a step count, an early stop, a condition only it met)",
+        Domain.SOFTWARE),
     CauseClass.OOM_KILLED: CauseInfo(
         "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose (its "
         "cgroup's, else the host's)",
-        "look at its memory use against its cgroup's limit, and the kernel log of its host"),
+        "look at its memory use against its cgroup's limit, and the kernel log of its host",
+        Domain.SOFTWARE,
+        "infrastructure when only the host's counter rose (the kernel killed it for memory outside the job's own "
+        "limit)"),
     CauseClass.STOPPED: CauseInfo(
         "stopped", "`/proc` state `T` or `t` (SIGSTOP, a debugger)",
-        "find who stopped it (a debugger, a job control signal) and send it SIGCONT"),
+        "find who stopped it (a debugger, a job control signal) and send it SIGCONT",
+        Domain.UNKNOWN),
     CauseClass.SLOW_HOST: CauseInfo(
         "its host is slow", "a straggler whose host's other ranks are stragglers too",
-        "compare the host with the others: CPU quota, thermal throttling, a noisy neighbour"),
+        "compare the host with the others: CPU quota, thermal throttling, a noisy neighbour",
+        Domain.INFRASTRUCTURE),
     CauseClass.DEVICE: CauseInfo(
         "stuck inside the collective", "a `not_completed` culprit: it entered the collective and never completed it "
         "(checked before its stack: a rank in `Work.wait()` is inside it)",
-        "look at the GPU and NIC of its host (DCGM Xid, NVLink, NIC errors)"),
+        "look at the GPU and NIC of its host (DCGM Xid, NVLink, NIC errors)",
+        Domain.INFRASTRUCTURE),
     CauseClass.DATA_WAIT: CauseInfo(
         "waiting on its data pipeline", "its main thread's live stack in a DataLoader (`torch/utils/data`)",
-        "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host"),
+        "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host",
+        Domain.SOFTWARE),
     CauseClass.IO_WAIT: CauseInfo(
         "blocked in I/O", "its live stack in a read, recv, open..., or a kernel wait on a pipe, FIFO, socket or "
         "file system; or state `D`",
-        "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)"),
+        "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)",
+        Domain.SOFTWARE,
+        "infrastructure when the process is in uninterruptible sleep (`D`): the host's storage or kernel holds it"),
     CauseClass.DEADLOCK: CauseInfo(
         "deadlocked", "its main thread and another thread each in a lock's acquire (or a `with` line while the main "
         "thread waits on a futex), the main thread off the CPU; a thread idle in a condition or a queue is no party",
-        "the two acquires are named: take the locks in one order everywhere"),
+        "the two acquires are named: take the locks in one order everywhere",
+        Domain.SOFTWARE),
     CauseClass.LOCK_WAIT: CauseInfo(
         "waiting on a lock", "its main thread in a lock's acquire or a thread's join",
-        "find the thread that holds that lock: its stack is in the incident's threads"),
+        "find the thread that holds that lock: its stack is in the incident's threads",
+        Domain.SOFTWARE),
     CauseClass.PYTHON_BUSY: CauseInfo(
         "in its own Python code", "its live stack outside any collective (running, or in `time.sleep`)",
-        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took"),
+        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took",
+        Domain.SOFTWARE),
     CauseClass.GIL_HELD: CauseInfo(
         "native code holds its GIL", "a `missing_dump` culprit: no word from its own agent within the incident's "
         "budget while `/proc` shows its process alive and not stopped (a regex, a `ctypes.PyDLL` call, a C "
         "extension); py-spy's outside read shows the call (`active+gil`)",
         "read the Python stack py-spy took from outside (incident.json's proc.outside_stack; else take one, native "
-        "frames too): a regex, a C extension or a ctypes call that never releases the GIL"),
+        "frames too): a regex, a C extension or a ctypes call that never releases the GIL",
+        Domain.SOFTWARE),
     CauseClass.UNKNOWN: CauseInfo(
         "not known", "nothing beyond the recorder (dump files alone, no agent)",
-        "run the job with the agent (fr-otel run) so a host-mate can read its process"),
+        "run the job with the agent (fr-otel run) so a host-mate can read its process",
+        Domain.UNKNOWN),
 }
 if set(CAUSES) != set(CauseClass):  # pragma: no cover - a typo in the table
     raise RuntimeError("fr_otel.diagnosis.cause: CAUSES must have one row per CauseClass")
@@ -100,10 +141,17 @@ if set(CAUSES) != set(CauseClass):  # pragma: no cover - a typo in the table
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """One culprit's cause: its class and the lines of evidence that name it."""
+    """One culprit's cause: its class, the lines of evidence that name it, and its failure domain."""
 
     cls: CauseClass
     evidence: tuple[str, ...]
+    #: The domain the evidence decided, where it overrides the class's (its row's ``domain_when``).
+    evidence_domain: Domain | None = None
+
+    @property
+    def domain(self) -> Domain:
+        """Whose fault: the evidence's word where it decided, else the class's."""
+        return self.evidence_domain or CAUSES[self.cls].domain
 
     @property
     def said(self) -> bool:
@@ -120,8 +168,8 @@ class Cause:
         return head + (": " + "; ".join(self.evidence) if self.evidence else "") + "."
 
     def to_dict(self) -> dict[str, Any]:
-        return {"class": str(self.cls), "label": self.info.label, "evidence": list(self.evidence),
-                "next": self.info.next_step}
+        return {"class": str(self.cls), "label": self.info.label, "domain": str(self.domain),
+                "evidence": list(self.evidence), "next": self.info.next_step}
 
 
 def cause_from_json(raw: Any) -> Cause | None:
@@ -129,5 +177,8 @@ def cause_from_json(raw: Any) -> Cause | None:
     if not isinstance(raw, dict) or type(raw.get("class")) is not str or raw["class"] not in set(CauseClass):
         return None
     lines = raw.get("evidence")
-    return Cause(CauseClass(raw["class"]), tuple(x[:500] for x in lines[:16] if isinstance(x, str))
-                 if isinstance(lines, list) else ())
+    domain = raw.get("domain")
+    cls = CauseClass(raw["class"])
+    said = Domain(domain) if type(domain) is str and domain in set(Domain) else None
+    return Cause(cls, tuple(x[:500] for x in lines[:16] if isinstance(x, str)) if isinstance(lines, list) else (),
+                 said if said is not None and said != CAUSES[cls].domain else None)

@@ -16,9 +16,10 @@ Three calls, in this order:
   probed: a host it could not probe, for want of an address, is no evidence), and every other
   host's ranks are missing: it is the one cut off (its own ranks are the culprits; the others are
   "unreachable from here", not culprits);
-- **store host lost**: the job's store stopped answering here while another host still answers:
-  the store's host is the suspect, and ranks on hosts that answer are alive elsewhere (reported,
-  not blamed);
+- **store host lost**: the job's store stopped answering here while another host still answers, and
+  the store's host's agents refused a connection at their address (or its ranks went silent before the
+  others): the store's host is the suspect, and ranks on hosts that answer are alive elsewhere (reported,
+  not blamed). Timeouts alone are no evidence: a loaded store answers late;
 - **lost host**: every rank of a host is missing and the host went silent (no heartbeat for a few
   polls, or its agent answered nothing): a lost node, named as one.
 
@@ -176,7 +177,13 @@ def judge_network(job: Job) -> NetworkCall:
     lost = tuple(sorted(h for h, r in gone.items()
                         if (answered.get(h) is False or _silent(job, r)) and h != store_host))
     why = {h: f"every rank of {h} ({_ranks_word(gone[h])}) left no dump and went silent" for h in lost}
-    if net is not None and net.store_lost and store_host and store_host in gone and store_host != net.seen_from:
+    # A store that stops answering here is no lost host by itself (a loaded store answers slowly, and the calls
+    # time out): its host is the suspect only when its agents refused a connection at their address too, or its
+    # ranks went silent before the others.
+    against_store_host = store_host in gone and (answered.get(store_host) is False or _silent(job, gone[store_host])) \
+        if store_host else False
+    if (net is not None and net.store_lost and store_host and against_store_host
+            and store_host != net.seen_from):
         since = f" since {format_clock(net.store_silent_since_ns)}" if net.store_silent_since_ns else ""
         others_up = sorted(h for h, ok in answered.items() if ok)
         # Another host silent too (its agent does not answer, or its heartbeats stopped): lost as well, named

@@ -22,7 +22,7 @@ from ..common.progress import TerminalProgress
 from ..common.text import one_line
 from ..diagnosis.analysis import analyze
 from ..diagnosis.job import Job, build_job
-from ..diagnosis.restart import hosts_to_exclude
+from ..diagnosis.restart import hosts_to_exclude, verdict_action
 from ..diagnosis.verdict import DEFAULT_STRAGGLER_THRESHOLD_S, AnalysisOptions, Verdict
 from ..read.dump import RankDump
 from ..read.incident_file import IncidentIdentity
@@ -102,6 +102,7 @@ class IncidentResult:
         """The public JSON schema: the verdict, the incident's trace id, and the export when there was one."""
         doc = self.verdict.to_dict(include_groups=include_groups)
         doc["exclude_hosts"] = list(hosts_to_exclude(self.verdict))
+        doc["action"] = verdict_action(self.verdict)
         if self.trace_id is not None:
             doc["trace_id"] = self.trace_id
         if self.trace is not None and self.outcome is not None:

@@ -4,8 +4,8 @@ One shape, built here once per incident: the verdict word, its culprits (who, wh
 now), which rank stopped first, the hosts, the hosts to leave out and whether the verdict calls for a restart,
 and what became of the trace. ``fr-otel demo`` prints it as the live verdict; the page's Trace section reads its
 ``export``; the store holds it with shorter lists (:func:`brief_summary`), where an aborting rank reads its
-``hang``, ``culprits`` and ``exclude_hosts`` (a rank whose node leader answers learns only ``hang``, from the
-leader's board). ``fr-otel analyze --json`` is the whole verdict (the public schema), of which this is the
+``hang``, ``action``, ``culprits`` and ``exclude_hosts`` (a rank whose node leader answers learns only ``hang``
+and ``action``, from the leader's board). ``fr-otel analyze --json`` is the whole verdict (the public schema), of which this is the
 short form.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.restart import calls_for_restart, hosts_to_exclude
+from ..diagnosis.restart import calls_for_restart, hosts_to_exclude, verdict_action
 
 if TYPE_CHECKING:
     from ..diagnosis.verdict import Culprit, Verdict
@@ -44,6 +44,7 @@ def verdict_summary(verdict: Verdict, trace: IncidentTrace, outcome: ExportOutco
         "hosts": [h.to_dict() for h in verdict.hosts[:MAX_LISTED]],
         "exclude_hosts": list(hosts_to_exclude(verdict)),
         "hang": calls_for_restart(verdict),
+        "action": verdict_action(verdict),
         "trace_id": trace.trace_id_hex,
         "export": {"status": outcome.status, "destination": outcome.destination, "where": page.where,
                    "sentence": page.sentence, "replay": page.replay,

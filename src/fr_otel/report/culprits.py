@@ -12,7 +12,7 @@ from ..diagnosis.hosts import LOST_STATES
 from ..diagnosis.kinds import KINDS
 from ..diagnosis.verdict import Culprit
 from .advice import as_html, general_next_step, next_step
-from .exclude import exclude_html
+from .action import action_html
 from .facts import Facts
 from .headline import headline
 from .markup import badge, esc, seq_label
@@ -56,7 +56,7 @@ def verdict_section(f: Facts) -> str:
                 f'<td>{esc(c.group_label, 120)}</td><td>{seq_label(c.collective_seq_id)}</td>'
                 f'<td>{esc(compress_ranks(c.waiting_ranks)) or "—"}</td><td class="ev">{esc(c.evidence, 400)}</td></tr>')
         out.append("</tbody></table>")
-    out.append(exclude_html(v))
+    out.append(action_html(v))
     out.append("</section>")
     return "".join(out)
 

@@ -11,7 +11,7 @@ from ..diagnosis.kinds import VerdictWord
 from ..diagnosis.verdict import UNKNOWN_STALL, Culprit, Verdict
 from ..read.dump import op_name
 from .advice import as_lines, as_text, general_next_step, next_step
-from .exclude import exclude_lines
+from .action import action_lines
 from .headline import headline
 from .markup import fmt_duration
 
@@ -72,7 +72,7 @@ def render_verdict(v: Verdict) -> str:
         if len(v.waiting) > MAX_GROUP_LINES:
             lines.append(f"  … {len(v.waiting) - MAX_GROUP_LINES} more; {ELSEWHERE}")
     lines.extend(_in_flight_lines(v))
-    lines.extend(exclude_lines(v))
+    lines.extend(action_lines(v))
     if v.notes:
         lines.append("")
         lines.append("Notes:")

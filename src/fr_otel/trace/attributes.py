@@ -72,6 +72,10 @@ CULPRIT_KIND = "fr_otel.culprit_kind"
 CULPRIT_CAUSE = "fr_otel.culprit.cause"
 CULPRIT_CAUSES = "fr_otel.culprit.causes"
 CULPRIT_CAUSE_EVIDENCE = "fr_otel.culprit.cause.evidence"
+#: Whose fault the cause points at (``software``, ``infrastructure``, ``unknown``: diagnosis.cause_kinds.Domain):
+#: on a culprit's rank span and event, and per blamed culprit on the root (``fr_otel.culprit.domains``).
+CULPRIT_DOMAIN = "fr_otel.culprit.cause.domain"
+CULPRIT_DOMAINS = "fr_otel.culprit.domains"
 UNKNOWN_RANKS = "fr_otel.unknown_ranks"  # no readable dump, every wait on them explained by a culprit: not blamed
 NOTES = "fr_otel.notes"
 PROBLEMS = "fr_otel.problems"
@@ -86,6 +90,8 @@ STACK = "fr_otel.stack"
 CULPRIT_HOSTS = "fr_otel.culprit_hosts"  # per culprit, "" where unknown
 CULPRIT_NODES = "fr_otel.culprit_nodes"  # "node02: 9,14" for hosts with several culprits
 LOST_HOSTS = "fr_otel.lost_hosts"  # hosts lost, cut off, or running a store that stopped answering
+#: What to do with the job (diagnosis.restart.Action: ``fix_code``, ``restart_elsewhere``, ``restart_in_place``).
+ACTION = "fr_otel.action"
 EXCLUDE_HOSTS = "fr_otel.exclude_hosts"  # hang/desync: the hosts a restart should leave out (diagnosis.restart)
 HOST_FINDINGS = "fr_otel.host_findings"  # one sentence each: "node1 (ranks 2-3): no dump; last heard ..."
 FIRST_STOPPED = "fr_otel.first_stopped_rank"  # only when the clocks allow ordering the culprits

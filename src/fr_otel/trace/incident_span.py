@@ -10,7 +10,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ..common.ranks import compress_ranks
 from ..common.text import MAX_ATTRIBUTE_CHARS, clip
 from ..diagnosis.hosts import LOST_STATES
-from ..diagnosis.restart import hosts_to_exclude
+from ..diagnosis.restart import culprit_domain, hosts_to_exclude, verdict_action
 from ..diagnosis.verdict import Culprit
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
@@ -34,6 +34,7 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
         A.CULPRIT_KINDS: [c.kind for c in blamed],
         A.CULPRIT_EVIDENCE: [clip(c.evidence, 500) for c in blamed[:32]],
         A.CULPRIT_CAUSES: [str(c.cause.cls) if c.cause is not None else "" for c in blamed],
+        A.CULPRIT_DOMAINS: [str(culprit_domain(c)) for c in blamed],
         A.RANKS_LOADED: v.ranks_loaded,
         A.JOB_ID: frame.job_id,
         A.HISTORY_TOTAL: entries_total,
@@ -63,6 +64,9 @@ def incident_span(frame: TraceFrame, start: int, entries_total: int, notes: list
     if gone:
         attrs[A.LOST_HOSTS] = [h.host for h in gone]
         attrs[A.HOST_FINDINGS] = [clip(h.sentence(), 500) for h in gone[:64]]
+    action = verdict_action(v)
+    if action is not None:
+        attrs[A.ACTION] = str(action)
     exclude = hosts_to_exclude(v)
     if exclude:
         attrs[A.EXCLUDE_HOSTS] = list(exclude)
@@ -112,7 +116,8 @@ def cause_attributes(c: Culprit) -> dict[str, Any]:
     """A culprit's cause: its class and evidence lines (none when no cause was named)."""
     if c.cause is None:
         return {}
-    return {A.CULPRIT_CAUSE: str(c.cause.cls), A.CULPRIT_CAUSE_EVIDENCE: [clip(e, 500) for e in c.cause.evidence[:8]]}
+    return {A.CULPRIT_CAUSE: str(c.cause.cls), A.CULPRIT_DOMAIN: str(c.cause.domain),
+            A.CULPRIT_CAUSE_EVIDENCE: [clip(e, 500) for e in c.cause.evidence[:8]]}
 
 
 def now_attributes(process: RankProcess | None, now: LiveStacks | None, max_frames: int) -> dict[str, Any]:

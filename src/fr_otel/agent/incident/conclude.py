@@ -65,6 +65,7 @@ def conclude(me: IncidentRank, trigger: Trigger, evidence: ReadResult, trace_hex
     from ...diagnosis.hosts import LOST_STATES
     from ...diagnosis.restart import hosts_to_exclude
     from ...incident.pipeline import IncidentPlan, run_incident
+    from ...report.action import action_sentence
 
     k = trigger.number
     if local:
@@ -98,9 +99,12 @@ def conclude(me: IncidentRank, trigger: Trigger, evidence: ReadResult, trace_hex
     if away:
         culprits += f"; unreachable from here, not culprits: {', '.join(away[:6])}"
     exclude = hosts_to_exclude(verdict)
+    me.health.exclude(k, exclude)  # none (a code fault, no evidence against a host) clears fr_exclude_host
+    action = action_sentence(verdict)
+    if action:
+        culprits += f"; what to do: {action}"
     if exclude:
-        me.health.exclude(k, exclude)
-        culprits += f"; leave out next time: {', '.join(exclude[:8])} (exclude-hosts.txt)"
+        culprits += " (exclude-hosts.txt)"
     where = outcome.describe(len(trace.spans), me.export_config)
     dumps = f"dumps and report in {folder}" if dump_written else f"no dump files: {folder} could not be written"
     scope = f"local to {me.process.host}, " if local else ""
@@ -121,5 +125,5 @@ def _brief(c: Culprit) -> str:
     if c.now is not None and c.now.where is not None:
         text += f" {c.now.describe()}"
     if c.cause is not None:
-        text += f"; cause: {c.cause.cls}" + (f" ({c.cause.evidence[0]})" if c.cause.evidence else "")
+        text += f"; cause: {c.cause.cls} [{c.cause.domain}]" + (f" ({c.cause.evidence[0]})" if c.cause.evidence else "")
     return text

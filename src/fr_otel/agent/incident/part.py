@@ -22,6 +22,7 @@ from ...common.files import atomic_write, own_folder
 from ...common.ids import trace_hex_for
 from ...common.log import logger
 from ...common.text import one_line
+from ...diagnosis.restart import Action
 from ...incident.trigger import Trigger
 from ...read.failed import FailedCollective
 from ..guest.failure import failed_in_recorder
@@ -180,7 +181,8 @@ def flush_incident(me: IncidentRank, trigger: Trigger, trace_hex: str, owner: bo
             publish_files(me, k, folder)
             me.channel.cleanup(k, gathered.flat_ranks, gathered.summaries)
         if me.node is not None:
-            me.node.ended_as(k, verdict=True, hang=result.get("hang") is True)
+            me.node.ended_as(k, verdict=True, hang=result.get("hang") is True,
+                             code_fault=result.get("action") == Action.FIX_CODE)
         return result, ()
     fetch = fetch_files_later(me, k, folder, incident_budget_s(me) + 5) if me.hosts.leader else None
     return await_verdict(me, k, deadline, preempted), (fetch,) if fetch is not None else ()
@@ -205,11 +207,15 @@ def await_verdict(me: IncidentRank, k: int, deadline: float,
         if word == "lost":
             raise StoreUnavailable("this node's leader found the job's store gone during the incident")
         if word == "verdict":
-            return {"verdict": "hang", "hang": True} if role is not None and role.leader_saw_hang(k) else {}
+            if role is None or not role.leader_saw_hang(k):
+                return {}
+            fix = role.leader_saw_code_fault(k)
+            return {"verdict": "hang", "hang": True, "action": Action.FIX_CODE if fix else None}
         result = me.channel.result(k) if word == "ask the store" else None
         if result is not None:
             if role is not None:
-                role.ended_as(k, verdict=True, hang=result.get("hang") is True)
+                role.ended_as(k, verdict=True, hang=result.get("hang") is True,
+                              code_fault=result.get("action") == Action.FIX_CODE)
             return result
         time.sleep(min(me.config.poll_interval, max(until - time.monotonic(), 0.0)))
     return None

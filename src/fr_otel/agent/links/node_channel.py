@@ -119,6 +119,7 @@ class Board:
     in_store_call_until_ns: int | None = None  # written just before a store call: the latest it can end
     store_down: bool = False  # the leader's store link does not answer: its ranks go on without the store
     hangs: tuple[int, ...] = ()  # of ``ended``, those whose verdict calls for a restart (FR_OTEL_ON_HANG=abort)
+    code_faults: tuple[int, ...] = ()  # of ``hangs``, those whose action is to fix the code (exit 70, not 75)
 
     def fresh(self, now_ns: int, poll_interval: float) -> bool:
         """Written within the last few polls, or in a store call that may still be running (the link bounds
@@ -139,7 +140,7 @@ class Board:
                 "sent": {str(k): list(ranks) for k, ranks in sorted(self.sent.items())[-_KEPT_INCIDENTS:]},
                 "ended": list(self.ended[-_KEPT_INCIDENTS:]), "lost": list(self.lost[-_KEPT_INCIDENTS:]),
                 "in_store_call_until_ns": self.in_store_call_until_ns, "store_down": self.store_down,
-                "hangs": list(self.hangs[-_KEPT_INCIDENTS:])}
+                "hangs": list(self.hangs[-_KEPT_INCIDENTS:]), "code_faults": list(self.code_faults[-_KEPT_INCIDENTS:])}
 
 
 def _board_from(raw: Any) -> Board | None:
@@ -160,7 +161,8 @@ def _board_from(raw: Any) -> Board | None:
             sent[int(k)] = tuple(r for r in ranks if type(r) is int and r >= 0)
     until = raw.get("in_store_call_until_ns")
     return Board(leader, pid, polled, incidents, sent, _numbers(raw.get("ended")), _numbers(raw.get("lost")),
-                 until if is_exact_int(until) else None, raw.get("store_down") is True, _numbers(raw.get("hangs")))
+                 until if is_exact_int(until) else None, raw.get("store_down") is True, _numbers(raw.get("hangs")),
+                 _numbers(raw.get("code_faults")))
 
 
 def _numbers(raw: Any) -> tuple[int, ...]:

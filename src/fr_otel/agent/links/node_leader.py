@@ -70,6 +70,7 @@ class NodeRole:
         self.ended: list[int] = []  # the leader's: incidents whose verdict it saw in the store
         self.lost: list[int] = []  # the leader's: incidents it goes on with alone (the store went away)
         self.hangs: list[int] = []  # the leader's: of ``ended``, those whose verdict calls for a restart
+        self.code_faults: list[int] = []  # the leader's: of ``hangs``, those whose action is to fix the code
         self.number: int | None = None  # the leader's node number in the store
         self.own_waits: dict[str, Any] | None = None  # the leader's: its own latest waits (slow_watch)
         self._polls = 0
@@ -148,21 +149,30 @@ class NodeRole:
         until = now + int(store_call_s * 1e9) if store_call_s is not None else None
         self.node.write_board(Board(self.rank, os.getpid(), now, tuple((t.number, t.to_record()) for t in self.incidents[-16:]), dict(self.sent),
                                     tuple(self.ended[-16:]), tuple(self.lost[-16:]), until,
-                                    not self.channel.reachable(), tuple(self.hangs[-16:])))
+                                    not self.channel.reachable(), tuple(self.hangs[-16:]),
+                                    tuple(self.code_faults[-16:])))
 
-    def ended_as(self, k: int, *, verdict: bool, hang: bool = False) -> None:
+    def ended_as(self, k: int, *, verdict: bool, hang: bool = False, code_fault: bool = False) -> None:
         """The leader's word to its ranks on incident ``k``: its verdict is in the store (``verdict``; ``hang``:
-        one that calls for a restart), or the store went away during it and the node goes on alone."""
+        one that calls for a restart; ``code_fault``: its action is to fix the code), or the store went away
+        during it and the node goes on alone."""
         if self.leader:
             (self.ended if verdict else self.lost).append(k)
             if hang:
                 self.hangs.append(k)
+                if code_fault:
+                    self.code_faults.append(k)
             self.publish_board()
 
     def leader_saw_hang(self, k: int) -> bool:
         """This node's leader said incident ``k``'s verdict calls for a restart (a member's view, no store call)."""
         board = self.node.board()
         return board is not None and not self.leader and k in board.hangs
+
+    def leader_saw_code_fault(self, k: int) -> bool:
+        """This node's leader said incident ``k``'s action is to fix the code (a member's view, no store call)."""
+        board = self.node.board()
+        return board is not None and not self.leader and k in board.code_faults
 
     def verdict_word(self, k: int) -> Literal["verdict", "lost", "waiting", "ask the store"]:
         """A member's view of incident ``k`` through its leader's board: the leader saw its verdict in the
