@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, HangAbort, stuck_collectives
+from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE, HangAbort, stuck_collectives
 from fr_otel.agent.observe.state import GroupStatus
 from fr_otel.incident.trigger import SeenStall, Trigger
 
@@ -50,6 +50,20 @@ def test_a_hang_ends_the_rank_once_its_own_collective_is_old_enough(caplog: pyte
     assert "incident 1's verdict is a hang (culprit rank(s) 2)" in line and "all_reduce #7 on group 0" in line
     assert "in flight 31 s (>= 30 s)" in line and "leave out next time: node1" in line
     assert "sbatch --exclude=node1 JOB_SCRIPT" in line and "kubectl cordon node1" in line
+
+
+def test_a_hang_in_the_jobs_own_code_ends_the_rank_with_70_and_names_no_host(caplog: pytest.LogCaptureFixture) -> None:
+    """The verdict's action is to fix the code: the rank exits 70 (EX_SOFTWARE), says a restart would hang again,
+    and prints no exclude or drain command, whatever hosts the summary lists."""
+    a, ends = abort(30.0)
+    assert a.arm(1, {**HANG, "action": "fix_code"}, stuck_collectives([group(7, 12.0)]))
+    with caplog.at_level(logging.ERROR, logger="fr_otel.agent"):
+        a.check([group(7, 31.0)], NOW)
+    assert ends.codes == [CODE_FAULT_EXIT_CODE] == [70]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "rank 1 ends its process with exit code 70 (FR_OTEL_ON_HANG=abort)" in line
+    assert "fix it, a restart would hang again" in line
+    assert not [w for w in ("leave out", "--exclude", "DRAIN", "cordon") if w in line], line
 
 
 def test_a_collective_that_moved_on_never_ends_the_rank_whatever_the_store_says() -> None:

@@ -1,6 +1,7 @@
-"""``fr-otel run --on-hang abort`` runs COMMAND as a child: it exits 75 when the last attempt ended a hang
-(torchrun exits 1 for any failed worker), keeps any other status, and passes SIGTERM on. COMMAND here is a
-small Python script that writes what ranks write (``start N``, ``abort N RANK``) and exits as told."""
+"""``fr-otel run --on-hang abort`` runs COMMAND as a child: it exits with the ranks' code (70 for a hang in the
+job's own code, 75 where a restart can help) when the last attempt ended a hang (torchrun exits 1 for any failed
+worker), keeps any other status, and passes SIGTERM on. COMMAND here is a small Python script that writes what
+ranks write (``start N``, ``abort N RANK CODE``) and exits as told."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fr_otel.agent.hang_abort import ABORT_EXIT_CODE
+from fr_otel.agent.hang_abort import ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE
 
 CHILD = """
 import os, signal, sys, time
@@ -43,12 +44,17 @@ def _run(lines: list[str], code: int, *flags: str) -> subprocess.CompletedProces
     (["start 0", "abort 0 x", "abort zero 1", "garbage"], 1, 1),  # nothing a rank writes
     (["start 0", "abort 0 2"], -9, ABORT_EXIT_CODE),  # killed by a signal after the abort: still the abort's
     (["start 0"], -9, 128 + 9),  # killed by a signal: the shell's convention
+    (["start 0", "abort 0 1 70", "abort 0 3 70"], 1, CODE_FAULT_EXIT_CODE),  # a hang in the job's code: fix it
+    (["start 0", "abort 0 1 75", "abort 0 3 75"], 1, ABORT_EXIT_CODE),
+    (["start 0", "abort 0 1 70", "start 1"], 0, 0),  # restarted anyway (torchrun cannot tell) and ran through
+    (["start 0", "abort 0 1 99"], 1, ABORT_EXIT_CODE),  # a code no rank writes: the restart's
 ])
 def test_the_exit_status_says_whether_the_last_attempt_ended_a_hang(lines: list[str], code: int, expected: int) -> None:
     out = _run(lines, code)
     assert out.returncode == expected, out.stderr
-    said = "ended a hang (--on-hang abort): exit code 75" in out.stderr
-    assert said == (expected == ABORT_EXIT_CODE), out.stderr
+    said = f"ended a hang (--on-hang abort): exit code {expected}" in out.stderr
+    assert said == (expected in (ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE)), out.stderr
+    assert ("do not resubmit" in out.stderr) == (expected == CODE_FAULT_EXIT_CODE), out.stderr
 
 
 def test_sigterm_is_passed_on_and_the_mark_file_removed(tmp_path: Path) -> None:

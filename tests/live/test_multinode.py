@@ -121,6 +121,25 @@ def _naming(r: CaseResult, host: str, state: str) -> list[dict[str, Any]]:
                                           for h in i.get("hosts", []))]
 
 
+def _leaves_out_exactly(r: CaseResult, host: str, tmp: Path) -> None:
+    """Every incident whose verdict calls for ending the job restarts elsewhere leaving out ``host`` alone, in its
+    summary and trace root, its culprits' causes are infrastructure, and every exclude-hosts.txt a node wrote
+    names it alone: the evidence is against that host (an incident raised as the job ended calls for nothing)."""
+    acted = [i for i in r.incidents if i.get("action") is not None]
+    assert acted, _story(r)
+    for i in r.incidents:
+        if i.get("action") is None:
+            assert not i.get("exclude_hosts"), _story(r)
+            continue
+        assert i["action"] == "restart_elsewhere" and i["exclude_hosts"] == [host], _story(r)
+        if i["has_trace"]:
+            assert i["root"].get("fr_otel.action") == "restart_elsewhere", _story(r)
+            assert i["root"].get("fr_otel.exclude_hosts") == [host], _story(r)
+        assert {c["domain"] for c in i["culprits"] if c["kind"] != "unknown"} == {"infrastructure"}, _story(r)
+    lists = [(tmp / p).read_text() for p in r.files if p.endswith("exclude-hosts.txt")]
+    assert lists and all(text == f"{host}\n" for text in lists), (lists, _story(r))
+
+
 def _never_healthy(r: CaseResult) -> None:
     verdicts = [i.get("verdict") for i in r.incidents]
     assert "healthy" not in verdicts, _story(r)
@@ -150,6 +169,8 @@ def test_a_lost_node_is_named_as_a_host_in_log_json_trace_and_page_and_survivors
                for i in named), _story(r)
     if fault == "partition":
         _own_incident_is_cut_off(r, truth.node)
+    if fault in ("partition", "freeze"):
+        _leaves_out_exactly(r, host, tmp_path)
     if fault != "crash":  # each survivor's folder alone, and all of them together (not a crash's, as above)
         _offline_blames(tmp_path, r, truth.ranks, tuple(others))
     first = min(named, key=lambda i: i["written_s"])
@@ -182,6 +203,7 @@ def test_when_the_stores_host_is_lost_every_side_names_it_and_nobody_is_held(tmp
         assert _on(r, k) and all(_names_lost(i, "node0", (0, 1), ("store_lost",)) for i in _on(r, k)), _story(r)
         assert not any(h["state"] == "cut_off" for i in _on(r, k) for h in i["hosts"]), _story(r)
     _own_incident_is_cut_off(r, 0)
+    _leaves_out_exactly(r, "node0", tmp_path)
     _offline_blames(tmp_path, r, (0, 1), (1, 2))
     for i in r.incidents:
         blamed = {c["rank"] for c in i["culprits"] if c["kind"] != "unknown"}
@@ -201,6 +223,13 @@ def test_a_rank_hung_in_its_own_code_is_named_with_its_host_step_and_first_stop(
     assert root["fr_otel.culprit_ranks"] == ["5"] and root["fr_otel.culprit_hosts"] == ["node2"], _story(r)
     assert str(root.get("fr_otel.first_stopped_rank")) == "5"
     assert any("rank 5 (not_enqueued, host node2, step 12)" in line for line in r.agent_lines), _story(r)
+    # Its own code, on a healthy host: the code is to fix, no host is left out, no drain is advised anywhere.
+    for i in found:
+        assert i["action"] == "fix_code" and i["exclude_hosts"] == [] and "fr_otel.exclude_hosts" not in i["root"]
+        assert [c["domain"] for c in i["culprits"] if c["rank"] == 5] == ["software"], _story(r)
+        assert "DRAIN" not in i["html"] and "cordon" not in i["html"] and "--exclude" not in i["html"]
+    assert not [p for p in r.files if p.endswith("exclude-hosts.txt")], _story(r)
+    assert not [line for line in r.agent_lines if "leave out" in line or "DRAIN" in line], _story(r)
     _never_healthy(r)
     _exits_in_time(r)
 

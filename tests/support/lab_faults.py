@@ -194,14 +194,16 @@ def _incidents(tmp: Path, fault_time: float) -> list[dict[str, object]]:
             found.append({
                 "file": str(path.relative_to(tmp)), "incident": raw.get("incident"), "verdict": summary.get("verdict"),
                 "written_s": path.stat().st_mtime - fault_time,
-                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"), "host": c.get("host")}
+                "culprits": [{"rank": c.get("rank"), "kind": c.get("kind"), "host": c.get("host"),
+                              "domain": (c.get("cause") or {}).get("domain")}
                              for c in summary.get("culprits", [])],
                 "hosts": summary.get("hosts", []),
+                "action": summary.get("action"), "exclude_hosts": summary.get("exclude_hosts"),
                 "network": raw.get("network"),
                 "html": page.read_text(errors="replace") if page.is_file() else "",
                 "root": {k: v for k, v in root.items()
                          if k.startswith(("fr_otel.culprit", "fr_otel.first_stopped", "fr_otel.lost_hosts",
-                                          "fr_otel.host_findings", "fr_otel.exclude_hosts"))},
+                                          "fr_otel.host_findings", "fr_otel.exclude_hosts", "fr_otel.action"))},
                 "has_trace": bool(root),
             })
         except (OSError, ValueError, AttributeError, TypeError) as exc:

@@ -30,6 +30,9 @@ TRAIN_LOOP_HIDDEN          MLP width (default 64)
 TRAIN_LOOP_STALL_RANK      rank that stalls (default: none)
 TRAIN_LOOP_STALL_STEP      step at which it stalls (default 10)
 TRAIN_LOOP_STALL_SECONDS   how long (default 0)
+TRAIN_LOOP_STALL_IN        ``loader``: the stall is inside the rank's ``DataLoader`` (its dataset reading the step's
+                           batch blocks), as a hung file system or data service makes a loader block; default: a
+                           sleep in the training loop itself, just before the ``all_reduce``
 TRAIN_LOOP_STALL_ATTEMPT   only in this attempt of the job (torchelastic's TORCHELASTIC_RESTART_COUNT; default:
                            every attempt): a restarted job then runs through
 TRAIN_LOOP_RAISE_RANK      rank that raises an uncaught RuntimeError instead (default: none)
@@ -158,20 +161,37 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     params = list(model.parameters())
     host = socket.gethostname()
+    in_loader = _env("STALL_IN", "") == "loader"
+
+    def stall_here(step: int) -> None:
+        if markers is not None:
+            markers.mkdir(parents=True, exist_ok=True)
+            _mark(markers / "stall_start.json", json.dumps({"rank": rank, "step": step, "time": time.time()}))
+        time.sleep(stall_s)
+
+    class Batches(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        """One batch per step; the stalled rank's read of its stalled step's batch blocks."""
+
+        def __len__(self) -> int:
+            return steps
+
+        def __getitem__(self, step: int) -> torch.Tensor:
+            if in_loader and rank == stall_rank and step == stall_step and stall_s > 0:
+                stall_here(step)
+            return torch.randn(32, hidden)
+
+    batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=0))
     for step in range(steps):
         if markers is not None:  # a reader may catch it half-written: it retries
             _mark(markers / f"step_rank_{rank}", json.dumps({"step": step, "time": time.time(), "host": host}))
         time.sleep((long_pause if step == long_step else pause) + (slow_s if rank == slow_rank else 0.0))
-        x = torch.randn(32, hidden)
+        x = next(batches)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         flat = torch.cat([_grad(p).reshape(-1) for p in params])
-        if rank == stall_rank and step == stall_step and stall_s > 0:
-            if markers is not None:
-                markers.mkdir(parents=True, exist_ok=True)
-                _mark(markers / "stall_start.json", json.dumps({"rank": rank, "step": step, "time": time.time()}))
-            time.sleep(stall_s)
+        if rank == stall_rank and step == stall_step and stall_s > 0 and not in_loader:
+            stall_here(step)
         if rank == raise_rank and step == raise_step:
             raise RuntimeError(f"injected failure at step {step}")
         if rank == exit_rank and step == exit_step:

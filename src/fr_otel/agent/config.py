@@ -397,7 +397,8 @@ OPTIONS: tuple[Option, ...] = (
            "a folder of yours that no one else may enter"),
     Option("on_hang", FR_OTEL_ON_HANG, "--on-hang", _on_hang,
            "report: report a hang and leave the job be; abort: once a hang's verdict is delivered, end every rank "
-           "stuck in it (exit code 75) so the launcher restarts the job", "ACTION", "report or abort"),
+           "stuck in it: exit code 70 for a fault in the job's own code (fix it), else 75 so the launcher restarts "
+           "the job", "ACTION", "report or abort"),
     Option("abort_after_seconds", FR_OTEL_ABORT_AFTER_SECONDS, "--abort-after-seconds", _positive_or_unset,
            "with --on-hang abort: a rank ends only once its own collective of the hang is this old "
            "(default: the stall threshold)", "SECONDS", **_range(0.1, _WEEK_S, _SECONDS)),

@@ -16,9 +16,14 @@ from ..diagnosis.restart import EXIT_CODES, Action, culprit_domain, exclude_reas
 from ..diagnosis.verdict import Culprit, Verdict
 from .markup import esc
 
-__all__ = ["action_html", "action_lines", "action_sentence", "call_site"]
+__all__ = ["DOMAIN_WORDS", "action_html", "action_lines", "action_sentence", "call_site"]
 
 _MAX_SITES = 4
+
+#: A cause's failure domain as the page says it beside the cause.
+DOMAIN_WORDS = {Domain.SOFTWARE: "software: its own code or process",
+                Domain.INFRASTRUCTURE: "infrastructure: evidence against its host",
+                Domain.UNKNOWN: "unknown: no evidence whose fault"}
 
 
 def call_site(c: Culprit) -> str:

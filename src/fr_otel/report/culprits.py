@@ -12,7 +12,7 @@ from ..diagnosis.hosts import LOST_STATES
 from ..diagnosis.kinds import KINDS
 from ..diagnosis.verdict import Culprit
 from .advice import as_html, general_next_step, next_step
-from .action import action_html
+from .action import DOMAIN_WORDS, action_html
 from .facts import Facts
 from .headline import headline
 from .markup import badge, esc, seq_label
@@ -100,7 +100,8 @@ def _culprit_card(f: Facts, c: Culprit) -> str:
         lines = "".join(f"<li>{esc(line, 600)}</li>" for line in c.cause.evidence[:8])
         label = c.cause.info.label
         parts.append(f'<div class="cause"><b>Cause</b> {esc(label)}'
-                     + (f' <code>{esc(c.cause.cls)}</code>' if label != c.cause.cls else "") + f'<ul>{lines}</ul></div>')
+                     + (f' <code>{esc(c.cause.cls)}</code>' if label != c.cause.cls else "")
+                     + f' <span class="domain">{esc(DOMAIN_WORDS[c.cause.domain])}</span><ul>{lines}</ul></div>')
     parts.append(f'<p class="next"><b>Next step</b> {as_html(next_step(f.verdict, c))}</p>')
     if c.related:
         items = "".join(

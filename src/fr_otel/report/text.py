@@ -122,7 +122,7 @@ def _culprit_lines(v: Verdict, c: Culprit, advised: dict[str, int]) -> list[str]
     out = ["", f"  rank {c.rank}{host}: {c.kind} on {c.where}", f"    {c.evidence}"]
     if c.cause is not None and c.cause.said:
         label = c.cause.info.label
-        out.append(f"    cause: {label}" + (f" ({c.cause.cls})" if label != c.cause.cls else ""))
+        out.append(f"    cause: {label}" + (f" ({c.cause.cls})" if label != c.cause.cls else "") + f" [{c.cause.domain}]")
         out.extend(f"      - {line}" for line in c.cause.evidence[:MAX_CAUSE_LINES])
     if c.step is not None or c.collective_step is not None:
         out.append(f"    {step_sentence(c, v.steps)}")
