@@ -16,9 +16,15 @@ from ..diagnosis.restart import EXIT_CODES, Action, culprit_domain, exclude_reas
 from ..diagnosis.verdict import Culprit, Verdict
 from .markup import esc
 
-__all__ = ["DOMAIN_WORDS", "action_html", "action_lines", "action_sentence", "call_site"]
+__all__ = ["ACTION_WORDS", "DOMAIN_WORDS", "action_html", "action_lines", "action_sentence", "call_site"]
 
 _MAX_SITES = 4
+
+#: Each action in a few words, where only its name is known (a recorded summary: ``fr-otel demo``).
+ACTION_WORDS = {Action.FIX_CODE: "fix the code: the culprit stopped in its own code, a restart would hang again, "
+                                 "and no host is left out",
+                Action.RESTART_ELSEWHERE: "restart elsewhere, leaving out the hosts with evidence against them",
+                Action.RESTART_IN_PLACE: "restart in place: nothing says whether the code or a host is at fault"}
 
 #: A cause's failure domain as the page says it beside the cause.
 DOMAIN_WORDS = {Domain.SOFTWARE: "software: its own code or process",
