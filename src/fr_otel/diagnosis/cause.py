@@ -34,6 +34,9 @@ _IO_WCHAN = re.compile(r"pipe|fifo|wait_for_partner|sock|tcp|unix|poll|select|nf
 _CALLS = re.compile(r"[A-Za-z_][\w.]*\s*\(")
 _SLEEP_CALL = re.compile(r"(?:^|\.)sleep$")
 _BUSY_CPU = 0.5  # cores: a process this busy is computing, not waiting
+#: An exception that names the hardware (CUDA's and NCCL's words for a failing GPU or link): no code fault.
+_HARDWARE = re.compile(r"uncorrectable ECC|ECC error|fallen off the bus|\bXid\b|NVLink error|unhandled system error",
+                       re.IGNORECASE)
 
 
 def with_causes(culprits: Sequence[Culprit], job_facts: Mapping[int, ProcessFacts], exits: Mapping[int, ExitRecord],
@@ -59,7 +62,9 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
         return Cause(CauseClass.CODE_DIVERGENCE, (culprit.evidence[:400], *seen))
     if leaving is not None and leaving.how == "exception":
         where = f" at {leaving.where}" if leaving.where else ""
-        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
+        hardware = _HARDWARE.search(f"{leaving.type} {leaving.message}")  # the machine's word, not the code's
+        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",),
+                     None if hardware else Domain.SOFTWARE)
     if leaving is not None and leaving.how == "exit":
         return Cause(CauseClass.EXITED, ("it left the interpreter (its script returned or called sys.exit) while its "
                                          "peers still wait",))
@@ -67,13 +72,13 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if facts is not None and facts.gone and leaving is None:
         kills = facts.oom_kills if facts.oom_kills is not None else facts.host_oom_kills
         if kills:
-            own = facts.oom_kills is not None  # the job's own memory limit, else the host's kernel
+            own = facts.oom_kills is not None  # the job's own memory limit, else the host's kernel (whose use?)
             where = "its memory cgroup" if own else "its host (/proc/vmstat)"
             return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
                                                  f"{where} counted {kills} OOM kill(s) since its agents started"),
-                         None if own else Domain.INFRASTRUCTURE)
+                         None if own else Domain.UNKNOWN)
         return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
-                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen), Domain.UNKNOWN)
+                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
     if facts is not None and facts.state in ("T", "t"):
         return Cause(CauseClass.STOPPED, (*seen, *after))
     if culprit.kind == CulpritKind.STRAGGLER:
@@ -84,7 +89,7 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if culprit.kind == CulpritKind.NOT_COMPLETED:
         return Cause(CauseClass.DEVICE, ("it entered the collective and never completed it", *seen, *after))
     now = culprit.now
-    held = Domain.INFRASTRUCTURE if facts is not None and facts.state == "D" else None  # uninterruptible: the host's
+    held = Domain.UNKNOWN if facts is not None and facts.state == "D" else None  # uninterruptible: whose, unknown
     if now is not None and now.main is not None:
         found = _from_stack(culprit, now, facts)
         if found is not None:
@@ -99,7 +104,7 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
             *([f"Python stack read from outside (py-spy): {_stack_top(facts.outside_stack)}"]
               if facts.outside_stack else []), *after))
     if leaving is not None and leaving.how == "sigterm":
-        return Cause(CauseClass.CRASHED, (*after, *seen), Domain.UNKNOWN)
+        return Cause(CauseClass.CRASHED, (*after, *seen))
     return Cause(CauseClass.UNKNOWN, (*seen, *after))
 
 

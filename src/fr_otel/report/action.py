@@ -52,8 +52,13 @@ def action_sentence(v: Verdict) -> str:
         return (f"fix the code: rank(s) {ranks} stopped in their own code (software), so a restart hangs again and "
                 f"no host is to blame (with --on-hang abort: exit {code}, do not retry)")
     if action == Action.RESTART_ELSEWHERE:
-        return (f"restart elsewhere, leaving out {', '.join(hosts_to_exclude(v)) or 'the hosts named'} (evidence "
-                f"against the host: {exclude_reason(v).split(': ', 1)[-1]}; with --on-hang abort: exit {code}, retry)")
+        hosts = hosts_to_exclude(v)
+        against = compress_ranks(c.rank for c in v.blamed if culprit_domain(c) == Domain.INFRASTRUCTURE)
+        out = (f"leaving out {', '.join(hosts)}" if hosts else
+               f"leaving out the host(s) of rank(s) {against or '?'} (not named in these files: a ranks.json beside "
+               "the dumps names them)")
+        return (f"restart elsewhere, {out} (evidence against the host: {exclude_reason(v).split(': ', 1)[-1]}; "
+                f"with --on-hang abort: exit {code}, retry)")
     unknown = compress_ranks(c.rank for c in v.blamed if culprit_domain(c) == Domain.UNKNOWN)
     return (f"restart in place: nothing says whether rank(s) {unknown or '?'} stopped for their code or their host, "
             f"so no host is left out (with --on-hang abort: exit {code}, retry)")
@@ -81,7 +86,7 @@ def action_lines(v: Verdict) -> list[str]:
     lines = ["", f"What to do: {action_sentence(v)}."]
     if action == Action.FIX_CODE:
         lines += [f"  {s}" for s in _sites(v)]
-    elif action == Action.RESTART_ELSEWHERE:
+    elif action == Action.RESTART_ELSEWHERE and hosts_to_exclude(v):
         lines.append("  Leave out next time (commands for you to run; fr-otel runs none):")
         lines += [f"  {who}: {command}" for who, command in exclude_command_lines(hosts_to_exclude(v),
                                                                                  exclude_reason(v))]
@@ -96,10 +101,11 @@ def action_html(v: Verdict) -> str:
     if action is None:
         return ""
     if action == Action.RESTART_ELSEWHERE:
+        hosts = hosts_to_exclude(v)
         items = [f"{esc(who)}: <code>{esc(command, 600)}</code>"
-                 for who, command in exclude_command_lines(hosts_to_exclude(v), exclude_reason(v))]
-        head = (f"<b>Leave out next time</b>: {esc(', '.join(hosts_to_exclude(v)), 600)} "
-                "(commands for you to run; fr-otel runs none)")
+                 for who, command in exclude_command_lines(hosts, exclude_reason(v))]
+        head = (f"<b>Leave out next time</b>: {esc(', '.join(hosts), 600)} "
+                "(commands for you to run; fr-otel runs none)") if hosts else ""
     else:
         items = [esc(s, 400) for s in (_sites(v) if action == Action.FIX_CODE else _missing(v))]
         head = ""

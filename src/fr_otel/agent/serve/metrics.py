@@ -142,8 +142,9 @@ class FrCollector(Collector):
         yield incidents
         if h.exclude_hosts:  # absent until an incident this rank concluded names hosts to leave out
             exclude = GaugeMetricFamily(
-                "fr_exclude_host", "1 per host the last incident this rank concluded says a restart should leave "
-                "out (a hang's culprit or lost hosts; exclude-hosts.txt).", labels=["rank", "incident", "exclude_host"])
+                "fr_exclude_host", "1 per host the last incident this rank concluded has evidence against, which a "
+                "restart should leave out (lost, cut off, a device fault; never for a fault in the job's own code; "
+                "exclude-hosts.txt).", labels=["rank", "incident", "exclude_host"])
             for host in h.exclude_hosts:
                 exclude.add_metric([rank, str(h.exclude_incident), host], 1)
             yield exclude
