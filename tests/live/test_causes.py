@@ -71,6 +71,25 @@ def _check(folder: Path, incident: dict[str, Any], want: str, log: str, run_cli:
     return cause
 
 
+def _check_from_last_record(folder: Path, incident: dict[str, Any], log: str, run_cli: Any) -> None:
+    """Rank 2 sent nothing, yet all 4 ranks are loaded: its kind comes from its own last record on its node (not
+    ``missing_dump``), with that record's age, live and in ``fr-otel analyze --json`` of the incident's folder."""
+    live = incident["summary"]
+    done = run_cli("analyze", "--json", str(folder))
+    offline = json.loads(done.stdout)
+    assert offline["ranks_loaded"] == 4 and not offline["missing_ranks"], offline["problems"]
+    assert "4 of 4 ranks' recorders" in log, log[-3000:]
+    for verdict in (live, offline):
+        said = next(c for c in verdict["culprits"] if c["rank"] == CULPRIT)
+        assert said["kind"] == "not_enqueued", said
+        record = said["record"]
+        # Its agent's last word came within a poll (0.5 s) of its last heartbeat, and before the incident.
+        assert record["silent_since_ns"] - record["taken_ns"] <= 0.5e9 and record["age_s"] > 0, record
+        assert f"by its last record, {record['age_s']:.1f} s old" in said["evidence"], said
+    assert live["culprits"][0]["record"] == offline["culprits"][0]["record"]
+    assert (folder / f"fr_trace_rank_{CULPRIT}").is_file()
+
+
 @pytest.mark.parametrize(("kind", "want"), [
     ("python_busy", "python_busy"), ("data_wait", "data_wait"), ("deadlock", "deadlock"), ("io_wait", "io_wait"),
     ("gil_regex", "gil_held"), ("gil_pydll", "gil_held"), ("stopped", "stopped"), ("exit", "exited"),
@@ -82,6 +101,8 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause = _check(folder, incident, want, job.output, run_cli)
+    if kind.startswith("gil") or kind == "stopped":
+        _check_from_last_record(folder, incident, job.output, run_cli)
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":
         assert proc["state"] == "T"
@@ -150,6 +171,7 @@ def test_a_rank_killed_by_its_cgroups_oom_killer_is_named_oom_killed(tmp_path: P
         wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
         assert limit.oom_kills() >= 1
         cause = _check(folder, incident, "oom_killed", job.output, run_cli)
+        _check_from_last_record(folder, incident, job.output, run_cli)
         # Gone, or a zombie its launcher has not reaped yet: dead either way.
         assert any("OOM kill" in e for e in cause["evidence"])
         assert incident["ranks"][str(CULPRIT)]["proc"]["state"] in ("gone", "Z")

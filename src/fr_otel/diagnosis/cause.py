@@ -86,7 +86,8 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
             return replace(found, evidence=(*found.evidence, *seen, *after))
     if facts is not None and facts.state == "D":
         return Cause(CauseClass.IO_WAIT, (*seen, *after))
-    if facts is not None and not facts.gone and now is None and culprit.kind == CulpritKind.MISSING_DUMP:
+    silent = culprit.kind == CulpritKind.MISSING_DUMP or culprit.record is not None  # its own agent sent nothing
+    if facts is not None and not facts.gone and now is None and silent:
         return Cause(CauseClass.GIL_HELD, (
             "its own agent sent nothing within the incident's budget while its process is alive and not stopped: "
             "none of its Python threads ran", *seen,
