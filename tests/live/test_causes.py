@@ -38,9 +38,15 @@ CAUSE_JOB = Path(importlib.util.find_spec("support.cause_job").origin)  # type: 
 CULPRIT = 2
 
 
+#: The kinds whose rank 2 cannot send its part: their incident reads its last record on its node, so it stops late
+#: enough (step 16, ~0.9 s in) for its agent to have polled more than once by then.
+SILENT = ("gil_regex", "gil_pydll", "stopped", "oom")
+
+
 def _env(tmp: Path, kind: str, **extra: str) -> dict[str, str]:
-    return job_env(tmp, CAUSE_KIND=kind, CAUSE_RANK=str(CULPRIT), CAUSE_STEP="6", FR_OTEL_METRICS_PORT="off",
-                   FR_OTEL_STALL_SECONDS="3", **extra)
+    step = {"CAUSE_STEP": "16", "CAUSE_STEPS": "20"} if kind in SILENT else {"CAUSE_STEP": "6"}
+    return job_env(tmp, CAUSE_KIND=kind, CAUSE_RANK=str(CULPRIT), FR_OTEL_METRICS_PORT="off",
+                   FR_OTEL_STALL_SECONDS="3", **step, **extra)
 
 
 def _torchrun(*args: str) -> list[str]:
@@ -101,7 +107,7 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause = _check(folder, incident, want, job.output, run_cli)
-    if kind.startswith("gil") or kind == "stopped":
+    if kind in SILENT:
         _check_from_last_record(folder, incident, job.output, run_cli)
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":

@@ -44,7 +44,6 @@ from .observe.poller import ProgressTracker
 from .guest.process_identity import this_process
 from .links.reachability import reachable_at
 from .observe.recorder import (
-    Counters,
     GroupInfo,
     Recorder,
     groups_version,
@@ -212,10 +211,8 @@ class Agent:
             return otherwise_s
         with self.health.guard("sampling the progress counters"):
             t0 = time.thread_time()  # CPU, the GIL's share: not the wait for it
-            counters = recorder.counters()
-            sampler.sample(counters, time.monotonic_ns(), self.tracker.completed)
+            sampler.sample(recorder.counters(), time.monotonic_ns(), self.tracker.completed)
             sampler.cost_s += time.thread_time() - t0
-            self._keep_record(counters)
         if sampler.blind:  # said once by the sampler
             self.waits = None
             return otherwise_s
@@ -243,7 +240,10 @@ class Agent:
         now = time.time_ns()
         counters = self.recorder.counters()
         self.tracker.update({slot: (c.enqueued, c.completed) for slot, c in counters.items()}, now)
-        self._keep_record(counters)  # before this poll's heartbeat: a beat never vouches for an older state
+        records = self.records
+        if records is not None:  # before this poll's heartbeat: a beat never vouches for an older state
+            with self.health.guard("keeping this rank's last record on its node"):
+                records.keep(self.recorder.version, counters, self._groups, COUNTER.log(), now)
         if self.tracker.needs_refine(now, self.config.refine_after_s) and self._may_read_full():
             pending, done, slots, p2p = self.recorder.in_flight()
             self._last_full_read = time.monotonic()
@@ -256,13 +256,6 @@ class Agent:
                 with self.health.guard("comparing waits through the store"), suppress(StoreUnavailable):
                     self.slow.poll(self.waits, self.tracker.statuses)
             self.incidents.poll(self.tracker.stalls(now, self.config.stall_seconds), now)
-
-    def _keep_record(self, counters: dict[int, Counters]) -> None:
-        """This rank's last record on its node, from a counters read the poll or the wait sampler just made."""
-        records, recorder = self.records, self.recorder
-        if records is not None and recorder is not None:
-            with self.health.guard("keeping this rank's last record on its node"):
-                records.keep(recorder.version, counters, self._groups, COUNTER.log(), time.time_ns())
 
     def _may_read_full(self) -> bool:
         """A full read holds the GIL (~30 ms per 2000 entries): keep it under ~2% of wall time."""

@@ -5,10 +5,12 @@ SIGSTOPped, killed. So each rank's agent keeps, in its node's folder (:mod:`..li
 memory, a folder only this user may enter), a copy of what its poll already reads (the ~0 ms counters read):
 per recorder slot the last enqueued, started and completed collective, its groups and their members, its
 training step, where it runs, and when. Bounded (a few hundred bytes per group), written atomically and only
-when that state changes; when it does not, the file's time is set instead (one system call), so a reader can
-tell a copy its agent still vouches for from a stale one. A full read of the recorder's entries would add
-their call sites but costs 12 ms at 2,000 entries without stacks and 240 ms with them (torch 2.13, gloo, this
-project's 2-core box), holding the GIL: too dear for every poll.
+when that state changes, once per poll; when it does not, the file's time is set instead (one system call), so a
+reader can tell a copy its agent still vouches for from a stale one. Not on the wait sampler's reads too (ten a
+second): a write costs ~0.1-0.7 ms of CPU on a loaded box, and a fresher copy changes no verdict (a silent rank's
+record holds until the incident, whenever taken). A full read of the recorder's entries would add their call
+sites but costs 12 ms at 2,000 entries without stacks and 240 ms with them (torch 2.13, gloo, this project's
+2-core box), holding the GIL: too dear for every poll.
 
 An incident loads the copy for a rank that sends no part (:func:`load_record`): untrusted input read like a
 dump (bounded, the restricted unpickler, every field validated), refused with one line when it is forged,
@@ -40,7 +42,7 @@ from .recorder import Counters, GroupInfo
 if TYPE_CHECKING:
     from ..links.node_channel import NodeChannel
 
-__all__ = ["MAX_RECORD_BYTES", "RecordKeeper", "encode_record", "load_record"]
+__all__ = ["MAX_RECORD_BYTES", "RecordKeeper", "encode_record", "load_record", "record_groups"]
 
 #: A last record's file is at most this big (a rank in 64 groups writes ~4 KB), and inflates to at most
 #: :data:`_MAX_INFLATED`.
@@ -48,18 +50,21 @@ MAX_RECORD_BYTES = 256 << 10
 _MAX_INFLATED = 4 << 20
 #: Groups kept in a record (the slots with the highest numbers go first: a job that made thousands).
 MAX_RECORD_GROUPS = 1024
+#: Step starts kept in a record (its step and the last few starts: a payload carries the rest).
+RECORD_STEPS = 8
 #: A record whose agent last vouched for it this many polls before the rank's last heartbeat is stale.
 STALE_RECORD_POLLS = 3
 
 
 def encode_record(version: str, counters: Mapping[int, Counters], groups: tuple[GroupInfo, ...],
-                  process: RankProcess, steps: StepLog | None, taken_ns: int, pid: int) -> bytes:
-    """The copy, framed as a payload (:func:`.payload.frame_payload`): a dump in torch's shape with no entries."""
+                  process: RankProcess, steps: StepLog | None, taken_ns: int, pid: int,
+                  pg_config: dict[str, dict[str, str]] | None = None) -> bytes:
+    """The copy, framed as a payload (:func:`.payload.frame_payload`, stored: it is small): a dump in torch's shape
+    with no entries. ``pg_config``: :func:`.payload.pg_config_for` of ``groups``, when the caller keeps it."""
     slots = sorted(counters)[:MAX_RECORD_GROUPS]
     data: dict[str, Any] = {
         "version": version or "2.0",
-        "pg_config": pg_config_for([g for g in groups if g.local_id is None or g.local_id in counters]
-                                   [:MAX_RECORD_GROUPS]),
+        "pg_config": pg_config if pg_config is not None else record_groups(groups, counters),
         "pg_status": {str(s): {"last_enqueued_collective": counters[s].enqueued,
                                "last_started_collective": counters[s].started,
                                "last_completed_collective": counters[s].completed} for s in slots},
@@ -67,9 +72,14 @@ def encode_record(version: str, counters: Mapping[int, Counters], groups: tuple[
         PROCESS_KEY: process.as_json(),
         RECORD_KEY: {"taken_ns": taken_ns, "pid": pid},
     }
-    if steps is not None:
-        data[STEPS_KEY] = steps.as_json()
-    return frame_payload(pickle.dumps(data, protocol=4), taken_ns)
+    if steps is not None:  # its step, and when its last few began
+        data[STEPS_KEY] = replace(steps, starts=tuple(steps.starts[-RECORD_STEPS:])).as_json()
+    return frame_payload(pickle.dumps(data, protocol=4), taken_ns, level=0)
+
+
+def record_groups(groups: tuple[GroupInfo, ...], counters: Mapping[int, Counters]) -> dict[str, dict[str, str]]:
+    """The groups a record names: those with a recorder slot, at most :data:`MAX_RECORD_GROUPS`."""
+    return pg_config_for([g for g in groups if g.local_id is None or g.local_id in counters][:MAX_RECORD_GROUPS])
 
 
 class RecordKeeper:
@@ -79,6 +89,7 @@ class RecordKeeper:
         self.node, self.process, self.pid = node, process, pid
         self._state: Any = None  # what the file holds now (None: nothing known to be there)
         self._dropped = False  # the rank left: a poll already under way writes nothing after that
+        self._groups: tuple[Any, dict[str, dict[str, str]]] | None = None  # (groups, slots) -> their pg_config
         self.writes = 0
         self.vouches = 0
         self.bytes_written = 0
@@ -98,7 +109,9 @@ class RecordKeeper:
                 self.vouches += 1
                 return
             self._state = None
-            data = encode_record(version, counters, groups, self.process, steps, now_ns, self.pid)
+            if self._groups is None or self._groups[0] != (groups, frozenset(counters)):
+                self._groups = ((groups, frozenset(counters)), record_groups(groups, counters))
+            data = encode_record(version, counters, groups, self.process, steps, now_ns, self.pid, self._groups[1])
             self.node.keep_record(data)
             self._state = state
             self.writes += 1
@@ -144,7 +157,7 @@ def load_record(data: bytes, file_ns: int, rank: int, *, pid: int | None, heard_
     kept = pickle.dumps(raw, protocol=4)
     problems: list[str] = []
     dump = parse_dump_bytes(kept, rank, source, dumped_at_ns=record.as_of_ns, problems=problems)
-    if dump is None or dump.record is None:
-        return problems[0] if problems else "not a recorder's state"
+    if dump is None or dump.record is None or problems:  # fr-otel's writer makes no record with a fault
+        return f"not a recorder's state: {problems[0]}" if problems else "not a recorder's state"
     return dump, kept
 

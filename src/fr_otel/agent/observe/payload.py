@@ -105,9 +105,10 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
     return frame_payload(body, dumped_at_ns)
 
 
-def frame_payload(body: bytes, dumped_at_ns: int) -> bytes:
-    """A dump's pickle framed as a payload: ``b"FRO1"``, the dump time, the pickle compressed."""
-    return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
+def frame_payload(body: bytes, dumped_at_ns: int, level: int = 1) -> bytes:
+    """A dump's pickle framed as a payload: ``b"FRO1"``, the dump time, the pickle compressed (``level`` 0: stored,
+    for a body of a few hundred bytes written many times a second)."""
+    return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, level)
 
 
 def payload_body(payload: bytes, limit: int) -> tuple[int, bytes]:
