@@ -1,5 +1,6 @@
 """A rank's last record on its node: kept on change, vouched for otherwise, read back like a dump, refused when
-forged, another process's, dated ahead or stale, and loaded by an incident for a silent rank of its node."""
+forged, another process's, dated ahead or stale, loaded by an incident for a silent rank of the coordinator's node,
+and sent whole by a node leader for its own silent ranks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from support.node_ranks import flat_rank
 
 from fr_otel.agent.incident.gather import add_last_records
+from fr_otel.agent.incident.relay import silent_records, summarise_node
 from fr_otel.agent.links.node_channel import NodeChannel
 from fr_otel.agent.observe.last_record import (
     MAX_RECORD_BYTES,
@@ -23,9 +25,10 @@ from fr_otel.agent.observe.last_record import (
     encode_record,
     load_record,
 )
-from fr_otel.agent.observe.payload import frame_payload
+from fr_otel.agent.observe.payload import decode_payload, frame_payload
 from fr_otel.agent.observe.recorder import Counters, GroupInfo
 from fr_otel.read.dump_file import parse_dump_bytes
+from fr_otel.read.node_summary import decode_node_summary
 from fr_otel.read.rank_process import RankProcess
 from fr_otel.read.reader import ReadResult
 from fr_otel.read.steps import StepLog
@@ -178,3 +181,26 @@ def test_an_incident_loads_the_records_of_its_nodes_silent_ranks_and_says_why_wh
     assert read.problems[1] == ("rank 2's last record on its node is not used: written by process 999, not the "
                                 "rank's process 102 (an earlier run's)")
     assert read.problems[2].startswith("rank 3 left no last record on its node (it stopped before its agent's first")
+
+
+def test_a_node_leader_sends_its_silent_ranks_records_whole_in_its_summary(tmp_path: Path) -> None:
+    """Ranks 1-3 stopped beating: rank 1's record goes in the node's summary and decodes to its dump there; rank 2's
+    is stale (it beat on for seconds after its agent last vouched for it) and rank 3 left none: one line each."""
+    node = NodeChannel(tmp_path / "node", 0)
+    now = time.time_ns()
+    _keeper(tmp_path, 1, pid=101).keep("2.10", _counters(7), GROUPS, None, now - 10**8)
+    _keeper(tmp_path, 2, pid=102).keep("2.10", _counters(7), GROUPS, None, now - 10 * 10**9)
+    os.utime(tmp_path / "node" / "last.2", ns=(now - 10 * 10**9,) * 2)
+    for rank in (1, 2, 3):
+        NodeChannel(tmp_path / "node", rank).beat(now)
+    problems: list[str] = []
+    records = silent_records(node, node.heard(), [0], POLL, problems)
+    assert sorted(records) == [1]
+    assert problems[0].startswith("rank 2's last record on its node is not used: stale: its agent last vouched for it")
+    assert problems[1].startswith("rank 3 left no last record on its node")
+    blob, ranks, _ = summarise_node("node-a", 0, {}, node.heard(), problems, records)
+    summary = decode_node_summary(blob, "node summary 1", problems, {})
+    assert summary is not None and ranks == () and sorted(summary.full) == [1]
+    dump = decode_payload(summary.full[1], 1, "rank 1 (from its node)", problems)
+    assert dump is not None and dump.record is not None and dump.pg_status[0].enqueued == 7
+    assert dump.record.silent_since_ns == summary.heard[1] and dump.record.loaded_ns is not None

@@ -226,6 +226,9 @@ class _Summaries:
             dump = decode_payload(whole, rank, f"rank {rank} (from its node, {where})", self.read.problems)
             if dump is not None:
                 self.read.dumps[rank] = dump
+                if dump.record is not None:
+                    self.read.problems.append(f"rank {rank} sent nothing: its state is {dump.record.said()}, from "
+                                              f"its node's folder ({where})")
 
 
 def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:
