@@ -355,6 +355,24 @@ def test_a_silent_ranks_last_record_gives_its_kind_and_age_where_its_dump_is_mis
                                            "silent_since_ns": taken + 10**8}
 
 
+def test_a_silent_ranks_record_taken_inside_a_collective_its_peers_completed_never_blames_its_device(
+        tmp_path: Path) -> None:
+    """Rank 3's last record caught it inside #4 (enqueued, not completed), which its peers completed before waiting
+    in #5: it went on past its record, so it is not_enqueued in #5, never not_completed in #4."""
+    b = DumpBuilder(4)
+    warm_up(b)
+    b.collective(b.world, ranks=[0, 1, 2])
+    b.collective(b.world, ranks=[0, 1, 2], done=False)
+    folder = b.write(tmp_path / "job", omit=(3,))
+    record = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0-3]"}},
+              "pg_status": {"0": {"last_enqueued_collective": 4, "last_started_collective": -1,
+                                  "last_completed_collective": 3}}, "entries": [],
+              "fr_otel_last_record": {"taken_ns": 1_750_000_000_000_000_000}}
+    (folder / "fr_trace_rank_3").write_bytes(pickle.dumps(record, protocol=4))
+    v = analyze(build_job(read_dumps(folder)))
+    assert blamed(v) == [(3, "not_enqueued")] and v.culprits[0].collective_seq_id == 5, render_verdict(v)
+
+
 def test_most_dumps_missing_is_inconclusive_with_waiting_and_missing_ranks(tmp_path: Path) -> None:
     """Only 3 of 8 dumps: inconclusive; the waiting and the missing ranks are listed, no one is accused."""
     b = DumpBuilder(8)

@@ -228,8 +228,8 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         return found
 
     for r, p in sorted(known.items()):
-        if p.completed >= p.enqueued:
-            continue
+        if p.completed >= p.enqueued or _silent(job, r):
+            continue  # a silent rank's record is what it was in before it went silent, not where it waits now
         seq = p.completed + 1
         op = _op_at(job, r, pg.name, seq)
         inside = f"{op} #{seq} on {label}"

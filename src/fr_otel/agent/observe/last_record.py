@@ -48,7 +48,7 @@ __all__ = ["MAX_RECORD_BYTES", "RecordKeeper", "encode_record", "load_record", "
 #: :data:`_MAX_INFLATED`.
 MAX_RECORD_BYTES = 256 << 10
 _MAX_INFLATED = 4 << 20
-#: Groups kept in a record (the slots with the highest numbers go first: a job that made thousands).
+#: Groups kept in a record (past it, the highest-numbered slots are left out: a job that made thousands).
 MAX_RECORD_GROUPS = 1024
 #: Step starts kept in a record (its step and the last few starts: a payload carries the rest).
 RECORD_STEPS = 8
