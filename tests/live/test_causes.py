@@ -5,8 +5,9 @@ a DataLoader whose worker never answers, deadlocks two threads, opens a FIFO no 
 catastrophic regex or a ``ctypes.PyDLL`` sleep, stops itself with SIGSTOP, is OOM-killed under its job's memory
 cgroup, leaves the loop and exits normally, or (on one node of a two-node job on this host) raises. The
 incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
-(``incident.json``), in the agent's log line, and in ``fr-otel analyze --json`` of the incident's folder; a
-healthy run raises nothing.
+(``incident.json``), in the agent's log line, and in ``fr-otel analyze --json`` of the incident's folder; where
+rank 2 cannot send its part (its GIL held, stopped, OOM-killed), the incident still loads all 4 ranks, rank 2's kind
+read from its last record on its node, with that record's age; a healthy run raises nothing.
 """
 
 from __future__ import annotations
