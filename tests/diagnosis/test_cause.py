@@ -6,6 +6,8 @@ they apply in (the strongest evidence first) and the untrusted-input boundary of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, Domain, cau
 from fr_otel.diagnosis.kinds import CulpritKind
 from fr_otel.diagnosis.verdict import Culprit
 from fr_otel.read.frame import Frame
+from fr_otel.read.last_record import LastRecord
 from fr_otel.read.live_stack import LiveStacks, ThreadStack
 from fr_otel.read.rank_facts import ExitRecord, ProcessFacts, ThreadFacts, exit_from_raw, facts_from_raw, \
     host_view_from_raw
@@ -95,6 +98,17 @@ def test_the_process_as_its_host_sees_it_comes_before_its_stack() -> None:
     silent = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), proc("R", 1.0), None, set())
     assert silent.cls == CauseClass.GIL_HELD and any("running, 1.00 CPU cores" in e for e in silent.evidence)
     assert cls(culprit(kind=CulpritKind.MISSING_DUMP), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.GIL_HELD
+
+
+def test_a_culprit_known_only_from_its_last_record_keeps_its_cause() -> None:
+    """Its kind read from its node-local record (not missing_dump): its own agent still sent nothing, so a live
+    process is gil_held, a stopped one stopped, a gone one with an OOM kill oom_killed; a rank that answered is not
+    gil_held for being alive."""
+    recorded = replace(culprit(), record=LastRecord(1_750_000_000_000_000_000))
+    assert cls(recorded, proc("R", 1.0)) == CauseClass.GIL_HELD
+    assert cls(recorded, proc("T")) == CauseClass.STOPPED
+    assert cls(recorded, ProcessFacts(4242, "gone", 0.0, "", (), oom_kills=1)) == CauseClass.OOM_KILLED
+    assert cls(culprit(), proc("R", 1.0)) == CauseClass.UNKNOWN
 
 
 def test_a_process_that_is_gone_is_oom_killed_when_a_counter_rose_else_crashed() -> None:

@@ -38,7 +38,8 @@ from .incident.rank import IncidentRank, node_dump_folders
 from .hang_abort import attempt_number, mark_attempt
 from .incident.runner import IncidentRunner
 from .logs import set_log_rank
-from .links.node_leader import node_role_for
+from .links.node_leader import node_role_for, records_folder
+from .observe.last_record import RecordKeeper
 from .observe.poller import ProgressTracker
 from .guest.process_identity import this_process
 from .links.reachability import reachable_at
@@ -91,6 +92,7 @@ class Agent:
         self.waits: WaitSampler | None = None  # None: not ready, off, or a recorder that cannot tell a wait
         self.incidents: IncidentRunner | None = None  # None: incidents off, or not ready yet
         self.slow: SlowWatch | None = None  # needs the store (incidents) and the wait sampler
+        self.records: RecordKeeper | None = None  # this rank's last record on its node (incidents on)
         self.info = ProcessInfo()
         self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
@@ -236,7 +238,12 @@ class Agent:
             self.health.polled()
             return
         now = time.time_ns()
-        self.tracker.update(self.recorder.progress(), now)
+        counters = self.recorder.counters()
+        self.tracker.update({slot: (c.enqueued, c.completed) for slot, c in counters.items()}, now)
+        records = self.records
+        if records is not None:  # before this poll's heartbeat: a beat never vouches for an older state
+            with self.health.guard("keeping this rank's last record on its node"):
+                records.keep(self.recorder.version, counters, self._groups, COUNTER.log(), now)
         if self.tracker.needs_refine(now, self.config.refine_after_s) and self._may_read_full():
             pending, done, slots, p2p = self.recorder.in_flight()
             self._last_full_read = time.monotonic()
@@ -321,9 +328,12 @@ class Agent:
                                       folders=partial(node_dump_folders, self.config))
                 node = node_role_for(self.config, channel, job_id, rank, world_size, self.process, local_rank(),
                                      os.environ)
+                records = records_folder(self.config, job_id, rank, world_size, self.process, os.environ, node)
+                if records is not None:
+                    self.records = RecordKeeper(records, self.process, self.pid)
                 me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
-                                  node)
+                                  node, records)
                 self.incidents = IncidentRunner(me, self.tracker)
                 if self.incidents.abort is not None:
                     mark_attempt(f"start {attempt_number()}")
@@ -374,6 +384,10 @@ class Agent:
             return
         self._exiting = True
         deadline = self.exit_deadline()
+        if self.records is not None:  # leaving on its own: it speaks for itself (its exit copy)
+            with self.health.guard("removing this rank's last record"):
+                self.records.drop()
+            self.records = None
         if self.incidents is not None:
             self.incidents.at_exit(deadline)
             node = self.incidents.me.node

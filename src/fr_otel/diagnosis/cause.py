@@ -97,7 +97,8 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
                            evidence_domain=held if found.cls == CauseClass.IO_WAIT else found.evidence_domain)
     if held is not None:
         return Cause(CauseClass.IO_WAIT, (*seen, *after), held)
-    if facts is not None and not facts.gone and now is None and culprit.kind == CulpritKind.MISSING_DUMP:
+    silent = culprit.kind == CulpritKind.MISSING_DUMP or culprit.record is not None  # its own agent sent nothing
+    if facts is not None and not facts.gone and now is None and silent:
         return Cause(CauseClass.GIL_HELD, (
             "its own agent sent nothing within the incident's budget while its process is alive and not stopped: "
             "none of its Python threads ran", *seen,

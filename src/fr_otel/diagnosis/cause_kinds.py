@@ -128,7 +128,8 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took",
         Domain.SOFTWARE),
     CauseClass.GIL_HELD: CauseInfo(
-        "native code holds its GIL", "a `missing_dump` culprit: no word from its own agent within the incident's "
+        "native code holds its GIL", "a culprit that sent no part (`missing_dump`, or known only from its node-local "
+        "last record): no word from its own agent within the incident's "
         "budget while `/proc` shows its process alive and not stopped (a regex, a `ctypes.PyDLL` call, a C "
         "extension); py-spy's outside read shows the call (`active+gil`)",
         "read the Python stack py-spy took from outside (incident.json's proc.outside_stack; else take one, native "

@@ -10,7 +10,9 @@ system, so no call here can block on anything but the local kernel):
 - ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll and its training step then),
   which the leader sends on in one heartbeat for the node;
 - ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise;
-- ``w.<rank>``: a rank's recent waits (:mod:`..slow_watch`), which the leader sends on in its heartbeat.
+- ``w.<rank>``: a rank's recent waits (:mod:`..slow_watch`), which the leader sends on in its heartbeat;
+- ``last.<rank>``: a rank's last record (:mod:`..observe.last_record`), which an incident loads for a rank that
+  sends nothing (made for every job with incidents, node leaders or not; each rank removes its own on its way out).
 
 Files, not sockets: a leader that dies or freezes leaves a board that simply stops changing, and
 its ranks notice within a few polls (:meth:`Board.fresh`; later by the bound of a store call the
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...common.files import OutputRefused, atomic_write, file_kind, read_regular
+from ...common.files import OutputRefused, atomic_write, file_kind, open_regular, read_regular
 from ...common.json_types import is_exact_int
 from ...common.log import logger
 from ..observe.payload import MAX_PAYLOAD_BYTES
@@ -51,7 +53,7 @@ _KEPT_INCIDENTS = 16
 _FOLDER_MODE = 0o700
 _FILE_MODE = 0o600
 #: The names fr-otel writes in a node folder (and their temporary files): all :meth:`NodeChannel.remove` deletes.
-_OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
+_OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|last\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
 _INCIDENT_FOLDER = re.compile(r"i\d+")
 #: The folders above a node folder that fr-otel makes and checks: its job's and the base.
 NODE_LEVELS = 2
@@ -198,6 +200,34 @@ class NodeChannel:
     def drop_waits(self, summary: dict[str, Any]) -> None:
         """This rank's recent waits (what the slow-host watch compares), for its leader to send on."""
         self._write(f"w.{self.rank}", json.dumps(summary, separators=(",", ":")).encode())
+
+    def keep_record(self, data: bytes) -> None:
+        """This rank's last record (:mod:`..observe.last_record`), for its host-mates to read once it stops answering."""
+        self._write(f"last.{self.rank}", data)
+
+    def vouch_record(self) -> None:
+        """This rank's agent found its record unchanged: the file's time says when (no write, one system call)."""
+        os.utime(self.folder / f"last.{self.rank}", follow_symlinks=False)
+
+    def drop_record(self) -> None:
+        """This rank's record goes (its way out: it speaks for itself, and a later job on the node starts clean),
+        and the node's folder with it when nothing else is left there."""
+        for remove, path in ((os.unlink, self.folder / f"last.{self.rank}"), (os.rmdir, self.folder)):
+            try:
+                remove(path)
+            except OSError:
+                pass
+
+    def record_of(self, rank: int, limit: int) -> tuple[bytes, int] | None:
+        """Rank ``rank``'s last record and the file's time (when its agent last vouched for it); None when there
+        is none, or it is no regular file of at most ``limit`` bytes (never through a link)."""
+        try:
+            fd, st = open_regular(self.folder / f"last.{rank}", follow_links=False)
+        except OSError:
+            return None
+        with open(fd, "rb") as fh:
+            data = fh.read(limit + 1) if st.st_size <= limit else None
+        return (data, st.st_mtime_ns) if data is not None and len(data) <= limit else None
 
     def drop_payload(self, k: int, payload: bytes) -> Path:
         """This rank's recorder for incident ``k``, where its leader collects it."""
