@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -40,6 +41,7 @@ SNAPSHOT = Snapshot(
                   last_incident_trace_id="8148d8a67990f3e495f51437477419ba", last_incident_s=1_699_999_990.5),
     step=13,
     step_started_ns=NOW_NS - 2_250_000_000,
+    stall_s=8.0,
 )
 
 
@@ -93,12 +95,24 @@ fr_training_step{rank="3"} 13.0
 # HELP fr_training_step_age_seconds Seconds since this rank's current training step began (keeps growing while the step does not end).
 # TYPE fr_training_step_age_seconds gauge
 fr_training_step_age_seconds{rank="3"} 2.25
+# HELP fr_stall_threshold_seconds The age at which this rank's agent calls an in-flight collective stalled (--stall-seconds).
+# TYPE fr_stall_threshold_seconds gauge
+fr_stall_threshold_seconds{rank="3"} 8.0
 """
 
 
 def test_exposition_text_is_the_contract() -> None:
     """The Prometheus text format, byte for byte: names, labels, values computed at scrape time."""
     assert generate_latest(_registry()).decode() == GOLDEN_TEXT
+
+
+def test_the_abort_age_is_exported_only_where_a_hang_aborts() -> None:
+    """fr_abort_after_seconds is there with --on-hang abort (its age), absent otherwise; the stall threshold always."""
+    labels = {"rank": "3"}
+    assert _registry().get_sample_value("fr_abort_after_seconds", labels) is None
+    aborting = _registry(dataclasses.replace(SNAPSHOT, abort_after_s=30.0))
+    assert aborting.get_sample_value("fr_abort_after_seconds", labels) == 30.0
+    assert aborting.get_sample_value("fr_stall_threshold_seconds", labels) == 8.0
 
 
 def test_openmetrics_carries_the_trace_id_exemplar() -> None:

@@ -162,7 +162,9 @@ class Agent:
         statuses = self.tracker.statuses
         return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
                         COUNTER.current, COUNTER.started_ns,
-                        group_waits(self.waits, statuses) if self.waits is not None else ())
+                        group_waits(self.waits, statuses) if self.waits is not None else (),
+                        self.config.stall_seconds,
+                        self.config.abort_after_s if self.config.on_hang == "abort" else None)
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
