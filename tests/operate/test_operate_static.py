@@ -619,14 +619,18 @@ def test_incident_counts_take_the_max_over_a_jobs_ranks() -> None:
 
 
 def test_panels_that_judge_against_an_alert_threshold_read_its_rule() -> None:
-    """"Groups stalled" counts against the FrOtelCollectiveStalled threshold series (one source:
-    lowering the rule moves the panel too), and no dashboard variable restates a rule threshold."""
+    """"Groups stalled" counts against the stall threshold series the stall alerts build on (the job's own, else
+    the rule's: one source), and no dashboard variable restates a rule threshold."""
     (stalled,) = [p for p in iter_panels(DASHBOARDS["fr-otel-overview.json"]["panels"])
                   if p["title"] == "Groups stalled"]
     (target,) = stalled["targets"]
-    assert "> on() group_left() threshold:fr_collective_stalled:seconds" in target["expr"], target["expr"]
+    assert "> pg:fr_stall_threshold:seconds" in target["expr"], target["expr"]
     (alert,) = [r for r in alert_rules() if r["alert"] == "FrOtelCollectiveStalled"]
     assert target["expr"].split("{")[0].split("(")[-1] in alert["expr"], "the alert's series"
+    rules = {r["record"]: r["expr"] for r in load_rules() if "record" in r}
+    assert "pg:fr_stall_alert_after:seconds" in alert["expr"]
+    assert "pg:fr_stall_threshold:seconds" in rules["pg:fr_stall_alert_after:seconds"], "the alert's threshold"
+    assert "threshold:fr_collective_stalled:seconds" in rules["pg:fr_stall_threshold:seconds"]
     for name, dash in DASHBOARDS.items():
         for var in dash.get("templating", {}).get("list", []):
             assert "threshold" not in (var.get("label") or var["name"]).lower(), f"{name}: ${var['name']}"
