@@ -84,12 +84,14 @@ def _run_stalled_job(tmp: Path, jobs: list[Job], cmd: list[str], *, fr_otel_run:
     return out
 
 
-@pytest.mark.parametrize(("strategy", "how"), [("ddp", "run"), ("ddp_spawn", "run"), ("ddp_spawn", "start"),
-                                               ("ddp", "start")])
+# ddp with fr_otel.start() (the torchrun case: every process runs the script's first line with its variables set)
+# passes too and is left out for CI time; ddp_spawn with start() is the harder case (the parent runs it and spawns).
+@pytest.mark.parametrize(("strategy", "how"), [("ddp", "run"), ("ddp_spawn", "run"), ("ddp_spawn", "start")])
 def test_lightning_runs_an_agent_in_every_rank_and_names_the_stalled_one(
         tmp_path: Path, jobs: list[Job], strategy: str, how: str) -> None:
     """Lightning's ddp (rank 0 is the process the user started, the others its subprocesses) and ddp_spawn
-    (torch.multiprocessing.spawn), under `fr-otel run -- python train.py` and with fr_otel.start() in the script."""
+    (torch.multiprocessing.spawn), under `fr-otel run -- python train.py` and with fr_otel.start() at the top of
+    the script."""
     _needs("lightning")
     _run_stalled_job(tmp_path, jobs, [sys.executable, str(SCRIPT)], fr_otel_run=how == "run", JOB_STRATEGY=strategy,
                      JOB_AGENT="start" if how == "start" else "")
