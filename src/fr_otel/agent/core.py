@@ -52,7 +52,7 @@ from .observe.recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
-from .guest.role import in_launcher, rank_words
+from .guest.role import in_launcher, rank_variables, rank_words
 from .serve.server import MetricsServer, local_rank, port_for, start_metrics_server
 from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
@@ -164,7 +164,9 @@ class Agent:
         statuses = self.tracker.statuses
         return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
                         COUNTER.current, COUNTER.started_ns,
-                        group_waits(self.waits, statuses) if self.waits is not None else ())
+                        group_waits(self.waits, statuses) if self.waits is not None else (),
+                        self.config.stall_seconds,
+                        self.config.abort_after_s if self.config.on_hang == "abort" else None)
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
@@ -270,7 +272,7 @@ class Agent:
             self.stop(close_server=False)
             return
         waited = time.monotonic() - self._started
-        if self._pg_warned or waited < self.config.pg_warn_seconds:
+        if self._pg_warned or waited < self.config.pg_warn_seconds or _spawning_parent():
             return
         self._pg_warned = True
         log.warning("no process group yet, %.3g s after the agent started in this process (pid %d, %s): it serves "
@@ -411,6 +413,23 @@ class Agent:
         if self.incidents is not None:
             with self.health.guard("the SIGTERM flush"):
                 self.incidents.at_sigterm(self.exit_deadline())
+
+
+def _spawning_parent() -> bool:
+    """A process with no rank variable that has children alive (``torch.multiprocessing.spawn``, Lightning's
+    ``ddp_spawn``): they are the ranks, and it may never have a process group of its own. Read from /proc, so
+    that nothing here reaps a child its owner waits for."""
+    if rank_variables(os.environ):
+        return False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for task in tasks:
+        with suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+            if f.read().strip():
+                return True
+    return False
 
 
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever

@@ -243,6 +243,26 @@ def supervise(command: Sequence[str], env: dict[str, str]) -> int:
     return status if status >= 0 else 128 - status
 
 
+#: Launchers that may start ranks on other hosts without the environment ``fr-otel run`` gives them (the
+#: bootstrap on PYTHONPATH, FR_OTEL_AUTOSTART): what passes it on there, for the one line said at launch.
+_REMOTE_LAUNCHERS = {
+    "mpirun": "mpirun -x PYTHONPATH -x FR_OTEL_AUTOSTART", "mpiexec": "mpiexec -x PYTHONPATH -x FR_OTEL_AUTOSTART",
+    "deepspeed": "PYTHONPATH and FR_OTEL_AUTOSTART=1 in .deepspeed_env",
+    "pdsh": "PYTHONPATH and FR_OTEL_AUTOSTART=1 in the remote command's environment",
+}
+
+
+def unfollowed_launcher(command: Sequence[str]) -> str | None:
+    """The line that says ``fr-otel run`` may not reach the ranks COMMAND starts on other hosts, and the fix."""
+    name = os.path.basename(command[0]) if command else ""
+    how = _REMOTE_LAUNCHERS.get(name)
+    if how is None:
+        return None
+    return (f"{name} may start ranks on other hosts without fr-otel run's environment: there, no agent (no "
+            f"'agent on' line from those hosts) unless it is passed on ({how}), or call fr_otel.start() at the top "
+            "of the training script")
+
+
 def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """``fr-otel run``: warn about ignored settings, then become COMMAND (with ``--on-hang abort``: run it, see
     :func:`supervise`)."""
@@ -258,6 +278,8 @@ def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     env, problems = child_environment(request.flags, os.environ)
     for line in [*request.problems, *problems]:
         error(f"{line} (the job starts anyway)")
+    if (unfollowed := unfollowed_launcher(request.command)) is not None:
+        error(unfollowed)
     sys.stdout.flush()
     sys.stderr.flush()
     command = request.command

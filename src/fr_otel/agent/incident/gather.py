@@ -42,8 +42,8 @@ from ..observe.last_record import MAX_RECORD_BYTES, load_record
 from ..observe.payload import decode_payload
 from ..links.store_link import StoreUnavailable
 
-__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "add_last_records", "add_side_facts", "complete_from_nodes", "gather",
-           "read_heartbeats"]
+__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "add_last_records", "add_side_facts", "complete_from_nodes",
+           "gather", "read_heartbeats", "silent_ranks"]
 
 #: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
 SILENT_POLLS = 3
@@ -115,8 +115,8 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
             read.dumps[rank] = dump
     gone = [r for r in ranks if r not in read.dumps]
     if gone:
-        problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
-                        "(stuck with the GIL held, cut off, or dead)")
+        known = {*me.channel.heard, *me.hosts.processes, *node_hosts}
+        problems.extend(silent_ranks(gone, known, me.config.gather_seconds))
         add_last_records(me, read, gone, dump_path(me, trace_hex_for(me.job_id, str(k))).parent)
     add_side_facts(me, read, node_hosts)
     return out
@@ -156,6 +156,21 @@ def add_last_records(me: IncidentRank, read: ReadResult, silent: Collection[int]
             own_folder(folder)
             atomic_write(folder / f"{DUMP_FILE_PREFIX}{rank}", kept)
     read.problems.extend(said)
+
+
+def silent_ranks(gone: Collection[int], known: Collection[int], gather_s: float) -> list[str]:
+    """What to say of the ranks whose recorder did not come: one never heard from ran no agent (its launcher
+    started none: that says nothing of the rank), one heard from before went silent."""
+    never = [r for r in gone if r not in known]
+    silent = [r for r in gone if r in known]
+    lines = []
+    if never:
+        lines.append(f"rank(s) {compress_ranks(never)}: no agent (never heard from since the job started, so not "
+                     "known to be stuck; fr-otel run, or fr_otel.start() at the top of the script, starts one)")
+    if silent:
+        lines.append(f"rank(s) {compress_ranks(silent)} sent no recorder within {gather_s:g} s "
+                     "(stuck with the GIL held, cut off, or dead)")
+    return lines
 
 
 def add_side_facts(me: IncidentRank, read: ReadResult, node_hosts: Mapping[int, str] | None = None,

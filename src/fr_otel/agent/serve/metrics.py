@@ -26,6 +26,8 @@ fr_agent_last_poll_timestamp_seconds           gauge    rank
 fr_recorder_enabled                            gauge    rank
 fr_training_step                               gauge    rank (only once a step was counted)
 fr_training_step_age_seconds                   gauge    rank (only once a step was counted)
+fr_stall_threshold_seconds                     gauge    rank
+fr_abort_after_seconds                         gauge    rank (only with --on-hang abort)
 =============================================  =======  ====================================
 """
 
@@ -70,6 +72,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "fr_recorder_enabled",
     "fr_training_step",
     "fr_training_step_age_seconds",
+    "fr_stall_threshold_seconds",
+    "fr_abort_after_seconds",
 )
 
 
@@ -182,6 +186,22 @@ class FrCollector(Collector):
                                     "step began (keeps growing while the step does not end).", labels=["rank"])
             age.add_metric([rank], round(max(now_ns - snap.step_started_ns, 0) / 1e9, 3))
             yield age
+        yield from _thresholds(snap)
+
+
+def _thresholds(snap: Snapshot) -> Iterator[Metric]:
+    """This rank's own stall threshold (and abort age): the stall rules compare against them, so an alert keeps
+    the pace of the job's ``--stall-seconds`` rather than a fixed number."""
+    for name, doc, value in (
+        ("fr_stall_threshold_seconds", "The age at which this rank's agent calls an in-flight collective stalled "
+         "(--stall-seconds).", snap.stall_s),
+        ("fr_abort_after_seconds", "The age at which a hang's stuck ranks exit (--on-hang abort, "
+         "--abort-after-seconds).", snap.abort_after_s),
+    ):
+        if value is not None:
+            gauge = GaugeMetricFamily(name, doc, labels=["rank"])
+            gauge.add_metric([snap.info.rank], value)
+            yield gauge
 
 
 def _waits(snap: Snapshot, h: Health) -> Iterator[Metric]:
