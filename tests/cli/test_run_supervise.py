@@ -153,3 +153,24 @@ def test_an_attempt_that_fails_before_its_process_group_after_an_aborted_one_kee
                           sys.executable, "-c", RESTARTED], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr and "ended a hang" not in out.stderr, out.stderr
+
+
+def test_a_single_node_job_gets_a_fresh_secret_and_a_multi_node_one_only_its_launcher_s() -> None:
+    """``fr-otel run`` hands a single-node job's ranks a secret of their own (another one per run); a job across
+    nodes (``--nnodes 2``, srun, a multi-node allocation) gets none from it (each node would make its own), and
+    a secret the launcher gave is kept."""
+    from fr_otel.cli.run import single_node
+
+    show = "import os; print(os.environ.get('FR_OTEL_JOB_SECRET', 'none'))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_JOB_SECRET", "SLURM_"))}
+    runs = [subprocess.run([sys.executable, "-m", "fr_otel.cli", "run", "--", sys.executable, "-c", show],
+                           capture_output=True, text=True, timeout=60, env=env).stdout.strip() for _ in range(2)]
+    assert all(len(r) == 64 for r in runs) and runs[0] != runs[1], runs
+    given = subprocess.run([sys.executable, "-m", "fr_otel.cli", "run", "--", sys.executable, "-c", show],
+                           capture_output=True, text=True, timeout=60, env={**env, "FR_OTEL_JOB_SECRET": "x" * 32})
+    assert given.stdout.strip() == "x" * 32
+    assert single_node(["torchrun", "--nnodes", "1", "--nproc-per-node", "8", "t.py"], {})
+    assert not single_node(["torchrun", "--nnodes", "2", "t.py"], {})
+    assert not single_node(["torchrun", "--nnodes=1:4", "t.py"], {})
+    assert not single_node(["/usr/bin/srun", "python", "t.py"], {})
+    assert not single_node(["torchrun", "t.py"], {"SLURM_JOB_NUM_NODES": "4"})

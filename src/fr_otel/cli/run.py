@@ -40,7 +40,8 @@ from ..otlp.config import (
 from ._common import EXIT_OK, EXIT_UNUSABLE, error
 from .commands import command
 
-__all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
+__all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register", "single_node",
+           "with_job_secret"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "agent" / "guest" / "bootstrap"
 
@@ -176,6 +177,38 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
     return env, problems
 
 
+#: Launchers that start ranks on more than one node from one command (each node's ``fr-otel run`` would make its own).
+_MULTI_NODE_LAUNCHERS = ("srun", "mpirun", "mpiexec", "jsrun", "aprun")
+
+
+def single_node(command: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether COMMAND starts every rank of its job on this node: no multi-node launcher, no ``--nnodes`` other
+    than 1, and not one of several nodes of a Slurm allocation (``SLURM_JOB_NUM_NODES``/``SLURM_NNODES``)."""
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        if environ.get(name, "1").strip() not in ("", "1"):
+            return False
+    words = list(command)
+    if any(Path(word).name in _MULTI_NODE_LAUNCHERS for word in words[:1]):
+        return False
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag == "--nnodes":
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            if value.strip() not in ("1", "1:1"):
+                return False
+    return True
+
+
+def with_job_secret(command: Sequence[str], env: dict[str, str]) -> None:
+    """Give a single-node job a fresh secret for its store records (:mod:`fr_otel.agent.links.signing`) unless the
+    launcher gave one; a multi-node job takes the one its launcher hands to every node (one per node would make
+    every node's records forgeries to the others)."""
+    from ..agent.links.signing import JOB_SECRET_ENV, JOB_SECRET_FILE_ENV, new_secret
+
+    if not env.get(JOB_SECRET_ENV) and not env.get(JOB_SECRET_FILE_ENV) and single_node(command, env):
+        env[JOB_SECRET_ENV] = new_secret()
+
+
 def _export_problems(env: Mapping[str, str]) -> list[str]:
     """Say now, once, what each rank would otherwise say: the OTLP settings are unusable."""
     from ..otlp.config import resolve_export_config
@@ -306,6 +339,7 @@ def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     command = request.command
+    with_job_secret(command, env)
     if env.get(FR_OTEL_ON_HANG, "").strip().lower() == "abort":
         return supervise(command, env)
     try:
