@@ -26,6 +26,7 @@ from support.node_ranks import flat_rank
 from fr_otel.agent.incident.part import read_host_ranks
 from fr_otel.agent.incident.rank import dump_path
 from fr_otel.agent.incident.runner import IncidentRunner
+from fr_otel.agent.links.node_channel import Board, NodeChannel
 from fr_otel.agent.links.signing import Seal, job_secret, new_secret
 from fr_otel.agent.observe.poller import ProgressTracker
 from fr_otel.agent.observe.proc_state import JOB_MARKERS, is_rank_process, stack_frames
@@ -220,3 +221,28 @@ def test_a_signed_value_verifies_only_under_its_own_key_and_secret() -> None:
     assert Seal(new_secret().encode(), "job").open("i/1/result", blob) is None
     assert SEAL.open("i/1/result", blob[:-1] + b"}}") is None
     assert SEAL.open("i/1/result", b'{"hang": true}') is None
+
+
+def test_a_node_folder_s_board_heartbeats_and_recorders_are_read_only_where_the_job_signed_them(
+        tmp_path: Path, lines: list[str]) -> None:
+    """A leader and a member of a signed node: the leader's board, the member's heartbeat and recorder are read
+    back; a board, a heartbeat and a recorder written into the folder by anyone else (without the secret) are not,
+    each kind said once; a file moved to another rank's name does not verify either."""
+    leader, member = (NodeChannel(tmp_path / "node", r, world_size=WORLD, seal=SEAL) for r in (0, 1))
+    now = time.time_ns()
+    member.beat(now, 5)
+    member.drop_payload(1, b"recorder of rank 1")
+    leader.write_board(Board(0, os.getpid(), now, incidents=((1, {"rank": 0}),)))
+    assert leader.beats() == {1: (now, 5)} and leader.payloads(1, [1]) == {1: b"recorder of rank 1"}
+    board = member.board()
+    assert board is not None and board.incidents == ((1, {"rank": 0}),)
+    folder = tmp_path / "node"
+    (folder / "hb.2").write_text(f"{now} 9")
+    (folder / "hb.3").write_bytes((folder / "hb.1").read_bytes())  # rank 1's signed beat, as rank 3's
+    (folder / "i1" / "rank_2.payload").write_bytes(b"forged recorder")
+    assert leader.beats() == {1: (now, 5)} and leader.payloads(1, [1, 2]) == {1: b"recorder of rank 1"}
+    forged = json.dumps(Board(0, 1, now, incidents=tuple((k, {"rank": 0}) for k in range(2, 12))).as_json())
+    (folder / "board").write_text(forged)
+    assert member.board() is None and member.board() is None
+    said = [line for line in lines if "node folder" in line and "without this job's signature" in line]
+    assert len(said) == 3, said  # hb.<n> (twice planted), i<n>/rank_<n>.payload, board: once each

@@ -19,7 +19,7 @@ import secrets
 from ...common.files import read_regular
 from ...common.log import logger
 
-__all__ = ["JOB_SECRET_ENV", "JOB_SECRET_FILE_ENV", "Seal", "job_secret", "new_secret"]
+__all__ = ["JOB_SECRET_ENV", "JOB_SECRET_FILE_ENV", "SEAL_BYTES", "Seal", "job_secret", "new_secret"]
 
 JOB_SECRET_ENV = "FR_OTEL_JOB_SECRET"
 JOB_SECRET_FILE_ENV = "FR_OTEL_JOB_SECRET_FILE"
@@ -28,6 +28,8 @@ MIN_SECRET_CHARS = 16
 _MAX_SECRET_FILE = 4096
 _MAGIC = b"frs1"
 _TAG = 32  # bytes of an HMAC-SHA256
+#: What signing adds to a value (a reader's bound on a signed value is its bound on the value plus this).
+SEAL_BYTES = len(_MAGIC) + _TAG
 
 log = logger("fr_otel.agent")
 
