@@ -11,7 +11,9 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
+import zlib
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +25,7 @@ dist = pytest.importorskip("torch.distributed", reason="a real TCPStore needs th
 
 from support.node_ranks import flat_rank
 
+from fr_otel.agent.incident.files import fetch_files_later
 from fr_otel.agent.incident.part import read_host_ranks
 from fr_otel.agent.incident.rank import dump_path
 from fr_otel.agent.incident.runner import IncidentRunner
@@ -246,3 +249,50 @@ def test_a_node_folder_s_board_heartbeats_and_recorders_are_read_only_where_the_
     assert member.board() is None and member.board() is None
     said = [line for line in lines if "node folder" in line and "without this job's signature" in line]
     assert len(said) == 3, said  # hb.<n> (twice planted), i<n>/rank_<n>.payload, board: once each
+
+
+def _fetched(me: Any, k: int, folder: Path, wait_s: float = 10) -> None:
+    fetch_files_later(me, k, folder, wait_s)
+    for thread in [t for t in threading.enumerate() if t.name == "fr-otel-files"]:
+        thread.join(30)
+
+
+def test_an_incident_s_files_from_the_store_are_checked_field_by_field_and_never_written_through_a_planted_link(
+        tmp_path: Path, port: int, lines: list[str]) -> None:
+    """Unsigned (anyone may write ``i/<k>/files``): an exclude list holding ``-x``, ``$(id)``, ``;touch`` or an ESC,
+    or an incident.json that is no object, writes nothing; a planted ``<trace id>`` link is not written through;
+    a file planted 0666 where a node writes its copy is replaced with this process's normal mode. Signed: a
+    blob the coordinator did not sign is not fetched at all."""
+    forger = _forger(port)
+    me = flat_rank(tmp_path / "rank1", port, 1, world=WORLD)
+    hostile = ["node-a\n-x\n", "node-a\n$(id)\n", "node-a\n;touch /tmp/p\n", "node-a\n\x1b[2Jnode-b\n"]
+    for k, text in enumerate(hostile, start=1):
+        _plant(forger, f"i/{k}/files", zlib.compress(json.dumps({"exclude-hosts.txt": text}).encode()))
+        _fetched(me, k, tmp_path / f"i{k}")
+        assert not (tmp_path / f"i{k}").exists(), text
+    _plant(forger, "i/5/files", zlib.compress(json.dumps({"incident.json": "[]"}).encode()))
+    _fetched(me, 5, tmp_path / "i5")
+    assert not (tmp_path / "i5").exists()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "i6").symlink_to(target)
+    good = {"exclude-hosts.txt": "node-a\n", "incident.json": json.dumps({"summary": {}})}
+    _plant(forger, "i/6/files", zlib.compress(json.dumps(good).encode()))
+    _fetched(me, 6, tmp_path / "i6")
+    assert list(target.iterdir()) == []
+    (tmp_path / "i7").mkdir()
+    (tmp_path / "i7" / "exclude-hosts.txt").write_text("old\n")
+    (tmp_path / "i7" / "exclude-hosts.txt").chmod(0o666)
+    _plant(forger, "i/7/files", zlib.compress(json.dumps(good).encode()))
+    _fetched(me, 7, tmp_path / "i7")
+    written = tmp_path / "i7" / "exclude-hosts.txt"
+    assert written.read_text() == "node-a\n" and written.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    signed = flat_rank(tmp_path / "rank2", port, 2, world=WORLD, seal=SEAL)
+    _fetched(signed, 7, tmp_path / "i8", wait_s=1.5)
+    assert not (tmp_path / "i8").exists() and _unsigned_lines(lines, "i/<n>/files")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
