@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -448,7 +449,7 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
         proposal = f"store:{uuid.uuid4().hex}"
         job_id = _text(link.call(lambda: root.compare_set("job_id", "", proposal), "agreeing on the job id"))
     secret = job_secret()
-    if secret is None:
+    if secret is None and os.environ.get("LOCAL_RANK", "0") == "0":  # once per node, beside the start line
         log.info("this job has no FR_OTEL_JOB_SECRET: its store records are unauthenticated (anything that reaches "
                  "%s can write them)", address or "the store")
     seal = Seal(secret, job_digest(job_id)) if secret is not None else None
