@@ -5,6 +5,7 @@ ranks write (``start N``, ``abort N RANK CODE``) and exits as told."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -102,6 +103,8 @@ def test_sigint_sigquit_and_sigalrm_are_passed_on_and_the_command_runs_in_a_grou
     assert proc.wait(30) == 100 + sig, proc.stderr.read() if proc.stderr else ""
 
 
+@pytest.mark.gloo
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torchrun needs the torch extra")
 def test_a_supervisor_killed_with_sigkill_takes_torchrun_and_its_ranks_with_it(tmp_path: Path) -> None:
     """SIGKILL of ``fr-otel run --on-hang abort`` (nothing it can catch): torchrun gets SIGTERM from the kernel and
     ends its rank, so no job trains on unsupervised, and no file is left behind."""
