@@ -115,6 +115,8 @@ class Agent:
 
     def start(self) -> None:
         with self.health.guard("start"):
+            if self.config.on_hang == "abort":  # before the process group: an attempt that fails sooner is still one
+                mark_attempt(f"start {attempt_number()}")
             self._arm_steps()
             if process_group_ready() is not None:
                 self.tick()  # ready now: /metrics is up when start() returns
@@ -337,8 +339,6 @@ class Agent:
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
                                   node, records)
                 self.incidents = IncidentRunner(me, self.tracker)
-                if self.incidents.abort is not None:
-                    mark_attempt(f"start {attempt_number()}")
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
                                           stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,

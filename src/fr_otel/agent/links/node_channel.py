@@ -35,6 +35,8 @@ from ...common.json_types import is_exact_int
 from ...common.log import logger
 from ..observe.payload import MAX_PAYLOAD_BYTES
 from .channel import MAX_RANKS_PER_NODE, beat_text, parse_beat
+from .signing import SEAL_BYTES, Seal
+from .store_trust import Forgeries
 
 __all__ = ["MAX_RANKS_PER_NODE", "MAX_SCANNED", "NODE_LEVELS", "STALE_POLLS", "Board", "NodeChannel", "node_folder",
            "private_folder"]
@@ -175,8 +177,12 @@ def _numbers(raw: Any) -> tuple[int, ...]:
 class NodeChannel:
     """One rank's end of its node's folder (the leader's end too)."""
 
-    def __init__(self, folder: Path, rank: int, *, levels: int = 0, world_size: int | None = None) -> None:
+    def __init__(self, folder: Path, rank: int, *, levels: int = 0, world_size: int | None = None,
+                 seal: Seal | None = None) -> None:
         self.folder = folder
+        #: Signs every file written and verifies every file read, as the store's records (:mod:`.signing`).
+        self.seal = seal
+        self.forged = Forgeries()
         self.rank = rank
         #: Folders above ``folder`` made again (and checked) when it is gone: :data:`NODE_LEVELS` for a
         #: :func:`node_folder` (a folder removed under the job is remade whole, never inside a stranger's).
@@ -193,7 +199,9 @@ class NodeChannel:
     def board(self) -> Board | None:
         """The leader's board, or None when there is none (yet) or it cannot be read."""
         try:
-            return _board_from(json.loads(read_regular(self.folder / "board", _MAX_BOARD_BYTES, follow_links=False)))
+            data = self._opened("board", read_regular(self.folder / "board", _MAX_BOARD_BYTES + SEAL_BYTES,
+                                                       follow_links=False))
+            return _board_from(json.loads(data)) if data is not None else None
         except (OSError, ValueError, RecursionError):
             return None  # missing, planted (a FIFO, a link to /dev/zero), too large, or not a board
 
@@ -236,13 +244,24 @@ class NodeChannel:
     def _write(self, name: str, data: bytes) -> Path:
         """``name`` (0o600) under this node's folder, its folders (0o700; remade if a leader that left
         removed them) refused if a link or not a directory."""
-        folder = private_folder(self.folder, self.levels)
+        folder, relative = private_folder(self.folder, self.levels), name
         if "/" in name:
             sub, name = name.split("/")
             folder = private_folder(folder / sub)
         # Not synced: nothing here means anything after a crash, and on a disk (no /dev/shm) a sync per
         # heartbeat per rank per poll would be I/O for nothing.
-        return atomic_write(folder / name, data, mode=_FILE_MODE, durable=False)
+        signed = data if self.seal is None else self.seal.sign(f"node/{relative}", data)
+        return atomic_write(folder / name, signed, mode=_FILE_MODE, durable=False)
+
+    def _opened(self, name: str, data: bytes) -> bytes | None:
+        """What was read from ``name``, verified; None (said once per kind of file) when the job did not sign it."""
+        if self.seal is None:
+            return data
+        value = self.seal.open(f"node/{name}", data)
+        if value is None:
+            self.forged(f"node folder {re.sub(r'[0-9]+', '<n>', name)} file without this job's signature",
+                        f"{self.folder / name} does not verify under the job's secret")
+        return value
 
     # -- the leader -----------------------------------------------------------------------
     def write_board(self, board: Board) -> None:
@@ -279,9 +298,11 @@ class NodeChannel:
         out = []
         for name in self._names(prefix):
             try:
-                out.append((int(name[len(prefix):]), read_regular(self.folder / name, limit, follow_links=False)))
+                data = self._opened(name, read_regular(self.folder / name, limit + SEAL_BYTES, follow_links=False))
             except OSError:
                 continue
+            if data is not None:
+                out.append((int(name[len(prefix):]), data))
         return out
 
     def _names(self, prefix: str) -> list[str]:
@@ -323,9 +344,12 @@ class NodeChannel:
         for rank in ranks:
             path = self.folder / f"i{k}" / f"rank_{rank}.payload"
             try:
-                out[rank] = read_regular(path, MAX_PAYLOAD_BYTES, follow_links=False)
+                data = self._opened(f"i{k}/rank_{rank}.payload",
+                                    read_regular(path, MAX_PAYLOAD_BYTES + SEAL_BYTES, follow_links=False))
             except OSError:
                 continue
+            if data is not None:
+                out[rank] = data
         return out
 
     def forget(self, k: int) -> None:

@@ -224,5 +224,6 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
         log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
                     rank, exc.strerror or exc)
         return None
-    return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
+    node = NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size, seal=channel.seal)
+    return NodeRole(channel, node, rank, process,
                     leader=local_rank == 0, poll_interval=config.poll_interval, world_size=world_size)
