@@ -3,10 +3,12 @@
 Each job runs ``support/cause_job.py`` under torchrun with the agent; at step 6 rank 2 spins in Python, waits on
 a DataLoader whose worker never answers, deadlocks two threads, opens a FIFO no one writes, holds its GIL in a
 catastrophic regex or a ``ctypes.PyDLL`` sleep, stops itself with SIGSTOP, is OOM-killed under its job's memory
-cgroup, leaves the loop and exits normally, or (on one node of a two-node job on this host) raises. The
-incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
-(``incident.json``), in the agent's log line, and in ``fr-otel analyze --json`` of the incident's folder; a
-healthy run raises nothing.
+cgroup, leaves the loop and exits normally, (on one node of a two-node job on this host) raises, waits on an Event
+nobody sets, multiplies matrices in torch forever, waits on a queue whose producer thread died, waits on a child
+process, calls barrier where its peers call all_reduce, or thrashes its page cache at its memory cgroup's limit.
+The incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
+(``incident.json``), in the agent's log line, on the page and in ``fr-otel analyze --json`` of the incident's
+folder; a healthy run raises nothing.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def _check(folder: Path, incident: dict[str, Any], want: str, log: str, run_cli:
 @pytest.mark.parametrize(("kind", "want"), [
     ("python_busy", "python_busy"), ("data_wait", "data_wait"), ("deadlock", "deadlock"), ("io_wait", "io_wait"),
     ("gil_regex", "gil_held"), ("gil_pydll", "gil_held"), ("stopped", "stopped"), ("exit", "exited"),
+    ("sleeping", "sleeping"), ("native_busy", "native_busy"), ("thread_wait", "thread_wait"),
+    ("child_wait", "child_wait"), ("divergence", "code_divergence"),
 ])
 def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Path, jobs: list[Job],
                                               run_cli: Any) -> None:
@@ -82,6 +86,7 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause = _check(folder, incident, want, job.output, run_cli)
+    assert f"({want})" in (folder / "incident.html").read_text()  # the page names it too
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":
         assert proc["state"] == "T"
@@ -96,6 +101,15 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
                 e.startswith("Python stack read from outside (py-spy): ") and where in e for e in cause["evidence"]), cause
         else:
             assert not proc.get("outside_stack")
+    if kind == "thread_wait":  # the producer's death, from the agent's threading.excepthook
+        assert any(e.startswith("thread batch-producer died of ValueError: injected failure: a corrupt shard at ")
+                   for e in cause["evidence"]), cause
+    if kind == "child_wait":  # the child's pid, command and state
+        assert any(e.startswith("child process ") and "(sleep 300): sleeping" in e for e in cause["evidence"]), cause
+    if kind == "native_busy":
+        assert any("torch.mm" in e for e in cause["evidence"]), cause
+    if kind == "divergence":  # the culprit's call and its peers'
+        assert any("barrier" in e and "all_reduce" in e for e in cause["evidence"]), cause
     if kind == "python_busy":  # the trace and the page say it too
         (trace,) = list((tmp_path / "out").glob("fr-otel-trace-*.jsonl"))
         spans = [ReceivedSpan(rs.resource, ss.scope, s) for request in read_jsonl(trace)
@@ -153,6 +167,29 @@ def test_a_rank_killed_by_its_cgroups_oom_killer_is_named_oom_killed(tmp_path: P
         # Gone, or a zombie its launcher has not reaped yet: dead either way.
         assert any("OOM kill" in e for e in cause["evidence"])
         assert incident["ranks"][str(CULPRIT)]["proc"]["state"] in ("gone", "Z")
+    finally:
+        job.kill()
+        limit.remove()
+
+
+@pytest.mark.skipif(bool(_writable_memory_cgroup()), reason=f"needs a writable memory cgroup (root): "
+                    f"{_writable_memory_cgroup()}")
+def test_a_rank_thrashing_at_its_memory_cgroups_limit_is_named_memory_pressure(tmp_path: Path, jobs: list[Job],
+                                                                             run_cli: Any) -> None:
+    """Rank 2 moves itself into a memory cgroup of 128 MiB and reads a 512 MiB file through mmap, over and over: its
+    page cache is reclaimed as fast as it faults in (file pages can be dropped: it lives on). Its stack is in Python
+    and its kernel wait is on a page: memory_pressure, from the cgroup's use against its limit and its hits."""
+    limit = MemoryLimit.create(f"fr-otel-mem-{os.getpid()}-{tmp_path.name[-24:]}", 128 << 20)
+    try:
+        job = Job(_torchrun("--standalone", "--nproc-per-node", "4"),
+                  _env(tmp_path, "memory_pressure", CAUSE_CGROUP=str(limit.path)), tmp_path)
+        jobs.append(job)
+        folder, incident = _incident(tmp_path / "out", job)
+        wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
+        cause = _check(folder, incident, "memory_pressure", job.output, run_cli)
+        assert cause["evidence"][0].startswith("its memory cgroup is at "), cause
+        proc = incident["ranks"][str(CULPRIT)]["proc"]
+        assert proc["memory_use"] >= 0.95 and proc["memory_limit_hits"] > 0 and proc["state"] in ("R", "D", "S"), proc
     finally:
         job.kill()
         limit.remove()
