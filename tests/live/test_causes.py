@@ -86,7 +86,7 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause = _check(folder, incident, want, job.output, run_cli)
-    assert f"({want})" in (folder / "incident.html").read_text()  # the page names it too
+    assert f"<code>{want}</code>" in (folder / "incident.html").read_text()  # the page names it too
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":
         assert proc["state"] == "T"
@@ -214,6 +214,26 @@ def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(
     cause = _check(folder, incident, "crashed", log, run_cli)
     assert cause["evidence"][0] == (f"uncaught RuntimeError: injected failure: the batch had no labels at "
                                     f"{CAUSE_JOB}:{line} in _fault")
+
+
+def test_two_ranks_faulting_a_second_apart_are_both_named_the_first_first(tmp_path: Path, jobs: list[Job],
+                                                                          run_cli: Any) -> None:
+    """Rank 2 spins in Python at step 6; a second later rank 1, waiting in its all_reduce, stops itself with SIGSTOP.
+    Both are culprits with their own causes, rank 2 (which stopped first) first; the other ranks stay waiters."""
+    job = Job(_torchrun("--standalone", "--nproc-per-node", "4"), _env(tmp_path, "busy_then_stop", CAUSE_RANK2="1"),
+              tmp_path)
+    jobs.append(job)
+    wait_for(lambda: (tmp_path / "markers" / "cause_rank_1").exists() or job.proc.poll() is not None, timeout=90,
+             interval=0.1)
+    folder, incident = _incident(tmp_path / "out", job)
+    wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
+    named = [(c["rank"], c["cause"]["class"]) for c in incident["summary"]["culprits"]]
+    assert named[:2] == [(2, "python_busy"), (1, "stopped")] and len(named) == 2, named
+    done = run_cli("analyze", "--json", str(folder))
+    offline = [(c["rank"], c["cause"]["class"]) for c in json.loads(done.stdout)["culprits"]]
+    assert offline == named, offline
+    line = next(x for x in job.output.splitlines() if "culprits: rank 2" in x)  # the log line names both, in order
+    assert line.index("cause: python_busy") < line.index("rank 1 (missing_dump") < line.index("cause: stopped"), line
 
 
 def test_a_healthy_run_raises_no_incident(tmp_path: Path, jobs: list[Job]) -> None:

@@ -173,13 +173,17 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
         return Cause(CauseClass.MEMORY_PRESSURE, (pressed, at))
     if _IO_CALL.search(doing) or _IO_WCHAN.search(wchan):
         return Cause(CauseClass.IO_WAIT, (at,))
-    if cpu is not None and cpu < _IDLE_CPU:  # off the CPU in no wait named above: asleep in native code
+    if facts is not None and facts.state == "S" and cpu is not None and cpu < _IDLE_CPU and wchan \
+            and "futex" not in wchan:
+        # Asleep in the kernel, off the CPU, in no wait named above: asleep in native code. A thread that is runnable
+        # (R) on a box busier than its cores gets little CPU, and one in a futex may be waiting for its own GIL back
+        # from the agent's threads: neither is asleep.
         return Cause(CauseClass.SLEEPING, asleep)
-    gil = _main_gil(facts.outside_stack) if facts is not None else ""
-    if gil == "active" or (gil == "" and _in_native_call(main)):
-        why = ("py-spy read its main thread running without the GIL" if gil else
-               "no Python frame below that call: the time goes to native code, the GIL released")
-        return Cause(CauseClass.NATIVE_BUSY, (at, *([used] if used else []), why))
+    if _in_native_call(main):
+        if facts is not None and facts.state == "S" and cpu is not None and cpu < _IDLE_CPU:  # asleep, not busy
+            return Cause(CauseClass.SLEEPING, (*asleep, "asleep inside that call (no Python frame below it)"))
+        return Cause(CauseClass.NATIVE_BUSY, (at, *([used] if used else []),
+                                              "no Python frame below that call: the time goes to native code"))
     return Cause(CauseClass.PYTHON_BUSY, (at, *([used] if used else [])))
 
 
@@ -220,14 +224,6 @@ def _in_native_call(t: ThreadStack) -> bool:
     if _NATIVE_LIB.search(top.filename):
         return True
     return is_user_frame(top.filename) and bool(t.code) and bool(_CALLS.search(t.code) or "@" in t.code)
-
-
-def _main_gil(dump: str) -> str:
-    """py-spy's word for the main thread (``active+gil``, ``active``, ``idle``), "" without an outside read."""
-    for line in dump.splitlines():
-        if line.startswith("Thread ") and "MainThread" in line and "(" in line:
-            return line.split("(", 1)[1].split(")", 1)[0]
-    return ""
 
 
 def _other_threads(now: LiveStacks) -> list[str]:

@@ -134,7 +134,8 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         Domain.SOFTWARE),
     CauseClass.SLEEPING: CauseInfo(
         "asleep by its own code", "its main thread in `time.sleep` or an Event's or Condition's wait that no thread "
-        "will end, or off the CPU (under 0.1 core) where no wait below is named",
+        "will end, or asleep in the kernel (state `S`, under 0.1 core, a kernel wait other than a futex) where no wait "
+        "below is named",
         "read the frame it sleeps in: a sleep, a wait nobody will set, a retry loop's back-off",
         Domain.SOFTWARE),
     CauseClass.MEMORY_PRESSURE: CauseInfo(
@@ -151,13 +152,13 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "infrastructure when the process is in uninterruptible sleep (`D`): the host's storage or kernel holds it"),
     CauseClass.NATIVE_BUSY: CauseInfo(
         "busy in native code", "its main thread on the CPU in a call with no Python frame below it (a torch op, a C "
-        "extension), or py-spy's outside read says it runs without the GIL",
+        "extension)",
         "read the call it is in: a compute far larger than meant (a shape, a loop around it), or a native library "
         "that never returns",
         Domain.SOFTWARE),
     CauseClass.PYTHON_BUSY: CauseInfo(
         "in its own Python code", "its live stack outside any collective, its main thread on the CPU in Python (a "
-        "line with no call, or py-spy's outside read says it holds the GIL)",
+        "line with no call, or a call with its Python frame below)",
         "read the frame it is in: a loop that never ends, a branch only this rank took",
         Domain.SOFTWARE),
     CauseClass.GIL_HELD: CauseInfo(
