@@ -236,6 +236,22 @@ def test_two_ranks_faulting_a_second_apart_are_both_named_the_first_first(tmp_pa
     assert line.index("cause: python_busy") < line.index("rank 1 (missing_dump") < line.index("cause: stopped"), line
 
 
+def test_every_rank_raising_at_step_0_is_a_failure_verdict_naming_the_exception(tmp_path: Path, jobs: list[Job],
+                                                                                run_cli: Any) -> None:
+    """Every rank raises at step 0 and the job ends: a failure verdict naming each rank's exception, never healthy."""
+    job = Job(_torchrun("--standalone", "--nproc-per-node", "4"), {**_env(tmp_path, "raise_all"), "CAUSE_STEP": "0"},
+              tmp_path)
+    jobs.append(job)
+    assert job.wait() != 0
+    folder, incident = _incident(tmp_path / "out", job)
+    assert incident["summary"]["verdict"] == "failure", json.dumps(incident["summary"], indent=1)[:3000]
+    culprits = incident["summary"]["culprits"]
+    assert culprits and all(c["cause"]["class"] == "crashed" and "injected failure: rank" in c["cause"]["evidence"][0]
+                            for c in culprits), culprits
+    done = run_cli("analyze", "--json", str(folder))
+    assert json.loads(done.stdout)["verdict"] == "failure", done.stdout[:3000]
+
+
 def test_a_healthy_run_raises_no_incident(tmp_path: Path, jobs: list[Job]) -> None:
     job = Job(_torchrun("--standalone", "--nproc-per-node", "4"), _env(tmp_path, "", CAUSE_STEPS="40"), tmp_path)
     jobs.append(job)

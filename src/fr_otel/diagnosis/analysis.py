@@ -19,6 +19,7 @@ from dataclasses import replace
 from ..common.ranks import compress_ranks
 from .cascade import explained_absences, own_fault, waiting_on
 from .cause import with_causes
+from .failure import job_ended, raised_ranks
 from .culprit_record import culprit_record
 from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
@@ -153,6 +154,17 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if verdict == VerdictWord.INCONCLUSIVE and not notes:
         notes.append("no rank is waiting on another in the recorded collectives")
 
+    raised = raised_ranks(job)
+    if raised and (not verdict.stuck or job_ended(job)):  # its own code ended it: a failure, never healthy or hang
+        verdict, chosen = VerdictWord.FAILURE, set(raised)
+        for rank in raised:
+            leaving = job.exits[rank]
+            where = f" at {leaving.where}" if leaving.where else ""
+            evidence.setdefault(rank, []).append(Evidence(
+                CulpritKind.NOT_ENQUEUED, next(iter(job.groups), ""), None,
+                f"rank {rank} raised {leaving.type or 'an exception'}: {leaving.message}{where}, and left the job",
+                direct=True))
+        notes.append("the job ended: rank(s) " + compress_ranks(raised) + " raised an exception of their own code")
     faulted = _own_faults(job, states, chosen) if verdict.stuck else {}
     for rank, ev in faulted.items():
         evidence.setdefault(rank, []).append(ev)
@@ -161,6 +173,8 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     # The ranks the others wait on first (they stopped first), then those that faulted on their own while waiting.
     culprits.sort(key=lambda c: (c.rank in faulted, KIND_ORDER.index(c.kind), c.rank))
+    if verdict == VerdictWord.FAILURE:  # the first to raise first
+        culprits.sort(key=lambda c: raised.index(c.rank))
     blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
     for state in states:
