@@ -22,11 +22,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...read.rank_facts import ChildFacts, ProcessFacts, ThreadFacts
 
-__all__ = ["SAMPLE_S", "OomBaseline", "is_rank_process", "sample_processes"]
+__all__ = ["SAMPLE_S", "OomBaseline", "is_rank_process", "recount_ooms", "sample_processes"]
 
 #: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one
 #: (10 clock ticks at 100 Hz), short enough to end before the part that carries it is written.
@@ -249,6 +249,21 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
             _children(pid), mem[0] / mem[1] if mem and mem[1] else None,
             mem[2] - was_mem[2] if mem and was_mem else None)
     return out
+
+
+def recount_ooms(facts: ProcessFacts, baseline: OomBaseline) -> ProcessFacts:
+    """A gone process's OOM-kill counters read again now, as the incident concludes: a kill can land after the
+    host's ranks were read (its peers' collective failure can raise the incident seconds before the kernel has
+    counted it). Read on the process's own host only (``baseline`` is this reader's); the larger count stays."""
+    if not facts.gone:
+        return facts
+    cgroup = baseline.since(_memory_cgroup("self"))  # its cgroup went with it: the reader's own stands in
+    host_now = _host_oom_count()
+    host = host_now - baseline.host if host_now is not None and baseline.host is not None else None
+
+    def larger(a: int | None, b: int | None) -> int | None:
+        return max(a, b) if a is not None and b is not None else a if b is None else b
+    return replace(facts, oom_kills=larger(facts.oom_kills, cgroup), host_oom_kills=larger(facts.host_oom_kills, host))
 
 
 def _wchan(pid: int, tid: int) -> str:
