@@ -86,7 +86,7 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause = _check(folder, incident, want, job.output, run_cli)
-    assert f"<code>{want}</code>" in (folder / "incident.html").read_text()  # the page names it too
+    assert f"<b>Cause</b> {cause['label']}" in (folder / "incident.html").read_text()  # the page says it too
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":
         assert proc["state"] == "T"
