@@ -168,8 +168,9 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     faulted = _own_faults(job, states, chosen) if verdict.stuck else {}
     for rank, ev in faulted.items():
         evidence.setdefault(rank, []).append(ev)
-    chosen |= set(faulted)
+    # A rank that faulted while it waited explains no one's silence: only the ranks the others wait on do.
     unknown = _explained_absences(job, graph, chosen, clock) if verdict.stuck else {}
+    chosen |= set(faulted)
     culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
     # The ranks the others wait on first (they stopped first), then those that faulted on their own while waiting.
     culprits.sort(key=lambda c: (c.rank in faulted, KIND_ORDER.index(c.kind), c.rank))

@@ -35,7 +35,9 @@ def own_fault(job: Job, rank: int) -> str:
         return f"its host saw its process {facts.pid} stopped (state {facts.state})"
     if leaving is not None and leaving.how == "exception":
         return f"it raised {leaving.type or 'an exception'}"
-    if facts is not None and facts.gone and leaving is None:
+    dump = job.dumps.get(rank)
+    spoke = dump is not None and dump.now is not None  # its own agent sent its live stacks: it was alive then
+    if facts is not None and facts.gone and leaving is None and not spoke:
         return f"its host saw its process {facts.pid} gone without an exit record"
     return ""
 
