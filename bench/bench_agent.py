@@ -44,6 +44,13 @@ read included; the GIL is held for at most that) and per second of training.
 
     python bench/bench_agent.py --part sampling --quick
 
+**The last record** (:mod:`fr_otel.agent.observe.last_record`: this rank's recorder state on its node, for an
+incident to read when the rank cannot answer). The agent on in every phase, its last record kept in every other
+one: the step-time and training-thread CPU difference, writes and vouches per second, bytes per write and per poll,
+and the CPU each costs.
+
+    python bench/bench_agent.py --part record --quick
+
 Benchmarks print numbers; they are not tests.
 """
 
@@ -114,9 +121,11 @@ def worker(args: argparse.Namespace) -> int:
     phases: list[dict[str, Any]] = []
     for i in range(args.phases):
         on = (i % 2 == 0) == ((i // 2) % 2 == 0)  # on,off,off,on,on,off,...: both orders equally often
-        if on:
+        if on or args.record_ab:  # --record-ab: the agent runs in every phase, its last record only in the "on" ones
             fr_otel.start(metrics_port=args.port, metrics_addr="127.0.0.1", hooks="none", incidents=True,
                           poll_interval=args.poll_interval, wait_sample_interval=args.sample_interval or "off")
+            if args.record_ab and not on:
+                fr_otel.agent.current().records = None
         dist.barrier()
         times = []
         cpu0 = time.process_time()  # all threads of this rank: training, gloo, the agent
@@ -135,11 +144,15 @@ def worker(args: argparse.Namespace) -> int:
         scrape_s = _scrape_cost_s(agent) if agent is not None else 0.0
         sampler = agent.waits if agent is not None else None
         samples, sample_s = (sampler.samples, sampler.cost_s) if sampler is not None else (0, 0.0)
-        if on:
+        kept = agent.records if agent is not None else None
+        record = (kept.writes, kept.vouches, kept.bytes_written, kept.cost_s) if kept is not None else (0, 0, 0, 0.0)
+        if on or args.record_ab:
             fr_otel.agent.stop()
         phases.append({"on": on, "mean_s": statistics.fmean(times), "median_s": statistics.median(times),
                        "polls": polls, "wall_s": wall, "cpu_per_step_s": cpu, "poller_cpu_s": poller_cpu, "scrape_s": scrape_s,
-                       "samples": samples, "sample_s": sample_s, "train_cpu_per_step_s": train_cpu})
+                       "samples": samples, "sample_s": sample_s, "train_cpu_per_step_s": train_cpu,
+                       "record_writes": record[0], "record_vouches": record[1], "record_bytes": record[2],
+                       "record_s": record[3]})
     if rank == 0:
         Path(args.result).write_text(json.dumps({"capacity": args.capacity, "phases": phases}))
     dist.destroy_process_group()
@@ -195,19 +208,21 @@ def _scraper(ports: list[int], stop: threading.Event, counter: list[int]) -> Non
 
 
 def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2,
-             poll_interval: float = 1.0, sample_interval: float = 0.1) -> dict[str, Any]:
+             poll_interval: float = 1.0, sample_interval: float = 0.1, record_ab: bool = False) -> dict[str, Any]:
     base = free_port_block(nproc)
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), __file__,
                "--worker", "--capacity", str(capacity), "--phases", str(phases), "--steps", str(steps),
                "--hidden", str(hidden), "--port", str(base), "--result", str(result),
-               "--poll-interval", str(poll_interval), "--sample-interval", str(sample_interval)]
+               "--poll-interval", str(poll_interval), "--sample-interval", str(sample_interval),
+               *(["--record-ab"] if record_ab else [])]
         stop, scrapes = threading.Event(), [0]
         thread = threading.Thread(target=_scraper, args=(list(range(base, base + nproc)), stop, scrapes), daemon=True)
         thread.start()
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, env=_env(TORCH_FR_BUFFER_SIZE=str(capacity), FR_OTEL_OUT_DIR=tmp), check=False,
+        proc = subprocess.run(cmd, env=_env(TORCH_FR_BUFFER_SIZE=str(capacity), FR_OTEL_OUT_DIR=tmp,
+                                            FR_OTEL_NODE_DIR=str(Path(tmp) / "node")), check=False,
                               capture_output=True, text=True, timeout=1800)
         stop.set()
         if proc.returncode != 0:
@@ -246,6 +261,15 @@ def overhead(capacity: int, phases: int, steps: int, hidden: int, nproc: int = 2
         "cpu_ms_off": statistics.fmean(p["cpu_per_step_s"] for p in ph if not p["on"]) * 1e3,
         "cpu_ms_on": statistics.fmean(p["cpu_per_step_s"] for p in ph if p["on"]) * 1e3,
         "polls_per_on_phase": statistics.fmean(p["polls"] for p in ph if p["on"]), "scrapes": scrapes[0],
+        "record_writes_per_s": sum(p["record_writes"] for p in ph if p["on"]) / on_wall,
+        "record_vouches_per_s": sum(p["record_vouches"] for p in ph if p["on"]) / on_wall,
+        "record_bytes_per_poll": sum(p["record_bytes"] for p in ph if p["on"]) / max(sum(
+            p["polls"] for p in ph if p["on"]), 1),
+        "record_bytes_per_write": sum(p["record_bytes"] for p in ph if p["on"]) / max(sum(
+            p["record_writes"] for p in ph if p["on"]), 1),
+        "record_us_per_write": sum(p["record_s"] for p in ph if p["on"]) / max(sum(
+            p["record_writes"] + p["record_vouches"] for p in ph if p["on"]), 1) * 1e6,
+        "record_share": sum(p["record_s"] for p in ph if p["on"]) / on_wall,
         "wall_s": time.monotonic() - t0,
         "phase_ms": [(p["on"], round(p["mean_s"] * 1e3, 3), round(p["cpu_per_step_s"] * 1e3, 3)) for p in ph],
     }
@@ -449,13 +473,31 @@ def sampling(args: argparse.Namespace, capacity: int, results: dict[str, Any]) -
     results["sampling"] = rows
 
 
+def last_record(args: argparse.Namespace, capacity: int, results: dict[str, Any]) -> None:
+    """What keeping the last record costs: the agent runs in every phase, its last record kept in every other one
+    (so the comparison is the record alone), at the shipped poll (1 s) and wait sampling (0.1 s)."""
+    nproc = args.nproc[0] if args.nproc else 2
+    r = overhead(capacity, args.phases, args.steps, args.hidden, nproc, record_ab=True)
+    results["last_record"] = r
+    print(f"last record: {nproc} ranks, capacity {capacity}, MLP width {args.hidden}, {args.phases} phases x "
+          f"{args.steps} steps; the agent on throughout, its last record kept in every other phase")
+    print(f"  step {r['step_ms_off']:.3f} ms without the record, {r['step_ms_on']:.3f} ms with it: "
+          f"{r['overhead_median']:+.2%} (95% CI {r['ci95']:.2%}); training-thread CPU "
+          f"{r['train_cpu_overhead_median']:+.2%} (95% CI {r['train_cpu_ci95']:.2%})")
+    print(f"  {r['record_writes_per_s']:.1f} writes/s of {r['record_bytes_per_write']:.0f} bytes "
+          f"({r['record_bytes_per_poll']:.0f} bytes per poll), {r['record_vouches_per_s']:.1f} vouches/s; "
+          f"{r['record_us_per_write']:.0f} us of CPU each on average, {r['record_share']:.3%} of the time "
+          f"(target < {TARGET_OVERHEAD:.1%})")
+
+
 def fmt(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("overhead", "sampling", "detection", "steps", "stacks", "host-read", "all"),
+    ap.add_argument("--part", choices=("overhead", "sampling", "record", "detection", "steps", "stacks", "host-read",
+                                       "all"),
                     default="all")
     ap.add_argument("--capacity", type=int, action="append", help="recorder capacity (repeatable)")
     ap.add_argument("--phases", type=int, default=24, help="alternating agent on/off phases per job (even)")
@@ -477,6 +519,7 @@ def main() -> int:
                     help="also run one job polling this many times faster (0: skip); its overhead divided by this "
                          "factor is the default's, measured above the noise")
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--record-ab", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         args.capacity = args.capacity[0] if isinstance(args.capacity, list) else args.capacity
@@ -531,6 +574,8 @@ def main() -> int:
               "training")
     if args.part in ("sampling", "all"):
         sampling(args, capacities[0], results)
+    if args.part in ("record", "all"):
+        last_record(args, capacities[0], results)
     if args.part in ("steps", "all"):
         r = step_hook_cost(args.hidden)
         results["steps"] = r

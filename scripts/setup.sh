@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for fr-otel: a virtual environment in .venv with the
-# package, the torch extra (torch 2.13.0 CPU) and the test tools. Idempotent and
+# package, the torch extra (torch 2.13.0 CPU), the launchers the tests run (Lightning, Accelerate) and the test tools. Idempotent and
 # quick when nothing changed (a stamp of pyproject.toml, setup.py and the C sources).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,10 @@ fi
 echo "fr-otel setup: creating $venv (one-off; torch is a large download if not cached)" >&2
 [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-# Pin torch first: an unpinned range would pull a multi-GB CUDA build.
-"$venv/bin/python" -m pip install -q "torch==${FR_OTEL_TORCH_VERSION:-2.13.0}"
-"$venv/bin/python" -m pip install -q -e ".[torch,test]"
+# Pin torch first, and hold it pinned (a constraints file) while the rest installs: an unpinned range, or a
+# launcher's own torch requirement (Lightning, Accelerate), would pull a multi-GB CUDA build.
+torch_pin="torch==${FR_OTEL_TORCH_VERSION:-2.13.0}"
+"$venv/bin/python" -m pip install -q "$torch_pin"
+echo "$torch_pin" > "$venv/constraints.txt"
+"$venv/bin/python" -m pip install -q -c "$venv/constraints.txt" -e ".[torch,test,launchers]"
 echo "$want" > "$stamp"

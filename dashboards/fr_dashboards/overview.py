@@ -49,12 +49,12 @@ def now() -> list[stat_builder.Panel]:
                          "ranks the others wait for (recording rule rank_pg:fr_behind:lag). Behind is not stalled: "
                          "a group stalls at threshold:fr_collective_stalled:seconds."),
         stat("Groups stalled",
-             f"count({pg('pg:fr_inflight_collective_age_seconds:max')} > on() group_left() "
-             "threshold:fr_collective_stalled:seconds) or vector(0)",
+             f"count({pg('pg:fr_inflight_collective_age_seconds:max')} > pg:fr_stall_threshold:seconds) "
+             "or vector(0)",
              unit="none", steps=RED_FROM_ONE, decimals=0,
-             description="Process groups whose oldest in-flight collective is stalled: older than the "
-                         "threshold the stall alerts compare against (the threshold:fr_collective_stalled:seconds "
-                         f"rule, {DEFAULT_STALL_S:g} s as shipped, as the agent's incidents)."),
+             description="Process groups whose oldest in-flight collective is stalled: older than their job's "
+                         "stall threshold (pg:fr_stall_threshold:seconds: what its agents export, their "
+                         f"--stall-seconds, else threshold:fr_collective_stalled:seconds, {DEFAULT_STALL_S:g} s)."),
         stat("Incidents in range",
              f"round(sum(max by (job, training_job) (increase({job('fr_incidents_total')}[$__range])))) "
              "or vector(0)",

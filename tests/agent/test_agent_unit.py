@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +42,7 @@ SNAPSHOT = Snapshot(
                   last_incident_trace_id="8148d8a67990f3e495f51437477419ba", last_incident_s=1_699_999_990.5),
     step=13,
     step_started_ns=NOW_NS - 2_250_000_000,
+    stall_s=8.0,
 )
 
 
@@ -93,12 +96,24 @@ fr_training_step{rank="3"} 13.0
 # HELP fr_training_step_age_seconds Seconds since this rank's current training step began (keeps growing while the step does not end).
 # TYPE fr_training_step_age_seconds gauge
 fr_training_step_age_seconds{rank="3"} 2.25
+# HELP fr_stall_threshold_seconds The age at which this rank's agent calls an in-flight collective stalled (--stall-seconds).
+# TYPE fr_stall_threshold_seconds gauge
+fr_stall_threshold_seconds{rank="3"} 8.0
 """
 
 
 def test_exposition_text_is_the_contract() -> None:
     """The Prometheus text format, byte for byte: names, labels, values computed at scrape time."""
     assert generate_latest(_registry()).decode() == GOLDEN_TEXT
+
+
+def test_the_abort_age_is_exported_only_where_a_hang_aborts() -> None:
+    """fr_abort_after_seconds is there with --on-hang abort (its age), absent otherwise; the stall threshold always."""
+    labels = {"rank": "3"}
+    assert _registry().get_sample_value("fr_abort_after_seconds", labels) is None
+    aborting = _registry(dataclasses.replace(SNAPSHOT, abort_after_s=30.0))
+    assert aborting.get_sample_value("fr_abort_after_seconds", labels) == 30.0
+    assert aborting.get_sample_value("fr_stall_threshold_seconds", labels) == 8.0
 
 
 def test_openmetrics_carries_the_trace_id_exemplar() -> None:
@@ -334,6 +349,44 @@ def test_a_poll_loop_that_fails_outside_its_steps_is_a_log_line_and_the_agent_li
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "True"], proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("agent error in the poll loop") == 1, proc.stderr
+
+
+def test_the_log_prefix_is_the_same_at_every_level_and_debug_puts_the_time_in_front() -> None:
+    """`fr-otel[rank N]: ` at info and at debug alike (the README's grep), the debug line's time before it."""
+    for level in ("info", "debug"):
+        proc = _python(f"""
+            import logging
+            from fr_otel.agent.logs import configure_logging, set_log_rank
+            configure_logging("{level}")
+            set_log_rank(3)
+            logging.getLogger("fr_otel.agent").info("incident 1 (stall, raised by rank 3): hang")
+        """)
+        (line,) = proc.stderr.splitlines()
+        stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} " if level == "debug" else ""
+        assert re.fullmatch(stamp + r"fr-otel\[rank 3\]: incident 1 \(stall, raised by rank 3\): hang", line), line
+
+
+def test_signals_after_a_sigterm_the_previous_handler_kept_alive_print_no_broken_pipe() -> None:
+    """A SIGTERM whose previous Python handler lets the process live on (Lightning's): the wake-up fd's reader
+    keeps reading, so later signals (SIGUSR1 here, SIGTERM again) write to an open pipe and print nothing."""
+    proc = _python("""
+        import os, signal, time
+        from fr_otel.agent.guest.hooks import ExitHooks
+        signal.signal(signal.SIGTERM, lambda *a: print("previous handler", flush=True))
+        signal.signal(signal.SIGUSR1, lambda *a: None)
+        hooks = ExitHooks(("sigterm",), lambda: None, lambda exc: None, lambda: print("flushed", flush=True))
+        assert "sigterm-wakeup-fd" in hooks.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # the watcher thread has read it and flushed
+        for sig in (signal.SIGUSR1, signal.SIGUSR1, signal.SIGTERM):
+            os.kill(os.getpid(), sig)
+            time.sleep(0.1)
+        hooks.uninstall()
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n").count("flushed") == 1 and "done" in proc.stdout, proc.stdout
+    assert proc.stderr == "", proc.stderr
 
 
 HOOK_SCRIPT = """

@@ -60,3 +60,16 @@ def test_docs_name_every_settings_range() -> None:
         row = rows.get(option.env)
         assert row is not None, option.env
         assert row.split("|")[4].strip() == option.allowed, (option.env, row)
+
+
+def test_an_abort_age_below_the_stall_threshold_is_raised_to_it_with_one_line() -> None:
+    """FR_OTEL_ABORT_AFTER_SECONDS=12 under a 30 s stall threshold: a forged verdict during a 12 s checkpoint must
+    not end a healthy rank, so the abort age is the threshold, said in one problem line; one above it is kept."""
+    from fr_otel.agent.config import resolve_config
+
+    env = {"FR_OTEL_ON_HANG": "abort", "FR_OTEL_STALL_SECONDS": "30", "FR_OTEL_ABORT_AFTER_SECONDS": "12"}
+    config, problems = resolve_config(environ=env)
+    assert config.abort_after_s == 30 and len(problems) == 1 and "below the stall threshold" in problems[0]
+    config, problems = resolve_config(environ={**env, "FR_OTEL_ABORT_AFTER_SECONDS": "45"})
+    assert config.abort_after_s == 45 and problems == []
+    assert AgentConfig(stall_seconds=30, abort_after_seconds=0.5).abort_after_s == 30

@@ -6,6 +6,8 @@ they apply in (the strongest evidence first) and the untrusted-input boundary of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from fr_otel.diagnosis.cause_kinds import CAUSES, Cause, CauseClass, Domain, cau
 from fr_otel.diagnosis.kinds import CulpritKind
 from fr_otel.diagnosis.verdict import Culprit
 from fr_otel.read.frame import Frame
+from fr_otel.read.last_record import LastRecord
 from fr_otel.read.live_stack import LiveStacks, ThreadStack
 from fr_otel.read.rank_facts import ExitRecord, ProcessFacts, ThreadFacts, exit_from_raw, facts_from_raw, \
     host_view_from_raw
@@ -111,6 +114,17 @@ def test_the_process_as_its_host_sees_it_comes_before_its_stack() -> None:
     assert cls(culprit(kind=CulpritKind.MISSING_DUMP), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.GIL_HELD
 
 
+def test_a_culprit_known_only_from_its_last_record_keeps_its_cause() -> None:
+    """Its kind read from its node-local record (not missing_dump): its own agent still sent nothing, so a live
+    process is gil_held, a stopped one stopped, a gone one with an OOM kill oom_killed; a rank that answered is not
+    gil_held for being alive."""
+    recorded = replace(culprit(), record=LastRecord(1_750_000_000_000_000_000))
+    assert cls(recorded, proc("R", 1.0)) == CauseClass.GIL_HELD
+    assert cls(recorded, proc("T")) == CauseClass.STOPPED
+    assert cls(recorded, ProcessFacts(4242, "gone", 0.0, "", (), oom_kills=1)) == CauseClass.OOM_KILLED
+    assert cls(culprit(), proc("R", 1.0)) == CauseClass.UNKNOWN
+
+
 def test_a_process_that_is_gone_is_oom_killed_when_a_counter_rose_else_crashed() -> None:
     gone = ProcessFacts(4242, "gone", oom_kills=1, host_oom_kills=1, seen_by=1)
     found = find_cause(culprit(kind=CulpritKind.MISSING_DUMP), gone, None, set())
@@ -123,7 +137,7 @@ def test_a_process_that_is_gone_is_oom_killed_when_a_counter_rose_else_crashed()
 def test_an_exit_record_says_how_it_left() -> None:
     raised = ExitRecord("exception", "RuntimeError", "no labels", f"{TRAIN}:12 in step")
     found = find_cause(culprit(), ProcessFacts(4242, "gone"), raised, set())
-    assert found == Cause(CauseClass.CRASHED, (f"uncaught RuntimeError: no labels at {TRAIN}:12 in step",))
+    assert found == Cause(CauseClass.CRASHED, (f"uncaught RuntimeError: no labels at {TRAIN}:12 in step",), Domain.SOFTWARE)
     assert cls(culprit(), None, ExitRecord("exit")) == CauseClass.EXITED
 
 
@@ -144,8 +158,9 @@ def dom(c: Culprit, facts: ProcessFacts | None = None, leaving: ExitRecord | Non
 
 
 def test_each_cause_names_whose_fault_it_is_from_its_class_and_where_the_evidence_decides_from_that() -> None:
-    """The rank's own code is software; a lost host, a device stall, a D-state process and a host-level OOM kill are
-    infrastructure; a signal with no OOM record, SIGTERM alone, a stopped process or no evidence are unknown."""
+    """The rank's own code is software; a lost host and a device stall are infrastructure; a signal with no OOM
+    record, SIGTERM alone, an exception that names the hardware, a stopped process, a process in uninterruptible
+    sleep, a host-level OOM kill with no cgroup of its own, or no evidence at all are unknown."""
     busy = stack(main([Frame("main", TRAIN, 9)], "while True: pass"))
     assert dom(culprit(now=busy), proc("R", 1.0)) == Domain.SOFTWARE
     assert dom(culprit(CulpritKind.MISSING_DUMP), proc("R", 1.0)) == Domain.SOFTWARE  # gil_held
@@ -155,20 +170,28 @@ def test_each_cause_names_whose_fault_it_is_from_its_class_and_where_the_evidenc
     assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=1, host_oom_kills=1)) == Domain.SOFTWARE  # its limit
     assert dom(culprit(), proc("R", 1.0), lost={"n1"}) == Domain.INFRASTRUCTURE
     assert dom(culprit(CulpritKind.NOT_COMPLETED)) == Domain.INFRASTRUCTURE
-    assert dom(culprit(), proc("D", wchan="nfs_wait")) == Domain.INFRASTRUCTURE
+    assert dom(culprit(), proc("D", wchan="nfs_wait")) == Domain.UNKNOWN
+    ecc = ExitRecord("exception", "RuntimeError", "CUDA error: uncorrectable ECC error encountered", f"{TRAIN}:3 in f")
+    assert dom(culprit(), ProcessFacts(4242, "gone"), ecc) == Domain.UNKNOWN
     read = stack(main([Frame("main", TRAIN, 9)], "data = f.read()"))
     assert dom(culprit(now=read), proc("S", wchan="pipe_read")) == Domain.SOFTWARE  # a FIFO with no writer
-    assert dom(culprit(now=read), proc("D", wchan="nfs_wait")) == Domain.INFRASTRUCTURE  # a hung mount
-    assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=None, host_oom_kills=2)) == Domain.INFRASTRUCTURE
+    assert dom(culprit(now=read), proc("D", wchan="nfs_wait")) == Domain.UNKNOWN  # a hung mount, or writeback
+    assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=None, host_oom_kills=2)) == Domain.UNKNOWN
     assert dom(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=0)) == Domain.UNKNOWN  # a signal
     assert dom(culprit(), proc("S"), ExitRecord("sigterm")) == Domain.UNKNOWN
     assert dom(culprit(), proc("T")) == Domain.UNKNOWN
     assert dom(culprit(CulpritKind.MISSING_DUMP)) == Domain.UNKNOWN
     found = find_cause(culprit(now=busy), proc("R", 1.0), None, set())
     assert found.to_dict()["domain"] == "software" and cause_from_json(found.to_dict()) == found
-    infra = find_cause(culprit(), ProcessFacts(4242, "gone", host_oom_kills=2), None, set())
-    assert cause_from_json(infra.to_dict()) == infra and cause_from_json({**infra.to_dict(), "domain": "x"}).domain \
+    host = find_cause(culprit(), ProcessFacts(4242, "gone", host_oom_kills=2), None, set())
+    assert cause_from_json(host.to_dict()) == host and cause_from_json({**host.to_dict(), "domain": "x"}).domain \
         == Domain.SOFTWARE  # an unknown word is the class's own
+    # A file cannot make a code fault evidence against a host, nor a lost host the code's: only the row's other.
+    assert cause_from_json({**found.to_dict(), "domain": "infrastructure"}).domain == Domain.SOFTWARE
+    lost = find_cause(culprit(), proc("R", 1.0), None, {"n1"})
+    assert cause_from_json({**lost.to_dict(), "domain": "software"}).domain == Domain.INFRASTRUCTURE
+    with pytest.raises(ValueError):
+        Cause(CauseClass.PYTHON_BUSY, (), Domain.INFRASTRUCTURE)
 
 
 def test_a_rank_that_called_another_collective_diverged_in_its_code_whatever_it_did_after() -> None:
@@ -253,7 +276,7 @@ def test_docs_list_every_class_with_its_label_domain_and_the_evidence_it_needs_a
 
     docs = (Path(__file__).parents[2] / "docs" / "verdict.md").read_text()
     for cls_, info in CAUSES.items():
-        domain = f"`{info.domain}`" + (f"; {info.domain_when}" if info.domain_when else "")
+        domain = f"`{info.domain}`" + (f"; `{info.other_domain}` {info.domain_when}" if info.other_domain else "")
         assert f"| `{cls_}` | {info.label} | {domain} | {info.needs} |" in docs, cls_
 
 

@@ -9,6 +9,7 @@ and their kinds must be exact, and no rank that is only waiting may be accused.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -328,6 +329,48 @@ def test_missing_dump_is_named_without_asserting_its_state(tmp_path: Path) -> No
         assert world.in_flight is not None
         assert world.in_flight.not_entered == () and world.in_flight.unknown == (3,)
         assert "not entered" not in render_verdict(v)
+
+
+def test_a_silent_ranks_last_record_gives_its_kind_and_age_where_its_dump_is_missing(tmp_path: Path) -> None:
+    """Rank 3 sent nothing, but its last record on its node (no entries, its counters: #3 enqueued and completed)
+    stands in for its dump: not_enqueued from that record, with its age, instead of missing_dump."""
+    b = DumpBuilder(4)
+    warm_up(b)
+    b.collective(b.world, ranks=[0, 1, 2], done=False)
+    folder = b.write(tmp_path / "job", omit=(3,))
+    taken = 1_750_000_000_000_000_000
+    record = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0-3]"}},
+              "pg_status": {"0": {"last_enqueued_collective": 3, "last_started_collective": -1,
+                                  "last_completed_collective": 3}}, "entries": [],
+              "fr_otel_last_record": {"taken_ns": taken, "pid": 7, "silent_since_ns": taken + 10**8,
+                                      "loaded_ns": taken + 42 * 10**8}}
+    (folder / "fr_trace_rank_3").write_bytes(pickle.dumps(record, protocol=4))
+    v = analyze(build_job(read_dumps(folder)))
+    assert v.verdict == "hang" and blamed(v) == [(3, "not_enqueued")]
+    (culprit,) = v.culprits
+    assert culprit.record is not None and culprit.record.age_s == pytest.approx(4.2)
+    assert culprit.evidence.endswith("rank 3 never enqueued it (its last on this group is #3, by its last record, 4.2 s "
+                                     "old (its agent's last word before it stopped answering))"), culprit.evidence
+    assert culprit.to_dict()["record"] == {"taken_ns": taken, "age_s": pytest.approx(4.2),
+                                           "silent_since_ns": taken + 10**8}
+
+
+def test_a_silent_ranks_record_taken_inside_a_collective_its_peers_completed_never_blames_its_device(
+        tmp_path: Path) -> None:
+    """Rank 3's last record caught it inside #4 (enqueued, not completed), which its peers completed before waiting
+    in #5: it went on past its record, so it is not_enqueued in #5, never not_completed in #4."""
+    b = DumpBuilder(4)
+    warm_up(b)
+    b.collective(b.world, ranks=[0, 1, 2])
+    b.collective(b.world, ranks=[0, 1, 2], done=False)
+    folder = b.write(tmp_path / "job", omit=(3,))
+    record = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0-3]"}},
+              "pg_status": {"0": {"last_enqueued_collective": 4, "last_started_collective": -1,
+                                  "last_completed_collective": 3}}, "entries": [],
+              "fr_otel_last_record": {"taken_ns": 1_750_000_000_000_000_000}}
+    (folder / "fr_trace_rank_3").write_bytes(pickle.dumps(record, protocol=4))
+    v = analyze(build_job(read_dumps(folder)))
+    assert blamed(v) == [(3, "not_enqueued")] and v.culprits[0].collective_seq_id == 5, render_verdict(v)
 
 
 def test_most_dumps_missing_is_inconclusive_with_waiting_and_missing_ranks(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ nobody sets, multiplies matrices in torch forever, waits on a queue whose produc
 process, calls barrier where its peers call all_reduce, or thrashes its page cache at its memory cgroup's limit.
 The incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
 (``incident.json``), in the agent's log line, on the page and in ``fr-otel analyze --json`` of the incident's
-folder; a healthy run raises nothing.
+folder; where rank 2 cannot send its part (its GIL held, stopped, OOM-killed), the incident still loads all 4
+ranks, rank 2's kind read from its last record on its node, with that record's age; a healthy run raises nothing.
 """
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ CAUSE_JOB = Path(importlib.util.find_spec("support.cause_job").origin)  # type: 
 CULPRIT = 2
 
 
+#: The kinds whose rank 2 cannot send its part: their incident reads its last record on its node, so it stops late
+#: enough (step 16, ~0.9 s in) for its agent to have polled more than once by then.
+SILENT = ("gil_regex", "gil_pydll", "stopped", "oom")
+
+
 def _env(tmp: Path, kind: str, **extra: str) -> dict[str, str]:
-    return job_env(tmp, CAUSE_KIND=kind, CAUSE_RANK=str(CULPRIT), CAUSE_STEP="6", FR_OTEL_METRICS_PORT="off",
-                   FR_OTEL_STALL_SECONDS="3", **extra)
+    step = {"CAUSE_STEP": "16", "CAUSE_STEPS": "20"} if kind in SILENT else {"CAUSE_STEP": "6"}
+    return job_env(tmp, CAUSE_KIND=kind, CAUSE_RANK=str(CULPRIT), FR_OTEL_METRICS_PORT="off",
+                   FR_OTEL_STALL_SECONDS="3", **step, **extra)
 
 
 def _torchrun(*args: str) -> list[str]:
@@ -59,8 +66,10 @@ def _incident(out: Path, job: Job | list[Job]) -> tuple[Path, dict[str, Any]]:
     return path.parent, json.loads(path.read_text())
 
 
-def _check(folder: Path, incident: dict[str, Any], want: str, log: str, run_cli: Any) -> dict[str, Any]:
-    """Rank 2 is the culprit with cause ``want`` and evidence lines, in incident.json, the log and analyze --json."""
+def _check(folder: Path, incident: dict[str, Any], want: str, log: str,
+           run_cli: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Rank 2 is the culprit with cause ``want`` and evidence lines, in incident.json, the log and analyze --json;
+    returns its cause and that JSON."""
     culprits = {c["rank"]: c for c in incident["summary"]["culprits"]}
     assert CULPRIT in culprits, json.dumps(incident["summary"], indent=1)[:3000]
     cause = culprits[CULPRIT]["cause"]
@@ -68,9 +77,28 @@ def _check(folder: Path, incident: dict[str, Any], want: str, log: str, run_cli:
     assert f"cause: {want}" in log, log[-4000:]
     done = run_cli("analyze", "--json", str(folder))
     assert done.returncode in (0, 1, 2), done.stderr  # the exit status says the verdict; the JSON is what counts
-    offline = {c["rank"]: c for c in json.loads(done.stdout)["culprits"]}
+    said = json.loads(done.stdout)
+    offline = {c["rank"]: c for c in said["culprits"]}
     assert offline[CULPRIT]["cause"]["class"] == want, json.dumps(offline[CULPRIT], indent=1)[:3000]
-    return cause
+    return cause, said
+
+
+def _check_from_last_record(folder: Path, incident: dict[str, Any], offline: dict[str, Any], log: str) -> None:
+    """Rank 2 sent nothing, yet all 4 ranks are loaded: its kind comes from its own last record on its node (not
+    ``missing_dump``), with that record's age, live and in ``fr-otel analyze --json`` of the incident's folder
+    (``offline``: :func:`_check`'s)."""
+    live = incident["summary"]
+    assert offline["ranks_loaded"] == 4 and not offline["missing_ranks"], offline["problems"]
+    assert "4 of 4 ranks' recorders" in log, log[-3000:]
+    for verdict in (live, offline):
+        said = next(c for c in verdict["culprits"] if c["rank"] == CULPRIT)
+        assert said["kind"] == "not_enqueued", said
+        record = said["record"]
+        # Its agent's last word came within a poll (0.5 s) of its last heartbeat, and before the incident.
+        assert record["silent_since_ns"] - record["taken_ns"] <= 0.5e9 and record["age_s"] > 0, record
+        assert f"by its last record, {record['age_s']:.1f} s old" in said["evidence"], said
+    assert live["culprits"][0]["record"] == offline["culprits"][0]["record"]
+    assert (folder / f"fr_trace_rank_{CULPRIT}").is_file()
 
 
 @pytest.mark.parametrize(("kind", "want"), [
@@ -85,8 +113,10 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     jobs.append(job)
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
-    cause = _check(folder, incident, want, job.output, run_cli)
+    cause, offline = _check(folder, incident, want, job.output, run_cli)
     assert f"<b>Cause</b> {cause['label']}" in (folder / "incident.html").read_text()  # the page says it too
+    if kind in SILENT:
+        _check_from_last_record(folder, incident, offline, job.output)
     proc = incident["ranks"][str(CULPRIT)]["proc"]
     if kind == "stopped":
         assert proc["state"] == "T"
@@ -163,7 +193,8 @@ def test_a_rank_killed_by_its_cgroups_oom_killer_is_named_oom_killed(tmp_path: P
         folder, incident = _incident(tmp_path / "out", job)
         wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
         assert limit.oom_kills() >= 1
-        cause = _check(folder, incident, "oom_killed", job.output, run_cli)
+        cause, offline = _check(folder, incident, "oom_killed", job.output, run_cli)
+        _check_from_last_record(folder, incident, offline, job.output)
         # Gone, or a zombie its launcher has not reaped yet: dead either way.
         assert any("OOM kill" in e for e in cause["evidence"])
         assert incident["ranks"][str(CULPRIT)]["proc"]["state"] in ("gone", "Z")
@@ -186,7 +217,7 @@ def test_a_rank_thrashing_at_its_memory_cgroups_limit_is_named_memory_pressure(t
         jobs.append(job)
         folder, incident = _incident(tmp_path / "out", job)
         wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
-        cause = _check(folder, incident, "memory_pressure", job.output, run_cli)
+        cause, _ = _check(folder, incident, "memory_pressure", job.output, run_cli)
         assert cause["evidence"][0].startswith("its memory cgroup is at "), cause
         proc = incident["ranks"][str(CULPRIT)]["proc"]
         assert proc["memory_use"] >= 0.95 and proc["memory_limit_hits"] > 0 and proc["state"] in ("R", "D", "S"), proc
@@ -211,7 +242,7 @@ def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(
     wait_for(lambda: any("cause: " in j.output for j in nodes), timeout=20, interval=0.2)
     log = "\n".join(j.output for j in nodes)
     line = next(i for i, text in enumerate(CAUSE_JOB.read_text().splitlines(), 1) if "injected failure" in text)
-    cause = _check(folder, incident, "crashed", log, run_cli)
+    cause, _ = _check(folder, incident, "crashed", log, run_cli)
     assert cause["evidence"][0] == (f"uncaught RuntimeError: injected failure: the batch had no labels at "
                                     f"{CAUSE_JOB}:{line} in _fault")
 

@@ -57,8 +57,10 @@ def _check_live_findings(out: str, tmp_path: Path) -> Path:
     assert "all_reduce #6 belongs to step 5; rank 2 is still in step 5; ranks 0-1,3 waiting on it are in step 5" in out
     assert "  stopped first  rank 2 stopped first, " in out
     assert f"  now            in time.sleep at {SCRIPT}:{SLEEP_LINE} in read_sample (not in a collective" in out
-    assert (f"  cause          waiting on its data pipeline (data_wait): main thread in time.sleep at {SCRIPT}:{SLEEP_LINE} "
-            "in read_sample (the DataLoader); /proc/") in out
+    assert (f"  cause          waiting on its data pipeline (data_wait) [software]: main thread in time.sleep at "
+            f"{SCRIPT}:{SLEEP_LINE} in read_sample (the DataLoader); /proc/") in out
+    assert "  what to do     fix the code: the culprit stopped in its own code, a restart would hang again" in out
+    assert "Leave out" not in out and "--exclude" not in out and "cordon" not in out
     assert CULPRIT_SERIES in out and "rank(s) 2 stopped at #5: the one(s) they wait for" in out
     assert f"    {BLAME_RULE}    " in out and f"    {culprit_query(5)}\n" in out
     folder = _incident_folder(out)

@@ -48,13 +48,13 @@ def _root(rx: OtlpGrpcReceiver) -> ReceivedSpan | None:
     return next((s for s in rx.spans() if s.span.name == "fr_otel.incident"), None)
 
 
-def _abort_job(tmp_path: Path, rx: OtlpGrpcReceiver, *torchrun_flags: str) -> Job:
+def _abort_job(tmp_path: Path, rx: OtlpGrpcReceiver, *torchrun_flags: str, **settings: str) -> Job:
     """Rank 2's DataLoader blocks 600 s reading its step-6 batch, in the first attempt only; gloo's timeout is
     300 s."""
     env = job_env(tmp_path, TRAIN_LOOP_STALL_RANK="2", TRAIN_LOOP_STALL_STEP="6", TRAIN_LOOP_STALL_SECONDS="600",
                   TRAIN_LOOP_STALL_IN="loader", TRAIN_LOOP_STALL_ATTEMPT="0", TRAIN_LOOP_STEPS="12",
                   TRAIN_LOOP_GLOO_TIMEOUT="300", FR_OTEL_METRICS_PORT="off", FR_OTEL_GATHER_SECONDS="5",
-                  OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+                  OTEL_EXPORTER_OTLP_ENDPOINT=rx.url, **settings)
     # fr-otel run's flag; it also gives each torchrun attempt its own store (pytorch#135712).
     cmd = [sys.executable, "-m", "fr_otel.cli", "run", "--on-hang", "abort", "--stall-seconds", str(STALL_S), "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", *torchrun_flags,
@@ -98,9 +98,15 @@ def test_abort_ends_a_data_loader_stall_with_exit_70_and_never_leaves_its_health
     threshold + 40 s, not at the 300 s gloo timeout, with 70 (EX_SOFTWARE: a retry would hang again), not 75;
     rank 2's cause is data_wait in the software domain in incident.json, `analyze --json` and the page; no
     exclude-hosts.txt, `exclude_hosts` empty everywhere, and no --exclude, DRAIN or cordon in the log, the
-    terminal or the page."""
+    terminal or the page. Before the stall is an incident, anyone who reaches the store plants ``i/1..12/result =
+    "{}"``: unsigned, it would read as incident 1 concluded and nobody would join; the job's secret (fr-otel run
+    makes one) makes it nothing."""
+    from support.store_forger import plant_in_job
+
     with OtlpGrpcReceiver() as rx:
-        jobs.append(job := _abort_job(tmp_path, rx))
+        jobs.append(job := _abort_job(tmp_path, rx, FR_OTEL_LOG_LEVEL="debug"))  # the store's address is in its log
+        wait_file(tmp_path / "markers" / "stall_start.json", job, timeout=120)
+        plant_in_job(job.output, {f"i/{k}/result": "{}" for k in range(1, 13)})
         took, _, folder = _first_rank_ended(job, tmp_path, rx)
         code = job.wait(60)
         exited = time.time()
@@ -109,6 +115,7 @@ def test_abort_ends_a_data_loader_stall_with_exit_70_and_never_leaves_its_health
     assert exited - stall["time"] <= ENDED_WITHIN_S, job.output[-6000:]
     out = job.output
     _ended_lines(out)
+    assert "i/<n>/result record without this job's signature" in out, out[-6000:]  # the planted results, seen
     assert f"exitcode: {CODE_FAULT_EXIT_CODE}" in out and "(--on-hang abort): exit code 70, do not resubmit" in out
     assert "what to do: fix the code" in out, out[-6000:]
     summary = json.loads((folder / "incident.json").read_text())["summary"]

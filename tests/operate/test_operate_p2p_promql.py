@@ -29,7 +29,7 @@ from fr_otel.agent.observe.state import GroupStatus, P2PWait, ProcessInfo, Snaps
 from support.prometheus import PrometheusServer, find_prometheus
 
 PIPE = ("43", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 1, 2, 3))
-WAIT_S = 200  # past the stall threshold (60 s) from the first scrape on
+WAIT_S = 200  # past the default stall threshold (60 s) and as long again from the first scrape on
 DASHBOARDS = load_dashboards()
 
 

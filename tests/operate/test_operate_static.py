@@ -32,6 +32,7 @@ from support.operate import (
     DEPLOY,
     K8S_DIR,
     PROM_DIR,
+    RULES_PACE_TEST_FILE,
     RULES_TEST_FILE,
     RUNBOOK,
     RUNBOOK_URL,
@@ -97,16 +98,37 @@ def test_promtool_test_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
+def test_promtool_stall_alerts_keep_each_jobs_own_threshold_at_their_groups_pace() -> None:
+    """rules-pace.test.yml: with an 8 s threshold the stall alerts fire 25 s into the stall, with 60 s at 2m10s."""
+    result = run([need("promtool"), "test", "rules", RULES_PACE_TEST_FILE.name], cwd=PROM_DIR)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
 def test_promtool_check_config() -> None:
     result = run([need("promtool"), "check", "config", str(PROM_DIR / "prometheus.yml")])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 1 rule files found" in result.stdout
     config = load_yaml(PROM_DIR / "prometheus.yml")
     assert config["rule_files"] == ["fr-otel-rules.yml"]
-    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert config["alerting"]["alertmanagers"][0]["file_sd_configs"][0]["files"] == ["targets/alertmanager*.json"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["fr-otel"]["file_sd_configs"][0]["files"], "agent targets come from file_sd"
     assert {"fr-otel", "dcgm", "node"} <= set(jobs)
+
+
+def test_the_shipped_prometheus_config_scrapes_the_demo_and_finds_alertmanager_without_edits() -> None:
+    """As shipped, prometheus.yml scrapes `fr-otel demo`'s default ports and sends to an Alertmanager on this
+    machine; deploy/compose's targets send to its alertmanager service instead."""
+    from fr_otel.demo.job import DEFAULT_METRICS_PORT, DemoPlan
+
+    config = load_yaml(PROM_DIR / "prometheus.yml")
+    (demo,) = [job for job in config["scrape_configs"] if job["job_name"] == "fr-otel-demo"]
+    (static,) = demo["static_configs"]
+    world = DemoPlan.__dataclass_fields__["world_size"].default
+    assert static["targets"] == [f"127.0.0.1:{DEFAULT_METRICS_PORT + r}" for r in range(world)]  # type: ignore[operator]
+    assert load_yaml(PROM_DIR / "targets" / "alertmanager.json") == [{"targets": ["localhost:9093"]}]
+    assert load_yaml(COMPOSE_DIR / "targets" / "alertmanager.json") == [{"targets": ["alertmanager:9093"]}]
 
 
 @pytest.mark.parametrize("path", sorted((PROM_DIR / "targets" / "examples").glob("*.json"))
@@ -204,8 +226,11 @@ def test_alert_thresholds_have_one_source_and_annotations_read_it() -> None:
         assert "$labels.training_job" in ann["summary"] and "$labels.training_job" in ann["description"], name
         read = thresholds_read(expr, thresholds) - {BLAME_FLOOR}  # who is behind, not when an alert fires
         used |= read
+        # Printed as is, or through the recorded rule that reads it (the stall alerts print their job's threshold).
+        printed = {r for r in recorded_names() if re.search(rf"(query `|printf `){re.escape(r)}\b", text)}
         for t in read:
-            assert f"query `{t}`" in text, f"{name}: its annotations do not print {t}"
+            assert f"query `{t}`" in text or any(t in thresholds_read(r, [t]) for r in printed), \
+                f"{name}: its annotations do not print {t}"
         # No literal threshold in the text: numbers only through templates.
         outside = re.sub(r"\{\{.*?\}\}", " ", text)
         assert not re.search(r"\d+\s*(s|m|%|seconds|minutes)\b", outside), f"{name}: a hard-coded number: {outside}"
@@ -281,8 +306,8 @@ def _lowered_rules_test() -> dict:
             "interval": "15s",
             "input_series": inputs,
             "alert_rule_test": [
-                # age > 30 from 45s, for 1m: firing from 1m45s (the shipped 60 s: from 2m15s).
-                case("1m30s", "FrOtelCollectiveStalled", []),
+                # age > 30 + 30 from 1m15s, for 5s: firing from 1m30s (the shipped 60 s: past 2m).
+                case("1m15s", "FrOtelCollectiveStalled", []),
                 case("2m", "FrOtelCollectiveStalled", [{"exp_labels": pg_labels, "exp_annotations": {
                     "summary": "A collective has been in flight for over 30s in group 0 of training job llama-7b",
                     "description": "The oldest in-flight collective of process group 0 (default_pg) in training job "
@@ -290,7 +315,7 @@ def _lowered_rules_test() -> dict:
                                    "FrOtelRankLagging for the rank(s) they wait for.",
                     "runbook_url": url + "frotelcollectivestalled"}}]),
                 # The same threshold, the same times: one meaning of stalled.
-                case("1m30s", "FrOtelRankLagging", []),
+                case("1m15s", "FrOtelRankLagging", []),
                 case("2m", "FrOtelRankLagging", [{
                     "exp_labels": {**pg_labels, "instance": "node-a:9742", "rank": "2"}, "exp_annotations": {
                     "summary": "Rank 2 is holding up process group 0 of training job llama-7b",
@@ -298,7 +323,7 @@ def _lowered_rules_test() -> dict:
                                    "than the most advanced member of process group 0 (default_pg), whose other "
                                    "members have waited over 30s: they are waiting for rank 2.",
                     "runbook_url": url + "frotelranklagging"}}]),
-                case("1m30s", "FrOtelSendRecvStalled", []),
+                case("1m15s", "FrOtelSendRecvStalled", []),
                 case("2m", "FrOtelSendRecvStalled", [{
                     "exp_labels": {**pg_labels, **pipe, "peer": "2"}, "exp_annotations": {
                     "summary": "Rank 2 is holding up send/recv in group 43 of training job llama-7b",
@@ -594,14 +619,18 @@ def test_incident_counts_take_the_max_over_a_jobs_ranks() -> None:
 
 
 def test_panels_that_judge_against_an_alert_threshold_read_its_rule() -> None:
-    """"Groups stalled" counts against the FrOtelCollectiveStalled threshold series (one source:
-    lowering the rule moves the panel too), and no dashboard variable restates a rule threshold."""
+    """"Groups stalled" counts against the stall threshold series the stall alerts build on (the job's own, else
+    the rule's: one source), and no dashboard variable restates a rule threshold."""
     (stalled,) = [p for p in iter_panels(DASHBOARDS["fr-otel-overview.json"]["panels"])
                   if p["title"] == "Groups stalled"]
     (target,) = stalled["targets"]
-    assert "> on() group_left() threshold:fr_collective_stalled:seconds" in target["expr"], target["expr"]
+    assert "> pg:fr_stall_threshold:seconds" in target["expr"], target["expr"]
     (alert,) = [r for r in alert_rules() if r["alert"] == "FrOtelCollectiveStalled"]
     assert target["expr"].split("{")[0].split("(")[-1] in alert["expr"], "the alert's series"
+    rules = {r["record"]: r["expr"] for r in load_rules() if "record" in r}
+    assert "pg:fr_stall_alert_after:seconds" in alert["expr"]
+    assert "pg:fr_stall_threshold:seconds" in rules["pg:fr_stall_alert_after:seconds"], "the alert's threshold"
+    assert "threshold:fr_collective_stalled:seconds" in rules["pg:fr_stall_threshold:seconds"]
     for name, dash in DASHBOARDS.items():
         for var in dash.get("templating", {}).get("list", []):
             assert "threshold" not in (var.get("label") or var["name"]).lower(), f"{name}: ${var['name']}"
@@ -931,7 +960,7 @@ def test_the_deploy_examples_restart_a_job_for_the_retry_exit_code_alone_and_fai
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert [(r["action"], r["onExitCodes"]["operator"], r["onExitCodes"]["values"]) for r in rules] == [
         ("FailJob", "In", [CODE_FAULT_EXIT_CODE]), ("Count", "In", [ABORT_EXIT_CODE]),
-        ("FailJob", "NotIn", [0, ABORT_EXIT_CODE])]
+        ("FailJob", "NotIn", [0, CODE_FAULT_EXIT_CODE, ABORT_EXIT_CODE])]
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] > 0
     trainer = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer")
     assert {"name": "FR_OTEL_ON_HANG", "value": "abort"} in trainer["env"]

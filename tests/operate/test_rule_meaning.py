@@ -70,8 +70,19 @@ def test_the_blame_floor_is_behind_not_stalled() -> None:
 
 def test_every_alert_on_an_op_in_flight_compares_it_with_the_one_stall_threshold() -> None:
     """An alert that judges how long a collective or send/recv has been in flight compares against
-    threshold:fr_collective_stalled:seconds and no other seconds threshold (no second 'stalled')."""
-    judged = {rule["alert"]: set(re.findall(r"threshold:\w+:seconds", rule["expr"]))
+    threshold:fr_collective_stalled:seconds (through the recorded rules it reads: the job's own threshold where its
+    agents export one, else that) and no other seconds threshold (no second 'stalled')."""
+    records = {rule["record"]: rule["expr"] for rule in _rules() if "record" in rule}
+
+    def thresholds(expr: str, seen: set[str]) -> set[str]:
+        found = set(re.findall(r"threshold:\w+:seconds", expr))
+        for name in set(re.findall(r"[a-z_]+:[\w]+:[\w]+", expr)) & set(records) - seen - found:
+            seen.add(name)
+            found |= thresholds(records[name], seen)
+        return found
+
+    # The blame floor says who is behind (FrOtelRankLagging's rank_pg:fr_behind:lag), not when an op is stalled.
+    judged = {rule["alert"]: thresholds(rule["expr"], set()) - {"threshold:fr_blame_floor:seconds"}
               for rule in _rules() if "alert" in rule and re.search(r"(inflight|p2p)[\w:]*age_seconds", rule["expr"])}
     assert judged == {name: {STALLED} for name in ("FrOtelCollectiveStalled", "FrOtelRankLagging",
                                                    "FrOtelSendRecvStalled")}

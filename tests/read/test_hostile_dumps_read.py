@@ -51,6 +51,25 @@ def test_a_wrong_typed_optional_field_is_read_as_unknown_with_one_line(
     assert len(hits) == 1 and words in hits[0] and "entry 5" in hits[0] and "read as unknown" in hits[0], hits
 
 
+@pytest.mark.parametrize("value", [
+    "yesterday", [1], {"taken_ns": "1"}, {"taken_ns": -5}, {"taken_ns": 2**64}, {"taken_ns": True},
+    {"taken_ns": 10**18, "pid": "x", "confirmed_ns": 5, "silent_since_ns": 2**70, "loaded_ns": [1]},
+])
+def test_a_forged_last_record_stamp_is_read_as_no_record_or_only_its_sound_times(tmp_path: Path, value: Any) -> None:
+    """A dump claiming to be a silent rank's last record with a stamp of the wrong shape: the dump is read as a
+    dump, its record is none without a believable ``taken_ns``, and every other ill-typed time is left out."""
+    doc = nccl_dump(VICTIM)
+    doc["fr_otel_last_record"] = value
+    job, verdict, problems = everything(write_job(tmp_path, doc))
+    record = job.dumps[VICTIM].record
+    if isinstance(value, dict) and value.get("taken_ns") == 10**18:
+        assert record is not None and (record.pid, record.confirmed_ns, record.silent_since_ns, record.loaded_ns) == (
+            None, None, None, None) and record.age_s is None
+    else:
+        assert record is None
+    assert [c.rank for c in verdict.culprits] == [STUCK]
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("time_created_ns", -1), ("time_created_ns", "1700000000"), ("collective_seq_id", 2**63),
     ("collective_seq_id", True), ("process_group", "0"), ("profiling_name", None),

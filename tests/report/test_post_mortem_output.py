@@ -130,3 +130,26 @@ def test_the_json_age_is_null_without_a_dump_time(nvrx: Path, tmp_path: Path, ru
     doc = json.loads(out.stdout)
     assert doc["reference_source"] == "latest_activity"
     assert {g["in_flight"]["age_s"] for g in doc["groups"] if g["in_flight"]} == {None}
+
+
+def test_what_to_do_follows_the_evidence_in_the_terminal_and_the_page() -> None:
+    """A rank hung in its own code (the lab's rank 5, every node's folder): "What to do: fix the code" with its call
+    site and the software domain beside its cause, and no host, drain, cordon or --exclude anywhere; a frozen host
+    (node2): restart elsewhere, with the commands that leave node2 out; one node's folder whose live verdict recorded
+    no cause: restart in place, no host named."""
+    from fr_otel import analyze_incident
+
+    data = Path(__file__).resolve().parents[1] / "data" / "node-folders"
+    code = analyze_incident(data / "code_hang")
+    text, page = render_verdict(code.verdict), render(code.job, code.verdict)
+    assert "What to do: fix the code: rank(s) 5 stopped in their own code (software)" in text, text
+    assert "  rank 5: " in text and "train_loop.py:137 in main" in text.split("What to do:", 1)[1]
+    assert "[software]" in text and "software: its own code or process" in page and "What to do</b>: fix the code" in page
+    for out in (text, page):
+        assert not [w for w in ("Leave out", "--exclude", "DRAIN", "cordon") if w in out]
+    frozen = analyze_incident(data / "freeze" / "node0")
+    text, page = render_verdict(frozen.verdict), render(frozen.job, frozen.verdict)
+    assert "What to do: restart elsewhere, leaving out node2" in text and "sbatch --exclude=node2 JOB_SCRIPT" in text
+    assert "Leave out next time</b>: node2" in page and "kubectl cordon node2" in page
+    unsure = render_verdict(analyze_incident(data / "code_hang" / "node1").verdict)
+    assert "What to do: restart in place" in unsure and "--exclude" not in unsure and "DRAIN" not in unsure

@@ -9,6 +9,7 @@ it shares (paths under a ``mountPath`` are moved there).
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,14 @@ def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 def volumes(spec: dict[str, Any], of: dict[str, Any], tmp: Path) -> dict[str, Path]:
     """mountPath -> the folder standing in for that volume: one per volume, whichever container mounts it."""
-    names = {v["name"] for v in spec["volumes"]}
+    declared = {v["name"]: v for v in spec["volumes"]}
     out = {}
     for mount in of.get("volumeMounts", []):
-        assert mount["name"] in names, f"{of['name']} mounts an undeclared volume {mount['name']}"
+        assert mount["name"] in declared, f"{of['name']} mounts an undeclared volume {mount['name']}"
         folder = tmp / "volumes" / mount["name"]
         folder.mkdir(parents=True, exist_ok=True)
+        if "secret" in declared[mount["name"]] and not (folder / "secret").exists():  # the job's Secret, made per job
+            (folder / "secret").write_text(secrets.token_hex(32))
         out[mount["mountPath"]] = folder
     return out
 

@@ -14,16 +14,17 @@ from fr_otel.agent.links.host_map import HostMapKeeper
 from fr_otel.agent.incident.rank import IncidentRank
 from fr_otel.agent.links.node_channel import NodeChannel
 from fr_otel.agent.links.node_leader import NodeRole
+from fr_otel.agent.links.signing import Seal
 from fr_otel.otlp.config import resolve_export_config
 from fr_otel.read.rank_process import RankProcess
 
 
-def store_channel(port: int) -> IncidentChannel:
+def store_channel(port: int, seal: Seal | None = None) -> IncidentChannel:
     """A client of the store on ``port``, as a rank's incident channel. Its connect may take seconds on a loaded
     box (a 5 s bound once timed out with four workers on two cores); every call the channel makes is bounded by
     its own link whatever this timeout."""
     client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
-    return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test")
+    return IncidentChannel(dist.PrefixStore("fr_otel/job/", client), "test", seal=seal)
 
 
 def node_rank(tmp_path: Path, port: int, rank: int, poll: float, max_incidents: int = 10) -> IncidentRank:
@@ -40,9 +41,10 @@ def node_rank(tmp_path: Path, port: int, rank: int, poll: float, max_incidents: 
 
 
 def flat_rank(tmp_path: Path, port: int, rank: int, *, host: str = "node0", world: int = 4, poll: float = 0.2,
-              gather_seconds: float = 15.0) -> IncidentRank:
-    """Rank ``rank`` of a ``world``-rank job on ``host`` without a node leader (the flat path)."""
-    channel = store_channel(port)
+              gather_seconds: float = 15.0, seal: Seal | None = None) -> IncidentRank:
+    """Rank ``rank`` of a ``world``-rank job on ``host`` without a node leader (the flat path); ``seal``: the
+    job's secret, its records signed."""
+    channel = store_channel(port, seal)
     process = RankProcess(host=host, pid=100 + rank, local_rank=0, source="agent")
     config = AgentConfig(out_dir=str(tmp_path), dump_dir=str(tmp_path), metrics_port=None, poll_interval=poll,
                          gather_seconds=gather_seconds)

@@ -21,7 +21,7 @@ import yaml
 
 from support.rules import RULES_FILE
 
-__all__ = ['ARCHITECTURE', 'COMPOSE_DIR', 'CONTRACT_METRICS', 'DASHBOARD_DIR', 'DASHBOARD_FILES', 'DEPLOY', 'GRAFANA_BUILTINS', 'K8S_DIR', 'PROM_DIR', 'REPO', 'RULES_TEST_FILE', 'RUNBOOK', 'RUNBOOK_URL', 'SLURM_DIR', 'alert_rules', 'allow_listed_metrics', 'dashboard_exprs', 'github_anchors', 'iter_panels', 'load_dashboards', 'load_rules', 'load_yaml', 'load_yaml_all', 'metric_names', 'need', 'recorded_names', 'rule_exprs', 'run', 'substitute', 'variable_values']
+__all__ = ['ARCHITECTURE', 'COMPOSE_DIR', 'CONTRACT_METRICS', 'DASHBOARD_DIR', 'DASHBOARD_FILES', 'DEPLOY', 'GRAFANA_BUILTINS', 'K8S_DIR', 'PROM_DIR', 'REPO', 'RULES_PACE_TEST_FILE', 'RULES_TEST_FILE', 'RUNBOOK', 'RUNBOOK_URL', 'SLURM_DIR', 'alert_rules', 'allow_listed_metrics', 'dashboard_exprs', 'github_anchors', 'iter_panels', 'load_dashboards', 'load_rules', 'load_yaml', 'load_yaml_all', 'metric_names', 'need', 'recorded_names', 'rule_exprs', 'run', 'substitute', 'variable_values']
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "dashboards"
@@ -29,6 +29,8 @@ DASHBOARD_FILES = sorted(DASHBOARD_DIR.glob("*.json"))
 DEPLOY = REPO / "deploy"
 PROM_DIR = DEPLOY / "prometheus"
 RULES_TEST_FILE = PROM_DIR / "rules.test.yml"
+#: The stall alerts at their group's 5 s pace (promtool applies one evaluation interval per file).
+RULES_PACE_TEST_FILE = PROM_DIR / "rules-pace.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 COMPOSE_DIR = DEPLOY / "compose"
@@ -43,6 +45,8 @@ CONTRACT_METRICS = {
     "fr_inflight_p2p_age_seconds": {"rank", "pg_name", "pg_desc", "op", "peer"},
     "fr_last_enqueued_seq": {"rank", "pg_name", "pg_desc"},
     "fr_last_completed_seq": {"rank", "pg_name", "pg_desc"},
+    "fr_stall_threshold_seconds": {"rank"},
+    "fr_abort_after_seconds": {"rank"},
     "fr_collective_wait_seconds_total": {"rank", "pg_name", "pg_desc"},
     "fr_collectives_completed_total": {"rank", "pg_name", "pg_desc"},
     "fr_incidents_total": {"rank"},

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from support.jobs import installed_bin, write_executable
 
-__all__ = ["NODE", "allocation", "slurm_bin"]
+__all__ = ["NODE", "allocation", "export_environment", "slurm_bin"]
 
 #: The one node of the allocation (it resolves here: rendezvous and scrapes reach it).
 NODE = "localhost"
@@ -88,3 +88,18 @@ def allocation(tmp: Path, job_id: str = "4242", job_name: str = "fr-otel-train")
         "SLURM_NNODES": "1",
         "SLURM_SUBMIT_DIR": str(tmp),
     }
+
+
+def export_environment(argument: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment sbatch gives a job for ``--export=ARGUMENT``, as Slurm documents it: a comma-separated list
+    of ``ALL``/``NONE``, names (their current value) and ``NAME=value`` pairs, split on every comma."""
+    env: dict[str, str] = {}
+    for item in argument.split(","):
+        name, eq, value = item.partition("=")
+        if not eq and name == "ALL":
+            env.update(environ)
+        elif not eq and name in environ:
+            env[name] = environ[name]
+        elif eq:
+            env[name] = value
+    return env

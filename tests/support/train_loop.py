@@ -163,11 +163,10 @@ def main() -> int:
     host = socket.gethostname()
     in_loader = _env("STALL_IN", "") == "loader"
 
-    def stall_here(step: int) -> None:
+    def mark_stall(step: int) -> None:
         if markers is not None:
             markers.mkdir(parents=True, exist_ok=True)
             _mark(markers / "stall_start.json", json.dumps({"rank": rank, "step": step, "time": time.time()}))
-        time.sleep(stall_s)
 
     class Batches(torch.utils.data.Dataset):  # type: ignore[type-arg]
         """One batch per step; the stalled rank's read of its stalled step's batch blocks."""
@@ -177,7 +176,8 @@ def main() -> int:
 
         def __getitem__(self, step: int) -> torch.Tensor:
             if in_loader and rank == stall_rank and step == stall_step and stall_s > 0:
-                stall_here(step)
+                mark_stall(step)
+                time.sleep(stall_s)
             return torch.randn(32, hidden)
 
     batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=0))
@@ -191,7 +191,8 @@ def main() -> int:
         loss.backward()
         flat = torch.cat([_grad(p).reshape(-1) for p in params])
         if rank == stall_rank and step == stall_step and stall_s > 0 and not in_loader:
-            stall_here(step)
+            mark_stall(step)
+            time.sleep(stall_s)  # before the all_reduce: its peers wait in it
         if rank == raise_rank and step == raise_step:
             raise RuntimeError(f"injected failure at step {step}")
         if rank == exit_rank and step == exit_step:

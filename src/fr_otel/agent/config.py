@@ -291,8 +291,10 @@ class AgentConfig:
 
     @property
     def abort_after_s(self) -> float:
-        """How long this rank's own collective of a hang must have been in flight before ``abort`` ends it."""
-        return self.stall_seconds if self.abort_after_seconds is None else self.abort_after_seconds
+        """How long this rank's own collective of a hang must have been in flight before ``abort`` ends it: never
+        less than the stall threshold (a verdict read from the store must not end a rank whose collective is
+        merely slow, e.g. during a checkpoint shorter than the threshold)."""
+        return max(self.stall_seconds, self.abort_after_seconds or 0.0)
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(AgentConfig)}
@@ -450,6 +452,11 @@ def resolve_config(
     for name, kind in _EXPORT_OVERRIDES:
         if overrides.get(name) is not None:
             values[name] = kind(overrides[name])
+    after, stall = values.get("abort_after_seconds"), values["stall_seconds"]
+    if after is not None and after < stall:
+        problems.append(f"{FR_OTEL_ABORT_AFTER_SECONDS}={after:g} is below the stall threshold ({stall:g} s): raised to "
+                        "it (a rank never ends for a collective younger than a stall)")
+        values["abort_after_seconds"] = stall
     return AgentConfig(**values), problems
 
 

@@ -39,7 +39,8 @@ from .incident.rank import IncidentRank, node_dump_folders
 from .hang_abort import attempt_number, mark_attempt
 from .incident.runner import IncidentRunner
 from .logs import set_log_rank
-from .links.node_leader import node_role_for
+from .links.node_leader import node_role_for, records_folder
+from .observe.last_record import RecordKeeper
 from .observe.poller import ProgressTracker
 from .guest.process_identity import this_process
 from .links.reachability import reachable_at
@@ -52,7 +53,7 @@ from .observe.recorder import (
     recorder_capacity,
     warn_recorder_off,
 )
-from .guest.role import in_launcher, rank_words
+from .guest.role import in_launcher, rank_variables, rank_words
 from .serve.server import MetricsServer, local_rank, port_for, start_metrics_server
 from .slow_watch import SlowWatch, incident_for_holdups
 from .start_line import start_line
@@ -92,6 +93,7 @@ class Agent:
         self.waits: WaitSampler | None = None  # None: not ready, off, or a recorder that cannot tell a wait
         self.incidents: IncidentRunner | None = None  # None: incidents off, or not ready yet
         self.slow: SlowWatch | None = None  # needs the store (incidents) and the wait sampler
+        self.records: RecordKeeper | None = None  # this rank's last record on its node (incidents on)
         self.info = ProcessInfo()
         self.process = this_process(None)  # where this rank runs (local rank known once ready)
         self.server: MetricsServer | None = None
@@ -114,6 +116,8 @@ class Agent:
 
     def start(self) -> None:
         with self.health.guard("start"):
+            if self.config.on_hang == "abort":  # before the process group: an attempt that fails sooner is still one
+                mark_attempt(f"start {attempt_number()}")
             self._arm_steps()
             if process_group_ready() is not None:
                 self.tick()  # ready now: /metrics is up when start() returns
@@ -166,7 +170,9 @@ class Agent:
         statuses = self.tracker.statuses
         return Snapshot(self.info, self.recorder_enabled, statuses, self.health.snapshot(),
                         COUNTER.current, COUNTER.started_ns,
-                        group_waits(self.waits, statuses) if self.waits is not None else ())
+                        group_waits(self.waits, statuses) if self.waits is not None else (),
+                        self.config.stall_seconds,
+                        self.config.abort_after_s if self.config.on_hang == "abort" else None)
 
     def all_groups(self) -> tuple[GroupInfo, ...]:
         return self._groups
@@ -240,7 +246,12 @@ class Agent:
             self.health.polled()
             return
         now = time.time_ns()
-        self.tracker.update(self.recorder.progress(), now)
+        counters = self.recorder.counters()
+        self.tracker.update({slot: (c.enqueued, c.completed) for slot, c in counters.items()}, now)
+        records = self.records
+        if records is not None:  # before this poll's heartbeat: a beat never vouches for an older state
+            with self.health.guard("keeping this rank's last record on its node"):
+                records.keep(self.recorder.version, counters, self._groups, COUNTER.log(), now)
         if self.tracker.needs_refine(now, self.config.refine_after_s) and self._may_read_full():
             pending, done, slots, p2p = self.recorder.in_flight()
             self._last_full_read = time.monotonic()
@@ -267,7 +278,7 @@ class Agent:
             self.stop(close_server=False)
             return
         waited = time.monotonic() - self._started
-        if self._pg_warned or waited < self.config.pg_warn_seconds:
+        if self._pg_warned or waited < self.config.pg_warn_seconds or _spawning_parent():
             return
         self._pg_warned = True
         log.warning("no process group yet, %.3g s after the agent started in this process (pid %d, %s): it serves "
@@ -325,12 +336,13 @@ class Agent:
                                       folders=partial(node_dump_folders, self.config))
                 node = node_role_for(self.config, channel, job_id, rank, world_size, self.process, local_rank(),
                                      os.environ)
+                records = records_folder(self.config, job_id, rank, world_size, self.process, os.environ, node)
+                if records is not None:
+                    self.records = RecordKeeper(records, self.process, self.pid)
                 me = IncidentRank(self.config, self.export_config, self.health, channel, job_id, rank, world_size,
                                   self.process, partial(recorder.full_bytes, stacks=True), self.all_groups, hosts,
-                                  node)
+                                  node, records)
                 self.incidents = IncidentRunner(me, self.tracker)
-                if self.incidents.abort is not None:
-                    mark_attempt(f"start {attempt_number()}")
                 if self.waits is not None:
                     self.slow = SlowWatch(channel, rank, world_size, self.process.host or "", comparer=rank == 0,
                                           stalled_after_s=self.config.refine_after_s, recent_op=recorder.recent_op,
@@ -378,6 +390,10 @@ class Agent:
             return
         self._exiting = True
         deadline = self.exit_deadline()
+        if self.records is not None:  # leaving on its own: it speaks for itself (its exit copy)
+            with self.health.guard("removing this rank's last record"):
+                self.records.drop()
+            self.records = None
         if self.incidents is not None:
             self.incidents.at_exit(deadline)
             node = self.incidents.me.node
@@ -401,6 +417,23 @@ class Agent:
         if self.incidents is not None:
             with self.health.guard("the SIGTERM flush"):
                 self.incidents.at_sigterm(self.exit_deadline())
+
+
+def _spawning_parent() -> bool:
+    """A process with no rank variable that has children alive (``torch.multiprocessing.spawn``, Lightning's
+    ``ddp_spawn``): they are the ranks, and it may never have a process group of its own. Read from /proc, so
+    that nothing here reaps a child its owner waits for."""
+    if rank_variables(os.environ):
+        return False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for task in tasks:
+        with suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+            if f.read().strip():
+                return True
+    return False
 
 
 _fork_watch: list[Agent] = []  # the latest agent: one at_fork registration per process, ever

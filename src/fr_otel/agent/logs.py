@@ -46,9 +46,10 @@ def configure_logging(level: str) -> None:
     logger.setLevel(level.upper())
     if not any(isinstance(h, _AgentHandler) for h in logger.handlers):
         handler = _AgentHandler()
-        # At debug level each line carries its time: what the agent did when, around an incident.
-        stamp = " %(asctime)s" if level.lower() == "debug" else ""
-        handler.setFormatter(PrintableFormatter(f"fr-otel[rank %(fr_rank)s{stamp}]: %(message)s"))
+        # At debug level each line carries its time: what the agent did when, around an incident. In front, so
+        # that the prefix people grep for (`fr-otel[rank N]: incident`) is the same at every level.
+        stamp = "%(asctime)s " if level.lower() == "debug" else ""
+        handler.setFormatter(PrintableFormatter(f"{stamp}fr-otel[rank %(fr_rank)s]: %(message)s"))
         handler.addFilter(_RankFilter())
         logger.addHandler(handler)
         logger.propagate = False

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,8 @@ from ..otlp.config import (
 from ._common import EXIT_OK, EXIT_UNUSABLE, error
 from .commands import command
 
-__all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register"]
+__all__ = ["BOOTSTRAP_DIR", "Launch", "child_environment", "launch", "parse_launch", "register", "single_node",
+           "with_job_secret"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "agent" / "guest" / "bootstrap"
 
@@ -175,6 +177,38 @@ def child_environment(flags: Mapping[str, str], environ: Mapping[str, str]) -> t
     return env, problems
 
 
+#: Launchers that start ranks on more than one node from one command (each node's ``fr-otel run`` would make its own).
+_MULTI_NODE_LAUNCHERS = ("srun", "mpirun", "mpiexec", "jsrun", "aprun")
+
+
+def single_node(command: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether COMMAND starts every rank of its job on this node: no multi-node launcher, no ``--nnodes`` other
+    than 1, and not one of several nodes of a Slurm allocation (``SLURM_JOB_NUM_NODES``/``SLURM_NNODES``)."""
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        if environ.get(name, "1").strip() not in ("", "1"):
+            return False
+    words = list(command)
+    if any(Path(word).name in _MULTI_NODE_LAUNCHERS for word in words[:1]):
+        return False
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag == "--nnodes":
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            if value.strip() not in ("1", "1:1"):
+                return False
+    return True
+
+
+def with_job_secret(command: Sequence[str], env: dict[str, str]) -> None:
+    """Give a single-node job a fresh secret for its store records (:mod:`fr_otel.agent.links.signing`) unless the
+    launcher gave one; a multi-node job takes the one its launcher hands to every node (one per node would make
+    every node's records forgeries to the others)."""
+    from ..agent.links.signing import JOB_SECRET_ENV, JOB_SECRET_FILE_ENV, new_secret
+
+    if not env.get(JOB_SECRET_ENV) and not env.get(JOB_SECRET_FILE_ENV) and single_node(command, env):
+        env[JOB_SECRET_ENV] = new_secret()
+
+
 def _export_problems(env: Mapping[str, str]) -> list[str]:
     """Say now, once, what each rank would otherwise say: the OTLP settings are unusable."""
     from ..otlp.config import resolve_export_config
@@ -187,9 +221,58 @@ def _export_problems(env: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-#: Signals ``fr-otel run`` passes on to COMMAND when it runs it as a child (as tini does). Not SIGINT: a
-#: terminal's Ctrl-C reaches the whole foreground group, COMMAND included, already.
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Signals ``fr-otel run`` passes on to COMMAND when it runs it as a child (as tini does): every one whose default
+#: would end this process and leave COMMAND running unsupervised. COMMAND runs in its own process group, so a
+#: terminal's Ctrl-C reaches only this process, and is passed on once.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM, signal.SIGUSR1,
+                     signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+
+
+def _owned_by(parent: int) -> Callable[[], None]:
+    """What COMMAND's process runs before it starts: its own process group (a terminal's Ctrl-C then reaches only
+    the supervisor, which passes it on once), and SIGTERM to it when the supervisor dies, whatever killed it
+    (``PR_SET_PDEATHSIG``, where the kernel has it; torchrun then ends its ranks): a job never outlives it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: nothing to load after it
+    except (OSError, AttributeError):
+        prctl = None
+
+    def arm() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the call: as if it had come after
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
+
+
+def _mark_file() -> tuple[int, str]:
+    """The file the ranks write their attempts into: created private, unlinked at once and held open here, the ranks
+    given ``/proc/<pid>/fd/<n>`` (the same file, while this process lives), so no /tmp cleaner can take it and a
+    killed supervisor leaves nothing behind. Without /proc: the file's own path (removed at the end)."""
+    fd, path = tempfile.mkstemp(prefix="fr-otel-abort-")
+    held = f"/proc/{os.getpid()}/fd/{fd}"
+    if os.path.exists(held):
+        os.unlink(path)
+        return fd, held
+    return fd, path
+
+
+def _marks(fd: int, path: str) -> list[list[str]]:
+    """The lines the ranks wrote (``start N``, ``abort N RANK CODE``), split into words; none when unreadable."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        raw = b""
+    finally:
+        os.close(fd)
+        if not path.startswith("/proc/"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return [line.split() for line in raw.decode("utf-8", "replace").splitlines()]
 
 
 def supervise(command: Sequence[str], env: dict[str, str]) -> int:
@@ -198,11 +281,10 @@ def supervise(command: Sequence[str], env: dict[str, str]) -> int:
     verdict's action is to fix the code, else 75 (:data:`fr_otel.diagnosis.restart.EXIT_CODES`). torchrun exits 1
     for any failed worker, and the scheduler's restart rules need the abort's own code. Any other failure keeps
     its status. The ranks say what happened in a private file (:func:`~fr_otel.agent.hang_abort.mark_attempt`)
-    on this node."""
+    this process holds open (:func:`_mark_file`); COMMAND dies with this process (:func:`_owned_by`)."""
     from ..agent.hang_abort import ABORT_EXIT_CODE, CODE_FAULT_EXIT_CODE
 
-    fd, mark = tempfile.mkstemp(prefix="fr-otel-abort-")
-    os.close(fd)
+    fd, mark = _mark_file()
     env[FR_OTEL_ABORT_MARK] = mark
     child: list[subprocess.Popen[bytes]] = []
     pending: list[int] = []
@@ -212,22 +294,18 @@ def supervise(command: Sequence[str], env: dict[str, str]) -> int:
             child[0].send_signal(signum)
         else:
             pending.append(signum)  # before the child exists: passed on once it does
+    for sig in FORWARDED_SIGNALS:  # before the child starts: no window where a signal ends us alone
+        signal.signal(sig, forward)
     try:
-        for sig in FORWARDED_SIGNALS:  # before the child starts: no window where a signal ends us alone
-            signal.signal(sig, forward)
-        signal.signal(signal.SIGINT, lambda _signum, _frame: None)  # Ctrl-C reaches the child itself
-        try:
-            child.append(subprocess.Popen(list(command), env=env))
-        except OSError as exc:
-            error(f"cannot run {command[0]}: {exc.strerror or exc}")
-            return 127
-        for signum in pending:
-            child[0].send_signal(signum)
-        status = child[0].wait()
-        lines = [line.split() for line in Path(mark).read_text(encoding="utf-8", errors="replace").splitlines()]
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(mark)
+        child.append(subprocess.Popen(list(command), env=env, preexec_fn=_owned_by(os.getpid())))
+    except OSError as exc:
+        _marks(fd, mark)
+        error(f"cannot run {command[0]}: {exc.strerror or exc}")
+        return 127
+    for signum in pending:
+        child[0].send_signal(signum)
+    status = child[0].wait()
+    lines = _marks(fd, mark)
     attempts = {int(w[1]) for w in lines if len(w) >= 2 and w[0] in ("start", "abort") and w[1].isdigit()}
     last = str(max(attempts, default=-1))
     # ``abort ATTEMPT RANK CODE``: the code each rank ended with (70: fix the code; 75: restart).
@@ -241,6 +319,26 @@ def supervise(command: Sequence[str], env: dict[str, str]) -> int:
               f"(--on-hang abort): exit code {code}, {then}")
         return code
     return status if status >= 0 else 128 - status
+
+
+#: Launchers that may start ranks on other hosts without the environment ``fr-otel run`` gives them (the
+#: bootstrap on PYTHONPATH, FR_OTEL_AUTOSTART): what passes it on there, for the one line said at launch.
+_REMOTE_LAUNCHERS = {
+    "mpirun": "mpirun -x PYTHONPATH -x FR_OTEL_AUTOSTART", "mpiexec": "mpiexec -x PYTHONPATH -x FR_OTEL_AUTOSTART",
+    "deepspeed": "PYTHONPATH and FR_OTEL_AUTOSTART=1 in .deepspeed_env",
+    "pdsh": "PYTHONPATH and FR_OTEL_AUTOSTART=1 in the remote command's environment",
+}
+
+
+def unfollowed_launcher(command: Sequence[str]) -> str | None:
+    """The line that says ``fr-otel run`` may not reach the ranks COMMAND starts on other hosts, and the fix."""
+    name = os.path.basename(command[0]) if command else ""
+    how = _REMOTE_LAUNCHERS.get(name)
+    if how is None:
+        return None
+    return (f"{name} may start ranks on other hosts without fr-otel run's environment: there, no agent (no "
+            f"'agent on' line from those hosts) unless it is passed on ({how}), or call fr_otel.start() at the top "
+            "of the training script")
 
 
 def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
@@ -258,9 +356,12 @@ def launch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     env, problems = child_environment(request.flags, os.environ)
     for line in [*request.problems, *problems]:
         error(f"{line} (the job starts anyway)")
+    if (unfollowed := unfollowed_launcher(request.command)) is not None:
+        error(unfollowed)
     sys.stdout.flush()
     sys.stderr.flush()
     command = request.command
+    with_job_secret(command, env)
     if env.get(FR_OTEL_ON_HANG, "").strip().lower() == "abort":
         return supervise(command, env)
     try:

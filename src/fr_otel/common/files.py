@@ -26,7 +26,8 @@ from pathlib import Path
 from .log import logger
 from .text import printable
 
-__all__ = ["FileTooLarge", "NotRegularFile", "OutputRefused", "atomic_write", "open_regular", "read_regular", "check_output_dir", "check_output_file", "file_kind", "own_folder"]
+__all__ = ["FileTooLarge", "NotRegularFile", "OutputRefused", "atomic_write", "open_regular", "read_regular", "check_output_dir", "check_output_file", "file_kind", "new_file_mode",
+           "own_folder"]
 
 _log = logger("fr_otel.files")
 
@@ -218,6 +219,12 @@ def _mode_for(target: Path) -> int:
             return st.st_mode & 0o777
     except OSError:
         pass
+    return 0o666 & ~_umask()
+
+
+def new_file_mode() -> int:
+    """The permissions ``open()`` gives a new file here (0o666 less the umask): a file fr-otel writes for what
+    others sent keeps no planted file's mode."""
     return 0o666 & ~_umask()
 
 

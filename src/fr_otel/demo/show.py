@@ -23,6 +23,8 @@ from ..incident.trigger import SeenStall, Trigger
 from ..read.incident_file import IncidentIdentity
 from ..read.rank_map import RANKS_FILE, read_host_map
 from ..diagnosis.cause_kinds import cause_from_json
+from ..diagnosis.restart import Action
+from ..report.action import ACTION_WORDS
 from .job import DemoPlan
 from .scrape import Scrape
 
@@ -114,7 +116,11 @@ def _verdict(found: Findings, seconds: float) -> list[str]:
     out.append(f"  evidence       {str(c.get('evidence', '')).split(' Now rank', 1)[0]}")
     cause = cause_from_json(c.get("cause"))
     if cause is not None and cause.said:
-        out.append(f"  cause          {cause.info.label} ({cause.cls}): {'; '.join(cause.evidence[:2])}")
+        out.append(f"  cause          {cause.info.label} ({cause.cls}) [{cause.domain}]: "
+                   f"{'; '.join(cause.evidence[:2])}")
+    action = ident.summary.get("action")
+    if isinstance(action, str) and action in set(Action):
+        out.append(f"  what to do     {ACTION_WORDS[Action(action)]}")
     return out
 
 

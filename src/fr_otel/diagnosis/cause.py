@@ -45,6 +45,9 @@ _IDLE_CPU = 0.1  # cores: a main thread this idle is asleep, whatever its frame
 _FULL = 0.95  # of its memory cgroup's limit: at it
 _STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
            "Z": "a zombie (exited, not yet waited for)", "gone": "gone"}
+#: An exception that names the hardware (CUDA's and NCCL's words for a failing GPU or link): no code fault.
+_HARDWARE = re.compile(r"uncorrectable ECC|ECC error|fallen off the bus|\bXid\b|NVLink error|unhandled system error",
+                       re.IGNORECASE)
 
 
 def with_causes(culprits: Sequence[Culprit], job_facts: Mapping[int, ProcessFacts], exits: Mapping[int, ExitRecord],
@@ -70,7 +73,9 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
         return Cause(CauseClass.CODE_DIVERGENCE, (culprit.evidence[:400], *seen))
     if leaving is not None and leaving.how == "exception":
         where = f" at {leaving.where}" if leaving.where else ""
-        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",))
+        hardware = _HARDWARE.search(f"{leaving.type} {leaving.message}")  # the machine's word, not the code's
+        return Cause(CauseClass.CRASHED, (f"uncaught {leaving.type or 'exception'}: {leaving.message}{where}",),
+                     None if hardware else Domain.SOFTWARE)
     if leaving is not None and leaving.how == "exit":
         return Cause(CauseClass.EXITED, ("it left the interpreter (its script returned or called sys.exit) while its "
                                          "peers still wait",))
@@ -78,13 +83,13 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if facts is not None and facts.gone and leaving is None:
         kills = facts.oom_kills if facts.oom_kills is not None else facts.host_oom_kills
         if kills:
-            own = facts.oom_kills is not None  # the job's own memory limit, else the host's kernel
+            own = facts.oom_kills is not None  # the job's own memory limit, else the host's kernel (whose use?)
             where = "its memory cgroup" if own else "its host (/proc/vmstat)"
             return Cause(CauseClass.OOM_KILLED, (f"its process {facts.pid} is gone without an exit record",
                                                  f"{where} counted {kills} OOM kill(s) since its agents started"),
-                         None if own else Domain.INFRASTRUCTURE)
+                         None if own else Domain.UNKNOWN)
         return Cause(CauseClass.CRASHED, (f"its process {facts.pid} is gone without an exit record: a signal "
-                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen), Domain.UNKNOWN)
+                                          "(SIGKILL, SIGSEGV) or os._exit ended it", *seen))
     if facts is not None and facts.state in ("T", "t"):
         return Cause(CauseClass.STOPPED, (*seen, *after))
     if culprit.kind == CulpritKind.STRAGGLER:
@@ -95,7 +100,7 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
     if culprit.kind == CulpritKind.NOT_COMPLETED:
         return Cause(CauseClass.DEVICE, ("it entered the collective and never completed it", *seen, *after))
     now = culprit.now
-    held = Domain.INFRASTRUCTURE if facts is not None and facts.state == "D" else None  # uninterruptible: the host's
+    held = Domain.UNKNOWN if facts is not None and facts.state == "D" else None  # uninterruptible: whose, unknown
     if now is not None and now.main is not None:
         found = _from_stack(culprit, now, facts)
         if found is not None:
@@ -106,14 +111,15 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
         return Cause(CauseClass.MEMORY_PRESSURE, (pressed, *seen, *after))
     if held is not None:
         return Cause(CauseClass.IO_WAIT, (*seen, *after), held)
-    if facts is not None and not facts.gone and now is None and culprit.kind == CulpritKind.MISSING_DUMP:
+    silent = culprit.kind == CulpritKind.MISSING_DUMP or culprit.record is not None  # its own agent sent nothing
+    if facts is not None and not facts.gone and now is None and silent:
         return Cause(CauseClass.GIL_HELD, (
             "its own agent sent nothing within the incident's budget while its process is alive and not stopped: "
             "none of its Python threads ran", *seen,
             *([f"Python stack read from outside (py-spy): {_stack_top(facts.outside_stack)}"]
               if facts.outside_stack else []), *after))
     if leaving is not None and leaving.how == "sigterm":
-        return Cause(CauseClass.CRASHED, (*after, *seen), Domain.UNKNOWN)
+        return Cause(CauseClass.CRASHED, (*after, *seen))
     return Cause(CauseClass.UNKNOWN, (*seen, *after))
 
 

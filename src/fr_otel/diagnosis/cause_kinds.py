@@ -6,8 +6,9 @@ One table (:data:`CAUSES`), as :mod:`.kinds` holds the culprit kinds: the classi
 fault the evidence points at: the rank's own code or process (``software``: restarting will hang again), the
 machine or the network (``infrastructure``: a restart should leave that host out), or neither
 (``unknown``). A hang on its own is no evidence against a host; only ``infrastructure`` ever leads to a host
-being left out (:mod:`.restart`). A class's domain is its row's, except where the row says the evidence
-decides (``domain_when``): the classifier then names it on the cause. The table's order is the classifier's
+being left out (:mod:`.restart`), and only classes whose evidence is about the machine have it. A class's
+domain is its row's, except where the row names one other domain and when the evidence gives it
+(``other_domain``, ``domain_when``): the classifier then names it on the cause. The table's order is the classifier's
 precedence, from the strongest evidence (the host gone, the process gone) to the weakest (a stack in Python): the
 first row whose evidence holds names the cause. No torch.
 """
@@ -62,7 +63,8 @@ class CauseInfo:
     needs: str  # the evidence that names it (docs/verdict.md's table shows these, checked by tests/diagnosis/test_cause.py)
     next_step: str
     domain: Domain  # the failure domain, unless the evidence decides otherwise (``domain_when``)
-    domain_when: str = ""  # where the evidence overrides ``domain``, and how (docs/verdict.md's table shows it)
+    other_domain: Domain | None = None  # the one other domain the evidence may give it (see ``domain_when``)
+    domain_when: str = ""  # when the evidence gives ``other_domain`` (docs/verdict.md's table shows it)
 
 
 #: In the classifier's order (:func:`fr_otel.diagnosis.cause.find_cause`): the first row whose evidence holds wins.
@@ -81,8 +83,9 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "crashed", "its exit record: an uncaught exception of its own code (which, and where); or its process gone "
         "without one (a signal, `os._exit`); or SIGTERM when nothing else is known",
         "read the exception and its frame; for a signal, the launcher's log (torchrun: exitcode -N)",
-        Domain.SOFTWARE,
-        "unknown when no exception was recorded (a signal, `os._exit`, SIGTERM): no evidence whose it was"),
+        Domain.UNKNOWN, Domain.SOFTWARE,
+        "when an uncaught exception of its own code was recorded (not one that names the hardware: an ECC "
+        "error, a GPU fallen off the bus, an Xid); a signal, `os._exit` or SIGTERM alone says nothing whose it was"),
     CauseClass.EXITED: CauseInfo(
         "left training and exited", "its exit record: it left the interpreter (its script returned, `sys.exit`) "
         "while its peers still wait",
@@ -92,9 +95,9 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "killed by the OOM killer", "its process gone without an exit record while an OOM-kill counter rose (its "
         "cgroup's, else the host's)",
         "look at its memory use against its cgroup's limit, and the kernel log of its host",
-        Domain.SOFTWARE,
-        "infrastructure when only the host's counter rose (the kernel killed it for memory outside the job's own "
-        "limit)"),
+        Domain.SOFTWARE, Domain.UNKNOWN,
+        "when only the host's counter rose: with no memory cgroup of its own, the job's own use or a "
+        "neighbour's may have made the kernel kill it"),
     CauseClass.STOPPED: CauseInfo(
         "stopped", "`/proc` state `T` or `t` (SIGSTOP, a debugger)",
         "find who stopped it (a debugger, a job control signal) and send it SIGCONT",
@@ -148,8 +151,9 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "blocked in I/O", "its live stack in a read, recv, open..., or a kernel wait on a pipe, FIFO, socket or "
         "file system; or state `D`",
         "look at what it reads from (a FIFO with no writer, a hung mount, a peer socket)",
-        Domain.SOFTWARE,
-        "infrastructure when the process is in uninterruptible sleep (`D`): the host's storage or kernel holds it"),
+        Domain.SOFTWARE, Domain.UNKNOWN,
+        "when the process is in uninterruptible sleep (`D`): a hung mount, shared storage or writeback "
+        "holds it, not its own code, and one read cannot tell whose"),
     CauseClass.NATIVE_BUSY: CauseInfo(
         "busy in native code", "its main thread on the CPU in a call with no Python frame below it (a torch op, a C "
         "extension)",
@@ -162,7 +166,8 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "read the frame it is in: a loop that never ends, a branch only this rank took",
         Domain.SOFTWARE),
     CauseClass.GIL_HELD: CauseInfo(
-        "native code holds its GIL", "a `missing_dump` culprit: no word from its own agent within the incident's "
+        "native code holds its GIL", "a culprit that sent no part (`missing_dump`, or known only from its node-local "
+        "last record): no word from its own agent within the incident's "
         "budget while `/proc` shows its process alive and not stopped (a regex, a `ctypes.PyDLL` call, a C "
         "extension); py-spy's outside read shows the call (`active+gil`)",
         "read the Python stack py-spy took from outside (incident.json's proc.outside_stack; else take one, native "
@@ -183,8 +188,14 @@ class Cause:
 
     cls: CauseClass
     evidence: tuple[str, ...]
-    #: The domain the evidence decided, where it overrides the class's (its row's ``domain_when``).
+    #: The domain the evidence decided, where it overrides the class's (its row's ``other_domain``).
     evidence_domain: Domain | None = None
+
+    def __post_init__(self) -> None:
+        if self.evidence_domain is not None and self.evidence_domain not in (CAUSES[self.cls].domain,
+                                                                             CAUSES[self.cls].other_domain):
+            raise ValueError(f"cause {self.cls} cannot be {self.evidence_domain}: its row allows "
+                             f"{CAUSES[self.cls].domain} or {CAUSES[self.cls].other_domain}")
 
     @property
     def domain(self) -> Domain:
@@ -217,6 +228,8 @@ def cause_from_json(raw: Any) -> Cause | None:
     lines = raw.get("evidence")
     domain = raw.get("domain")
     cls = CauseClass(raw["class"])
-    said = Domain(domain) if type(domain) is str and domain in set(Domain) else None
+    # Only the one other domain the class's row allows: a file cannot make a code fault evidence against a host.
+    other = CAUSES[cls].other_domain
+    said = other if other is not None and domain == other else None
     return Cause(cls, tuple(x[:500] for x in lines[:16] if isinstance(x, str)) if isinstance(lines, list) else (),
-                 said if said is not None and said != CAUSES[cls].domain else None)
+                 said)

@@ -73,6 +73,7 @@ def culprit_record(job: Job, rank: int, evidence: list[Evidence], explained: tup
         now=now,
         waits_on=(explained[0],) if explained is not None else (),
         p2p=primary.p2p,
+        record=dump.record if dump is not None else None,
     )
 
 

@@ -45,8 +45,8 @@ class Action(StrEnum):
 
 
 #: The exit code an ended job leaves for its scheduler (sysexits.h): 70 EX_SOFTWARE, "do not retry blindly";
-#: 75 EX_TEMPFAIL, "a temporary failure; retry". torchrun's ``--max-restarts``, ``deploy/slurm/fr-otel.sbatch``
-#: and the Kubernetes example's ``podFailurePolicy`` act on it.
+#: 75 EX_TEMPFAIL, "a temporary failure; retry". ``deploy/slurm/fr-otel.sbatch`` and the Kubernetes example's
+#: ``podFailurePolicy`` act on it (torchrun's ``--max-restarts`` restarts on any failure).
 EXIT_CODES: dict[Action, int] = {Action.FIX_CODE: 70, Action.RESTART_ELSEWHERE: 75, Action.RESTART_IN_PLACE: 75}
 
 

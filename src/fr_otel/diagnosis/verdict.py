@@ -11,6 +11,7 @@ from typing import Any
 from ..common.ranks import compress_ranks
 from ..read.dump import Progress
 from ..read.frame import Frame
+from ..read.last_record import LastRecord
 from ..read.live_stack import LiveStacks
 from ..read.rank_process import RankProcess
 from .hosts import HostFinding
@@ -120,6 +121,8 @@ class Culprit:
     waits_on: tuple[int, ...] = ()  # kind "unknown": the culprit(s) that explain its silence
     p2p: bool = False  # its strongest evidence is a send/recv, not a collective
     cause: Cause | None = None  # why it stopped (:mod:`.cause`)
+    #: It sent nothing: its dump is its node-local last record (:mod:`fr_otel.read.last_record`), this old.
+    record: LastRecord | None = None
 
     @property
     def blamed(self) -> bool:
@@ -180,7 +183,13 @@ class Culprit:
             "now": self.now_dict(),
             "waits_on": list(self.waits_on),
             "cause": self.cause.to_dict() if self.cause is not None else None,
+            "record": self.record_dict(),
         }
+
+    def record_dict(self) -> dict[str, Any] | None:
+        """Its last record's times (it sent nothing: its kind comes from that record); None for a rank that answered."""
+        r = self.record
+        return None if r is None else {"taken_ns": r.as_of_ns, "age_s": r.age_s, "silent_since_ns": r.silent_since_ns}
 
 
 @dataclass(slots=True)

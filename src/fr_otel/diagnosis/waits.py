@@ -228,8 +228,8 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         return found
 
     for r, p in sorted(known.items()):
-        if p.completed >= p.enqueued:
-            continue
+        if p.completed >= p.enqueued or _silent(job, r):
+            continue  # a silent rank's record is what it was in before it went silent, not where it waits now
         seq = p.completed + 1
         op = _op_at(job, r, pg.name, seq)
         inside = f"{op} #{seq} on {label}"
@@ -238,14 +238,17 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
         laggards = ranks_where("enqueued_before", seq)
         if seq not in laggards_dumped:
             # A laggard dumped early bounds how long the wait had lasted by then; one that has left (its exit
-            # record: an exit, an exception, SIGTERM) never enqueues it, whenever its last recorder was taken.
-            laggards_dumped[seq] = clock.earliest(q for q in laggards if q not in job.exits)
+            # record: an exit, an exception, SIGTERM) never enqueues it, whenever its last recorder was taken; nor
+            # does one that went silent (only its last record on its node speaks for it: stopped, its GIL held,
+            # or dead, it sent nothing within the incident's budget).
+            laggards_dumped[seq] = clock.earliest(q for q in laggards if q not in job.exits and not _silent(job, q))
         if not clock.stuck(created, r, laggards_dumped[seq], what=inside):
             continue
         if laggards:
             graph.add(r, (pg.name, seq, "enq"), laggards, CulpritKind.NOT_ENQUEUED,
                       partial(lambda inside, q, w: f"rank(s) {w} wait in {inside}; rank {q} never "
-                      f"enqueued it (its last on this group is #{known[q].enqueued})", inside), since_ns=created)
+                      f"enqueued it (its last on this group is #{known[q].enqueued}{_record_note(job, q)})", inside),
+                      since_ns=created)
             continue
         if unknown:
             missing = [q for q in unknown if q not in job.dumps]
@@ -278,6 +281,18 @@ def add_waits(job: Job, state: GroupState, graph: WaitGraph, evidence: dict[int,
             r, [q for q in known if q != r], (pg.name, seq, "all"), inside,
             f"group {label}: all {len(known)} ranks entered {op} #{seq} and none completed it; "
             "the fault is inside the collective (device or network) and the recorder cannot single out a rank")
+
+
+def _silent(job: Job, rank: int) -> bool:
+    """It sent nothing: its dump is its last record on its node (:mod:`fr_otel.read.last_record`)."""
+    dump = job.dumps.get(rank)
+    return dump is not None and dump.record is not None
+
+
+def _record_note(job: Job, rank: int) -> str:
+    """``, by its last record, 0.6 s before it stopped answering`` for a rank that sent nothing; else nothing."""
+    dump = job.dumps.get(rank)
+    return f", by {dump.record.said()}" if dump is not None and dump.record is not None else ""
 
 
 def _created_at(job: Job, rank: int, group: str, seq: int) -> int | None:

@@ -61,7 +61,8 @@ def _culprit_summary(c: Culprit, steps: dict[int, int]) -> dict[str, Any]:
     known = c.step is not None or c.collective_step is not None
     return {"rank": c.rank, "kind": c.kind, "evidence": c.evidence, "host": c.host, "step": c.step,
             "collective_step": c.collective_step, "steps": step_sentence(c, steps) if known else None,
-            "cause": c.cause.to_dict() if c.cause is not None else None, **(c.now_dict() or {})}
+            "cause": c.cause.to_dict() if c.cause is not None else None, "record": c.record_dict(),
+            **(c.now_dict() or {})}
 
 
 def brief_summary(summary: dict[str, Any]) -> dict[str, Any]:

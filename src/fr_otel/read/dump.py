@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from .rank_facts import ExitRecord, ProcessFacts
 from .failed import FailedCollective
 from .frame import Frame
+from .last_record import LastRecord
 from .rank_process import RankProcess
 from .steps import StepLog
 
@@ -224,6 +225,8 @@ class RankDump:
     failed: tuple[FailedCollective, ...] = ()  # collectives the backend retired as failed (the live agent says)
     host_view: dict[int, ProcessFacts] = field(default_factory=dict)  # its host's ranks as its agent read /proc
     exit: ExitRecord | None = None  # how it left, when it said (its exit copy)
+    #: Not its dump: its node-local copy, loaded because the rank sent nothing (:mod:`.last_record`).
+    record: LastRecord | None = None
     #: Only what the analysis reads (a node summary's, see :mod:`.node_summary`): columns, counters and a
     #: few whole entries; the rest of its entries and its stacks stayed on its node.
     compact: bool = False

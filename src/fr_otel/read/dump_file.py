@@ -27,6 +27,7 @@ from .live_stack import PAYLOAD_KEY as STACKS_KEY
 from .live_stack import stacks_from_raw
 from .rank_facts import EXIT_KEY, HOST_VIEW_KEY, exit_from_raw, host_view_from_raw
 from .pg_meta import dump_text, pg_config, pg_status
+from .last_record import RECORD_KEY, record_from_raw
 from .rank_process import PAYLOAD_KEY as PROCESS_KEY
 from .rank_process import process_from_raw
 from .safe_pickle import (
@@ -217,6 +218,7 @@ def _normalise(raw: Any, rank: int, path: str, mtime: int | None, problems: list
         now=stacks_from_raw(raw.get(STACKS_KEY)),
         host_view=host_view_from_raw(raw.get(HOST_VIEW_KEY)),
         exit=exit_from_raw(raw.get(EXIT_KEY)),
+        record=record_from_raw(raw.get(RECORD_KEY)),
     )
     dump.set_entries(entries)
     for mark in failed_from_raw(raw.get(FAILED_KEY)):

@@ -16,9 +16,15 @@ from ..diagnosis.restart import EXIT_CODES, Action, culprit_domain, exclude_reas
 from ..diagnosis.verdict import Culprit, Verdict
 from .markup import esc
 
-__all__ = ["DOMAIN_WORDS", "action_html", "action_lines", "action_sentence", "call_site"]
+__all__ = ["ACTION_WORDS", "DOMAIN_WORDS", "action_html", "action_lines", "action_sentence", "call_site"]
 
 _MAX_SITES = 4
+
+#: Each action in a few words, where only its name is known (a recorded summary: ``fr-otel demo``).
+ACTION_WORDS = {Action.FIX_CODE: "fix the code: the culprit stopped in its own code, a restart would hang again, "
+                                 "and no host is left out",
+                Action.RESTART_ELSEWHERE: "restart elsewhere, leaving out the hosts with evidence against them",
+                Action.RESTART_IN_PLACE: "restart in place: nothing says whether the code or a host is at fault"}
 
 #: A cause's failure domain as the page says it beside the cause.
 DOMAIN_WORDS = {Domain.SOFTWARE: "software: its own code or process",
@@ -46,8 +52,13 @@ def action_sentence(v: Verdict) -> str:
         return (f"fix the code: rank(s) {ranks} stopped in their own code (software), so a restart hangs again and "
                 f"no host is to blame (with --on-hang abort: exit {code}, do not retry)")
     if action == Action.RESTART_ELSEWHERE:
-        return (f"restart elsewhere, leaving out {', '.join(hosts_to_exclude(v)) or 'the hosts named'} (evidence "
-                f"against the host: {exclude_reason(v).split(': ', 1)[-1]}; with --on-hang abort: exit {code}, retry)")
+        hosts = hosts_to_exclude(v)
+        against = compress_ranks(c.rank for c in v.blamed if culprit_domain(c) == Domain.INFRASTRUCTURE)
+        out = (f"leaving out {', '.join(hosts)}" if hosts else
+               f"leaving out the host(s) of rank(s) {against or '?'} (not named in these files: a ranks.json beside "
+               "the dumps names them)")
+        return (f"restart elsewhere, {out} (evidence against the host: {exclude_reason(v).split(': ', 1)[-1]}; "
+                f"with --on-hang abort: exit {code}, retry)")
     unknown = compress_ranks(c.rank for c in v.blamed if culprit_domain(c) == Domain.UNKNOWN)
     return (f"restart in place: nothing says whether rank(s) {unknown or '?'} stopped for their code or their host, "
             f"so no host is left out (with --on-hang abort: exit {code}, retry)")
@@ -75,7 +86,7 @@ def action_lines(v: Verdict) -> list[str]:
     lines = ["", f"What to do: {action_sentence(v)}."]
     if action == Action.FIX_CODE:
         lines += [f"  {s}" for s in _sites(v)]
-    elif action == Action.RESTART_ELSEWHERE:
+    elif action == Action.RESTART_ELSEWHERE and hosts_to_exclude(v):
         lines.append("  Leave out next time (commands for you to run; fr-otel runs none):")
         lines += [f"  {who}: {command}" for who, command in exclude_command_lines(hosts_to_exclude(v),
                                                                                  exclude_reason(v))]
@@ -90,10 +101,11 @@ def action_html(v: Verdict) -> str:
     if action is None:
         return ""
     if action == Action.RESTART_ELSEWHERE:
+        hosts = hosts_to_exclude(v)
         items = [f"{esc(who)}: <code>{esc(command, 600)}</code>"
-                 for who, command in exclude_command_lines(hosts_to_exclude(v), exclude_reason(v))]
-        head = (f"<b>Leave out next time</b>: {esc(', '.join(hosts_to_exclude(v)), 600)} "
-                "(commands for you to run; fr-otel runs none)")
+                 for who, command in exclude_command_lines(hosts, exclude_reason(v))]
+        head = (f"<b>Leave out next time</b>: {esc(', '.join(hosts), 600)} "
+                "(commands for you to run; fr-otel runs none)") if hosts else ""
     else:
         items = [esc(s, 400) for s in (_sites(v) if action == Action.FIX_CODE else _missing(v))]
         head = ""

@@ -228,7 +228,8 @@ class ExitHooks:
                     # The main thread may be stuck in a collective forever: end the process
                     # the way SIGTERM would have, now that the recorder is out.
                     _die_of_sigterm()
-                return
+                # Keep reading until uninstall closes the write end: a read end closed while the wakeup fd is
+                # still set makes every later signal print a BrokenPipeError from the C handler.
 
 
 def _die_of_sigterm() -> None:

@@ -102,9 +102,9 @@ def conclude(me: IncidentRank, trigger: Trigger, evidence: ReadResult, trace_hex
     if away:
         culprits += f"; unreachable from here, not culprits: {', '.join(away[:6])}"
     exclude = hosts_to_exclude(verdict)
-    me.health.exclude(k, exclude)  # none (a code fault, no evidence against a host) clears fr_exclude_host
     action = action_sentence(verdict)
-    if action:
+    if action:  # a verdict that calls for ending the job supersedes the last one's hosts (none: a code fault's)
+        me.health.exclude(k, exclude)
         culprits += f"; what to do: {action}"
     if exclude:
         culprits += " (exclude-hosts.txt)"

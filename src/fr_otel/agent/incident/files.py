@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ...common.inflate import InflatedTooLarge, inflate
 from ...common.log import logger
-from ...common.files import atomic_write
+from ...common.files import atomic_write, new_file_mode, own_folder
+from ...common.names import host_name
 from ...common.text import one_line
 from ...incident.files import EXCLUDE_HOSTS_FILE, INCIDENT_FILE, REPORT_FILE
 from ...read.rank_map import RANKS_FILE
@@ -41,6 +42,8 @@ MAX_FILES_BYTES = 16 << 20
 MAX_FILES_BYTES_ALL_NODES = 1 << 30
 #: ... and inflated, at most this: what a node inflates (a rank's memory for a moment) and writes.
 MAX_FILES_INFLATED = 32 << 20
+#: An exclude list naming more hosts than this is no verdict's (a lost rack is a few dozen).
+MAX_EXCLUDED_HOSTS = 4096
 _KEPT_ON = "fr_otel_kept_on"  # the files' place when they stay on the coordinator's node
 
 log = logger("fr_otel.agent")
@@ -109,11 +112,34 @@ def _write(k: int, folder: Path, blob: bytes) -> None:
             log.info("incident %d: its verdict and report stay on the coordinator's node, at %s", k,
                      one_line(files[_KEPT_ON], 300))
             return
-        for name in FILES:
-            text = files.get(name) if isinstance(files, dict) else None
-            if isinstance(text, str):
-                atomic_write(folder / name, text.encode("utf-8"), mkdir=True)
+        checked = {name: text for name in FILES
+                   if isinstance(text := files.get(name) if isinstance(files, dict) else None, str)}
+        problem = next((p for p in (_problem(name, text) for name, text in checked.items()) if p), None)
+        if problem:
+            log.warning("incident %d: its files in the store are none a coordinator writes (%s: forged?); none "
+                        "written into %s", k, problem, folder)
+            return
+        own_folder(folder)  # a planted <trace id> link is refused, never written through
+        for name, text in checked.items():
+            atomic_write(folder / name, text.encode("utf-8"), mode=new_file_mode())
     except (OSError, ValueError, zlib.error) as exc:
         log.warning("incident %d: cannot write its files into %s (%s)", k, folder, exc)
         return
     log.info("incident %d: verdict and report written beside this node's dumps in %s", k, folder)
+
+
+def _problem(name: str, text: str) -> str | None:
+    """Why ``text`` cannot be the coordinator's ``name``, field by field where it has fields; None when it can."""
+    if name == EXCLUDE_HOSTS_FILE:
+        hosts = text.splitlines()
+        if len(hosts) > MAX_EXCLUDED_HOSTS:
+            return f"{name} names {len(hosts)} hosts"
+        bad = next((h for h in hosts if host_name(h) is None), None)
+        return f"{name} holds {one_line(bad, 40)!r}, no host name" if bad is not None else None
+    if name.endswith(".json"):
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return f"{name} is not JSON"
+        return None if isinstance(value, dict) else f"{name} is not a JSON object"
+    return None

@@ -22,8 +22,11 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ...common.files import atomic_write, own_folder
+from ...common.ids import trace_hex_for
 from ...common.names import host_name
 from ...common.ranks import compress_ranks
 from ...diagnosis.job import Job
@@ -34,12 +37,13 @@ from ...read.rank_process import RankProcess
 from ...read.reader import ReadResult
 from ...trace.options import TraceOptions
 from ...trace.selection import detailed_ranks
-from .rank import IncidentRank
+from .rank import DUMP_FILE_PREFIX, IncidentRank, dump_path
+from ..observe.last_record import MAX_RECORD_BYTES, load_record
 from ..observe.payload import decode_payload
 from ..links.store_link import StoreUnavailable
 
-__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "add_side_facts", "complete_from_nodes", "gather",
-           "read_heartbeats"]
+__all__ = ["SILENT_POLLS", "WHOLE_WAIT_POLLS", "Gathered", "add_last_records", "add_side_facts", "complete_from_nodes",
+           "gather", "read_heartbeats", "silent_ranks"]
 
 #: A rank whose heartbeat is this many polls old when an incident is raised is presumed lost: not waited for.
 SILENT_POLLS = 3
@@ -111,10 +115,62 @@ def gather(me: IncidentRank, k: int, deadline: float, expected: Collection[int] 
             read.dumps[rank] = dump
     gone = [r for r in ranks if r not in read.dumps]
     if gone:
-        problems.append(f"rank(s) {compress_ranks(gone)} sent no recorder within {me.config.gather_seconds:g} s "
-                        "(stuck with the GIL held, cut off, or dead)")
+        known = {*me.channel.heard, *me.hosts.processes, *node_hosts}
+        problems.extend(silent_ranks(gone, known, me.config.gather_seconds))
+        add_last_records(me, read, gone, dump_path(me, trace_hex_for(me.job_id, str(k))).parent)
     add_side_facts(me, read, node_hosts)
     return out
+
+
+def add_last_records(me: IncidentRank, read: ReadResult, silent: Collection[int], folder: Path) -> None:
+    """The last records (:mod:`..observe.last_record`) of the ``silent`` ranks of this node, read from its folder:
+    each becomes the rank's dump, and its file in the incident's ``folder`` (``fr-otel analyze`` of the folder
+    reads the same). A rank of this node without one, or whose one is refused, says why in one line."""
+    node = me.records
+    if node is None:
+        return
+    host = me.process.host
+    now = time.time_ns()
+    heard = me.channel.heard
+    said: list[str] = []
+    for rank in sorted(silent):
+        where = me.hosts.processes.get(rank)
+        local = where is not None and where.host == host and host is not None
+        found = node.record_of(rank, MAX_RECORD_BYTES)
+        if found is None:
+            if local:
+                said.append(f"rank {rank} left no last record on its node (it stopped before its agent's first poll, "
+                            "or its agent was off)")
+            continue
+        pid = where.pid if where is not None else None
+        got = load_record(found[0], found[1], rank, pid=pid, heard_ns=heard.get(rank), now_ns=now,
+                          poll_interval=me.config.poll_interval, source=f"rank {rank} (its last record, on its node)")
+        if isinstance(got, str):
+            said.append(f"rank {rank}'s last record on its node is not used: {got}")
+            continue
+        dump, kept = got
+        read.dumps[rank] = dump
+        assert dump.record is not None
+        said.append(f"rank {rank} sent nothing: its state is {dump.record.said()}, from its node's folder")
+        with me.health.guard("keeping a silent rank's last record in the incident's folder"):
+            own_folder(folder)
+            atomic_write(folder / f"{DUMP_FILE_PREFIX}{rank}", kept)
+    read.problems.extend(said)
+
+
+def silent_ranks(gone: Collection[int], known: Collection[int], gather_s: float) -> list[str]:
+    """What to say of the ranks whose recorder did not come: one never heard from ran no agent (its launcher
+    started none: that says nothing of the rank), one heard from before went silent."""
+    never = [r for r in gone if r not in known]
+    silent = [r for r in gone if r in known]
+    lines = []
+    if never:
+        lines.append(f"rank(s) {compress_ranks(never)}: no agent (never heard from since the job started, so not "
+                     "known to be stuck; fr-otel run, or fr_otel.start() at the top of the script, starts one)")
+    if silent:
+        lines.append(f"rank(s) {compress_ranks(silent)} sent no recorder within {gather_s:g} s "
+                     "(stuck with the GIL held, cut off, or dead)")
+    return lines
 
 
 def add_side_facts(me: IncidentRank, read: ReadResult, node_hosts: Mapping[int, str] | None = None,
@@ -185,6 +241,9 @@ class _Summaries:
             dump = decode_payload(whole, rank, f"rank {rank} (from its node, {where})", self.read.problems)
             if dump is not None:
                 self.read.dumps[rank] = dump
+                if dump.record is not None:
+                    self.read.problems.append(f"rank {rank} sent nothing: its state is {dump.record.said()}, from "
+                                              f"its node's folder ({where})")
 
 
 def read_heartbeats(me: IncidentRank) -> tuple[dict[int, str], set[int]]:

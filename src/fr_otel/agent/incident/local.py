@@ -37,7 +37,7 @@ from .rank import IncidentRank, dump_path
 from ...incident.trigger import Trigger
 from ..observe.payload import MAX_PAYLOAD_BYTES, decode_payload
 from .conclude import CONCLUDE_RESERVE_S, conclude
-from .gather import add_side_facts
+from .gather import add_last_records, add_side_facts
 
 __all__ = ["LOCAL_PAYLOAD", "take_part_locally"]
 
@@ -73,6 +73,9 @@ def take_part_locally(me: IncidentRank, trigger: Trigger, deadline: float,
     if not _claim(lock):
         return None
     evidence = _gather_local(me, folder, deadline)
+    silent = [r for r in _local_ranks(me) if r not in evidence.dumps]
+    if silent:
+        add_last_records(me, evidence, silent, folder)
     add_side_facts(me, evidence, store_lost_since_ns=went_local_ns)
     return conclude(me, trigger, evidence, trace_hex, deadline, dump_written=written, local=True)
 

@@ -19,6 +19,7 @@ from ..links.channel import IncidentChannel
 from ..config import AgentConfig
 from ..serve.health import HealthTracker
 from ..links.host_map import HostMapKeeper
+from ..links.node_channel import NodeChannel
 from ..links.node_leader import NodeRole
 from ..links.reachability import network_facts
 from ..observe.proc_state import OomBaseline
@@ -64,6 +65,9 @@ class IncidentRank:
     #: This rank's part on its node when node leaders are on (:mod:`..links.node_leader`); None: every rank
     #: talks to the job's store itself.
     node: NodeRole | None = None
+    #: This node's folder, where its ranks keep their last records (:mod:`..observe.last_record`), leaders or
+    #: not; None: no folder could be made (then no silent rank's record is read).
+    records: NodeChannel | None = None
     #: The OOM-kill counters at start: an incident reports the kills since (:mod:`..observe.proc_state`).
     oom_baseline: OomBaseline = field(default_factory=OomBaseline.now)
     leaving: Leaving = field(default_factory=Leaving)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 
 from ...common.log import logger
 from ...read.dump import RankDump
@@ -20,9 +21,10 @@ from ..links.channel import IncidentChannel
 from ..links.node_channel import NodeChannel
 from ..links.node_leader import NodeRole
 from ..links.store_link import StoreUnavailable
-from ..observe.payload import decode_payload
+from ..observe.last_record import MAX_RECORD_BYTES, load_record
+from ..observe.payload import decode_payload, frame_payload
 
-__all__ = ["answer_need", "send_summary", "summarise_node", "wait_until_sent"]
+__all__ = ["answer_need", "send_summary", "silent_records", "summarise_node", "wait_until_sent"]
 
 log = logger("fr_otel.agent")
 
@@ -51,16 +53,19 @@ def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> t
         time.sleep(_WAIT_POLL_S)
     payloads = role.node.payloads(k, expected)
     problems: list[str] = []
-    blob, ranks, whole = summarise_node(role.process.host or "", role.rank, payloads, role.node.heard(), problems)
+    heard = role.node.heard()
+    records = silent_records(role.node, heard, expected, role.poll_interval, problems)
+    blob, ranks, whole = summarise_node(role.process.host or "", role.rank, payloads, heard, problems, records)
     for line in problems[:4]:
         log.warning("incident %d: %s", k, line)
     role.channel.publish_summary(k, blob, len(ranks))
     role.sent[k] = ranks
     role.publish_board()
     missing = sorted(set(expected) - set(ranks))
-    log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s)", k, len(ranks), len(blob),
+    log.info("incident %d: this node's summary sent (%d ranks, %d bytes%s%s%s)", k, len(ranks), len(blob),
              ", whole recorders of its ranks: one stands out" if whole else "",
-             f"; rank(s) {missing} left none in time" if missing else "")
+             f"; rank(s) {missing} left none in time" if missing else "",
+             f"; the last records of silent rank(s) {sorted(records)}" if records else "")
     threading.Thread(target=answer_need, args=(role.channel, k, {r: payloads[r] for r in ranks}, answer_until,
                                                role.poll_interval, role.node),
                      name="fr-otel-node-answer", daemon=True).start()
@@ -68,15 +73,43 @@ def send_summary(role: NodeRole, k: int, until: float, answer_until: float) -> t
 
 
 def summarise_node(host: str, leader: int, payloads: dict[int, bytes], heard: dict[int, int],
-                   problems: list[str]) -> tuple[bytes, tuple[int, ...], bool]:
+                   problems: list[str], records: dict[int, bytes] | None = None) -> tuple[bytes, tuple[int, ...], bool]:
     """A node's summary from its ranks' payloads: the blob, the ranks it holds, and whether it carries
-    their whole payloads too (a rank stands out on the node)."""
+    their whole payloads too (a rank stands out on the node). ``records``: the last records of its silent ranks
+    (:func:`silent_records`), sent whole beside them."""
     dumps = {r: d for r, d in ((r, decode_payload(p, r, f"rank {r}", problems)) for r, p in payloads.items())
              if d is not None}
     whole = _stands_out(dumps)
-    blob = encode_node_summary(host, leader, time.time_ns(), dumps, full={r: payloads[r] for r in dumps} if whole
-                               else None, heard=heard)
+    full = ({r: payloads[r] for r in dumps} if whole else {}) | {r: b for r, b in (records or {}).items()
+                                                                   if r not in dumps}
+    blob = encode_node_summary(host, leader, time.time_ns(), dumps, full=full or None, heard=heard)
     return blob, tuple(sorted(dumps)), whole
+
+
+def silent_records(node: NodeChannel, heard: dict[int, int], alive: Collection[int], poll_interval: float,
+                   problems: list[str]) -> dict[int, bytes]:
+    """The last records (:mod:`..observe.last_record`) of this node's ranks that stopped beating (heard from, not
+    ``alive``), each as a payload its coordinator decodes like any other; a rank without one, or whose one is
+    refused, is one line in ``problems``."""
+    out: dict[int, bytes] = {}
+    now = time.time_ns()
+    for rank, beat in sorted(heard.items()):
+        if rank in alive:
+            continue
+        found = node.record_of(rank, MAX_RECORD_BYTES)
+        if found is None:
+            problems.append(f"rank {rank} left no last record on its node (it stopped before its agent's first poll, "
+                            "or its agent was off)")
+            continue
+        got = load_record(found[0], found[1], rank, pid=None, heard_ns=beat, now_ns=now, poll_interval=poll_interval,
+                          source=f"rank {rank} (its last record, on its node)")
+        if isinstance(got, str):
+            problems.append(f"rank {rank}'s last record on its node is not used: {got}")
+            continue
+        dump, kept = got
+        assert dump.record is not None
+        out[rank] = frame_payload(kept, dump.record.as_of_ns, level=0)
+    return out
 
 
 def _stands_out(dumps: dict[int, RankDump]) -> bool:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -56,6 +57,7 @@ from typing import Any
 
 from ...common.log import logger
 from ...incident.trigger import Trigger
+from .signing import Seal, job_secret
 from .store_link import STORE_TIMEOUT_S, LinkedStore, StoreLink
 from .store_trust import Forgeries
 
@@ -84,8 +86,11 @@ def parse_beat(text: str) -> tuple[int, int | None] | None:
 class IncidentChannel:
     """The incident protocol over one store (a PrefixStore over the job's TCPStore)."""
 
-    def __init__(self, store: Any, how: str, link: StoreLink | None = None, address: str = "") -> None:
+    def __init__(self, store: Any, how: str, link: StoreLink | None = None, address: str = "",
+                 seal: Seal | None = None) -> None:
         self.link = link if link is not None else StoreLink()
+        #: Signs every value written and verifies every value read (:mod:`.signing`); None: unauthenticated.
+        self.seal = seal
         self.store = LinkedStore(store, self.link)
         self.how = how  # "own connection to host:port" or "default store"
         self.address = address  # the job's store as host:port ("" when it is not a TCPStore)
@@ -95,6 +100,30 @@ class IncidentChannel:
         self._listed_waits: set[int] = set()  # ranks this channel put on the w/who list
         #: Says each kind of forgery found in the store once: ``forged(kind, detail)``.
         self.forged = Forgeries()
+
+    def _sealed(self, key: str, value: str | bytes) -> bytes:
+        """``value`` as written under ``key``: signed where the job has a secret."""
+        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+        return raw if self.seal is None else self.seal.sign(key, raw)
+
+    def _put(self, key: str, value: str | bytes) -> None:
+        self.store.set(key, self._sealed(key, value))
+
+    def _opened(self, key: str, raw: Any) -> bytes | None:
+        """What was read under ``key``, verified; None (said once per kind of key) when it is not signed by
+        this job: it is then as if absent (never joined, concluded or counted)."""
+        blob = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+        if self.seal is None:
+            return blob
+        value = self.seal.open(key, blob)
+        if value is None:
+            self.forged(f"{_key_kind(key)} record without this job's signature",
+                        f"{key} does not verify under the job's secret")
+        return value
+
+    def _get(self, key: str) -> bytes | None:
+        """The verified value of ``key``; None while absent or when it does not verify."""
+        return self._opened(key, self.store.get(key)) if self.store.check([key]) else None
 
     def _count(self, key: str, bound: int, kind: str) -> int:
         """The ``add`` counter ``key``, read as at most ``bound`` (the job's shape allows no more)."""
@@ -113,10 +142,13 @@ class IncidentChannel:
         raiser's mark goes first (``i/<k>/by/<rank>``: a token its claim also carries): an owner key that no
         mark matches was not written by a raiser of this job (:meth:`raised_by`)."""
         k, token = trigger.number, uuid.uuid4().hex
-        self.store.set(f"i/{k}/by/{trigger.raised_by}", token)
-        mine = json.dumps({**trigger.to_record(), "claim": token}, sort_keys=True)
-        got = _text(self.store.compare_set(_owner(k), "", mine))
-        return got == mine, _json(got)
+        self._put(f"i/{k}/by/{trigger.raised_by}", token)
+        mine = self._sealed(_owner(k), json.dumps({**trigger.to_record(), "claim": token}, sort_keys=True))
+        got = _bytes(self.store.compare_set(_owner(k), "", mine))
+        if got == mine:
+            return True, _json(_text(self._opened(_owner(k), got) or b""))
+        opened = self._opened(_owner(k), got)
+        return False, (_json(_text(opened)) if opened is not None else {})
 
     def owner(self, k: int) -> dict[str, Any] | None:
         """The owner record of incident ``k`` (:meth:`~fr_otel.incident.trigger.Trigger.from_record` reads it),
@@ -124,16 +156,18 @@ class IncidentChannel:
         key = _owner(k)
         if not self.store.check([key]):
             return None
-        return _json(_text(self.store.get(key)))
+        value = self._opened(key, self.store.get(key))
+        return _json(_text(value)) if value is not None else {}
 
     def raised_by(self, trigger: Trigger) -> bool:
         """The rank an incident's owner record names marked itself, with that record's token, before claiming
         it (see :meth:`claim`)."""
         key = f"i/{trigger.number}/by/{trigger.raised_by}"
-        return bool(trigger.claim) and bool(self.store.check([key])) and _text(self.store.get(key)) == trigger.claim
+        mark = self._get(key) if trigger.claim else None
+        return mark is not None and _text(mark) == trigger.claim
 
     def publish(self, k: int, rank: int, payload: bytes) -> None:
-        self.store.set(f"i/{k}/dump/{rank}", payload)
+        self._put(f"i/{k}/dump/{rank}", payload)
         self.store.add(f"i/{k}/arrived", 1)
 
     def arrived(self, k: int) -> int:
@@ -144,15 +178,17 @@ class IncidentChannel:
         return self._fetch([(r, f"i/{k}/dump/{r}") for r in ranks])
 
     def set_result(self, k: int, result: dict[str, Any]) -> None:
-        self.store.set(f"i/{k}/result", json.dumps(result, sort_keys=True))
+        self._put(f"i/{k}/result", json.dumps(result, sort_keys=True))
 
     def result(self, k: int) -> dict[str, Any] | None:
-        key = f"i/{k}/result"
-        return _json(_text(self.store.get(key))) if self.store.check([key]) else None
+        value = self._get(f"i/{k}/result")
+        return _json(_text(value)) if value is not None else None
 
     def concluded(self, k: int) -> bool:
-        """The coordinator has published incident ``k``'s verdict (what it gathers is no longer read)."""
-        return bool(self.store.check([f"i/{k}/result"]))
+        """The coordinator has published incident ``k``'s verdict (what it gathers is no longer read): a result
+        this job signed (a planted one concludes nothing)."""
+        key = f"i/{k}/result"
+        return bool(self.store.check([key])) and (self.seal is None or self._get(key) is not None)
 
     def cleanup(self, k: int, ranks: list[int], summaries: int = 0) -> None:
         """Free the store of incident ``k``'s payloads (``ranks``') and its first ``summaries`` node summaries."""
@@ -164,7 +200,7 @@ class IncidentChannel:
     # -- who runs where, and who is still heard from ---------------------------------------
     def announce(self, rank: int, process: dict[str, Any]) -> None:
         """Say where this rank runs, once, before anything can go wrong."""
-        self.store.set(f"host/{rank}", json.dumps(process, sort_keys=True))
+        self._put(f"host/{rank}", json.dumps(process, sort_keys=True))
 
     def hosts(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
         """Where each of ``ranks`` said it runs (ranks that have not said yet are left out)."""
@@ -172,7 +208,7 @@ class IncidentChannel:
 
     def heartbeat(self, rank: int, now_ns: int, step: int | None = None) -> None:
         """This rank polled now, in training step ``step`` (None: no step counted yet)."""
-        self.store.set(f"hb/{rank}", beat_text(now_ns, step))
+        self._put(f"hb/{rank}", beat_text(now_ns, step))
 
     def forget_heard(self) -> None:
         """Forget the heartbeats read so far (a new incident must not say an earlier one's)."""
@@ -208,18 +244,23 @@ class IncidentChannel:
         leftovers of restarts) the highest free number below it."""
         token = f"{rank} {uuid.uuid4().hex}"
         n = int(self.store.add("nodes", 1))
-        if 1 <= n <= world_size and _text(self.store.compare_set(f"nclaim/{n}", "", token)) == token:
+        if 1 <= n <= world_size and self._claim(f"nclaim/{n}", token):
             return n
         self.forged("node counter", f"nodes gave number {n} to a job of {world_size} ranks")
         first = world_size - rank % world_size  # leaders' ranks differ: so do their first tries
         for i in range(world_size):
             n = (first - 1 - i) % world_size + 1
-            if _text(self.store.compare_set(f"nclaim/{n}", "", token)) == token:
+            if self._claim(f"nclaim/{n}", token):
                 return n
         raise RuntimeError(f"no node number left among {world_size}: every one is claimed")
 
+    def _claim(self, key: str, token: str) -> bool:
+        """``key`` was free and now holds this (signed) ``token``."""
+        mine = self._sealed(key, token)
+        return _bytes(self.store.compare_set(key, "", mine)) == mine
+
     def node_heartbeat(self, n: int, beat: dict[str, Any]) -> None:
-        self.store.set(f"nhb/{n}", json.dumps(beat, sort_keys=True))
+        self._put(f"nhb/{n}", json.dumps(beat, sort_keys=True))
 
     def node_heartbeats(self, world_size: int) -> dict[int, dict[str, Any]]:
         """Every registered node's latest heartbeat (nodes that never beat are left out), of at most
@@ -239,7 +280,7 @@ class IncidentChannel:
     def publish_summary(self, k: int, summary: bytes, ranks: int) -> None:
         """One node's summary for incident ``k``, covering ``ranks`` ranks' recorders."""
         j = int(self.store.add(f"i/{k}/nodes", 1))
-        self.store.set(f"i/{k}/node/{j}", summary)
+        self._put(f"i/{k}/node/{j}", summary)
         self.store.add(f"i/{k}/arrived", ranks)
 
     def summaries(self, k: int, world_size: int, skip: int = 0) -> dict[int, bytes]:
@@ -249,22 +290,22 @@ class IncidentChannel:
 
     def ask(self, k: int, ranks: str) -> None:
         """Ask the leaders for the whole recorders of ``ranks`` (runs text; "" asks for none)."""
-        self.store.set(f"i/{k}/need", ranks)
+        self._put(f"i/{k}/need", ranks)
 
     def asked(self, k: int) -> str | None:
-        key = f"i/{k}/need"
-        return _text(self.store.get(key)) if self.store.check([key]) else None
+        value = self._get(f"i/{k}/need")
+        return _text(value) if value is not None else None
 
     def publish_whole(self, k: int, rank: int, payload: bytes) -> None:
         """A rank's whole recorder, asked for after its node's summary went (not counted as an arrival)."""
-        self.store.set(f"i/{k}/dump/{rank}", payload)
+        self._put(f"i/{k}/dump/{rank}", payload)
 
     # -- who holds the job up without hanging it ----------------------------------------------
     def publish_waits(self, rank: int, summary: dict[str, Any]) -> None:
         """This rank's recent waits, under its own key; the first time, its rank goes on the list of ranks
         that publish so (``w/who``): the comparer then reads only keys that exist (a missing key costs a
         round trip of its own, 100k of them where node leaders carry most ranks' waits)."""
-        self.store.set(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
+        self._put(f"w/{rank}", json.dumps(summary, separators=(",", ":"), sort_keys=True))
         if rank not in self._listed_waits:  # listed once its key is there
             self.store.append("w/who", f"{rank},")
             self._listed_waits.add(rank)
@@ -280,17 +321,16 @@ class IncidentChannel:
         return {r: _json(_text(v)) for r, v in self._fetch([(r, f"w/{r}") for r in ranks]).items()}
 
     def publish_files(self, k: int, files: bytes) -> None:
-        self.store.set(f"i/{k}/files", files)
+        self._put(f"i/{k}/files", files)
 
     def files(self, k: int) -> bytes | None:
-        key = f"i/{k}/files"
-        return bytes(self.store.get(key)) if self.store.check([key]) else None
+        return self._get(f"i/{k}/files")
 
     # -- ranks on their way out ---------------------------------------------------------
     def announce_termination(self, rank: int, incident: int) -> None:
         """This rank received SIGTERM (while part of ``incident``, 0 if none): a peer that then
         waits on it is seeing the end of the job, not a new incident."""
-        self.store.set(f"term/{rank}", str(incident))
+        self._put(f"term/{rank}", str(incident))
         self.store.add("term/count", 1)
 
     def terminating(self, ranks: Iterable[int]) -> dict[int, int]:
@@ -300,22 +340,33 @@ class IncidentChannel:
             return {}
         out: dict[int, int] = {}
         for rank in ranks:
-            key = f"term/{rank}"
-            if self.store.check([key]):
-                text = _text(self.store.get(key))
+            value = self._get(f"term/{rank}")
+            if value is not None:
+                text = _text(value)
                 out[rank] = int(text) if text.isascii() and text.isdigit() else 0
         return out
 
     # -- a rank's last words ------------------------------------------------------------
     def publish_final(self, rank: int, payload: bytes) -> None:
-        self.store.set(f"final/{rank}", payload)
+        self._put(f"final/{rank}", payload)
 
     def fetch_final(self, ranks: list[int]) -> dict[int, bytes]:
         return self._fetch([(r, f"final/{r}") for r in ranks])
 
     def _fetch(self, keys: list[tuple[int, str]]) -> dict[int, bytes]:
         """Two round trips per batch when every key of it is there (``check`` of all, then
-        ``multi_get``: never a blocking read of a key that may not come); key by key otherwise."""
+        ``multi_get``: never a blocking read of a key that may not come); key by key otherwise. Values that
+        do not verify are left out, as if absent."""
+        raw = self._fetch_raw(keys)
+        names = dict(keys)
+        out: dict[int, bytes] = {}
+        for rank, value in raw.items():
+            opened = self._opened(names[rank], value)
+            if opened is not None:
+                out[rank] = opened
+        return out
+
+    def _fetch_raw(self, keys: list[tuple[int, str]]) -> dict[int, bytes]:
         out: dict[int, bytes] = {}
         for i in range(0, len(keys), _FETCH_BATCH):
             part = keys[i : i + _FETCH_BATCH]
@@ -336,6 +387,15 @@ class IncidentChannel:
 
 def _owner(k: int) -> str:
     return f"i/{k}/owner"
+
+
+def _bytes(value: Any) -> bytes:
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+
+
+def _key_kind(key: str) -> str:
+    """A key's kind, its numbers left out (``i/3/dump/7`` -> ``i/<n>/dump/<n>``): forgeries are said per kind."""
+    return "/".join("<n>" if part.isdigit() else part for part in key.split("/"))
 
 
 def _text(value: Any) -> str:
@@ -388,7 +448,12 @@ def connect_channel(dist: Any, job_id: str | None, timeout_s: float = STORE_TIME
         # to get here proposes one, everyone adopts it. Unique per store, i.e. per run.
         proposal = f"store:{uuid.uuid4().hex}"
         job_id = _text(link.call(lambda: root.compare_set("job_id", "", proposal), "agreeing on the job id"))
-    return IncidentChannel(dist.PrefixStore(f"{job_digest(job_id)}/", root), how, link, address), job_id
+    secret = job_secret()
+    if secret is None and os.environ.get("LOCAL_RANK", "0") == "0":  # once per node, beside the start line
+        log.info("this job has no FR_OTEL_JOB_SECRET: its store records are unauthenticated (anything that reaches "
+                 "%s can write them)", address or "the store")
+    seal = Seal(secret, job_digest(job_id)) if secret is not None else None
+    return IncidentChannel(dist.PrefixStore(f"{job_digest(job_id)}/", root), how, link, address, seal), job_id
 
 
 def job_digest(job_id: str) -> str:

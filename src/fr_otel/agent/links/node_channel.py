@@ -10,7 +10,9 @@ system, so no call here can block on anything but the local kernel):
 - ``hb.<rank>``: each rank's heartbeat (the wall clock of its last poll and its training step then),
   which the leader sends on in one heartbeat for the node;
 - ``i<k>/rank_<r>.payload``: a rank's recorder for incident k, for the leader to summarise;
-- ``w.<rank>``: a rank's recent waits (:mod:`..slow_watch`), which the leader sends on in its heartbeat.
+- ``w.<rank>``: a rank's recent waits (:mod:`..slow_watch`), which the leader sends on in its heartbeat;
+- ``last.<rank>``: a rank's last record (:mod:`..observe.last_record`), which an incident loads for a rank that
+  sends nothing (made for every job with incidents, node leaders or not; each rank removes its own on its way out).
 
 Files, not sockets: a leader that dies or freezes leaves a board that simply stops changing, and
 its ranks notice within a few polls (:meth:`Board.fresh`; later by the bound of a store call the
@@ -28,11 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...common.files import OutputRefused, atomic_write, file_kind, read_regular
+from ...common.files import OutputRefused, atomic_write, file_kind, open_regular, read_regular
 from ...common.json_types import is_exact_int
 from ...common.log import logger
 from ..observe.payload import MAX_PAYLOAD_BYTES
 from .channel import MAX_RANKS_PER_NODE, beat_text, parse_beat
+from .signing import SEAL_BYTES, Seal
+from .store_trust import Forgeries
 
 __all__ = ["MAX_RANKS_PER_NODE", "MAX_SCANNED", "NODE_LEVELS", "STALE_POLLS", "Board", "NodeChannel", "node_folder",
            "private_folder"]
@@ -51,7 +55,7 @@ _KEPT_INCIDENTS = 16
 _FOLDER_MODE = 0o700
 _FILE_MODE = 0o600
 #: The names fr-otel writes in a node folder (and their temporary files): all :meth:`NodeChannel.remove` deletes.
-_OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
+_OURS = re.compile(r"\.?(board|hb\.\d+|w\.\d+|last\.\d+|rank_\d+\.payload)(\.[A-Za-z0-9_]+\.tmp)?")
 _INCIDENT_FOLDER = re.compile(r"i\d+")
 #: The folders above a node folder that fr-otel makes and checks: its job's and the base.
 NODE_LEVELS = 2
@@ -173,8 +177,12 @@ def _numbers(raw: Any) -> tuple[int, ...]:
 class NodeChannel:
     """One rank's end of its node's folder (the leader's end too)."""
 
-    def __init__(self, folder: Path, rank: int, *, levels: int = 0, world_size: int | None = None) -> None:
+    def __init__(self, folder: Path, rank: int, *, levels: int = 0, world_size: int | None = None,
+                 seal: Seal | None = None) -> None:
         self.folder = folder
+        #: Signs every file written and verifies every file read, as the store's records (:mod:`.signing`).
+        self.seal = seal
+        self.forged = Forgeries()
         self.rank = rank
         #: Folders above ``folder`` made again (and checked) when it is gone: :data:`NODE_LEVELS` for a
         #: :func:`node_folder` (a folder removed under the job is remade whole, never inside a stranger's).
@@ -191,13 +199,43 @@ class NodeChannel:
     def board(self) -> Board | None:
         """The leader's board, or None when there is none (yet) or it cannot be read."""
         try:
-            return _board_from(json.loads(read_regular(self.folder / "board", _MAX_BOARD_BYTES, follow_links=False)))
+            data = self._opened("board", read_regular(self.folder / "board", _MAX_BOARD_BYTES + SEAL_BYTES,
+                                                       follow_links=False))
+            return _board_from(json.loads(data)) if data is not None else None
         except (OSError, ValueError, RecursionError):
             return None  # missing, planted (a FIFO, a link to /dev/zero), too large, or not a board
 
     def drop_waits(self, summary: dict[str, Any]) -> None:
         """This rank's recent waits (what the slow-host watch compares), for its leader to send on."""
         self._write(f"w.{self.rank}", json.dumps(summary, separators=(",", ":")).encode())
+
+    def keep_record(self, data: bytes) -> None:
+        """This rank's last record (:mod:`..observe.last_record`), for its host-mates to read once it stops answering."""
+        self._write(f"last.{self.rank}", data)
+
+    def vouch_record(self) -> None:
+        """This rank's agent found its record unchanged: the file's time says when (no write, one system call)."""
+        os.utime(self.folder / f"last.{self.rank}", follow_symlinks=False)
+
+    def drop_record(self) -> None:
+        """This rank's record goes (its way out: it speaks for itself, and a later job on the node starts clean),
+        and the node's folder with it when nothing else is left there."""
+        for remove, path in ((os.unlink, self.folder / f"last.{self.rank}"), (os.rmdir, self.folder)):
+            try:
+                remove(path)
+            except OSError:
+                pass
+
+    def record_of(self, rank: int, limit: int) -> tuple[bytes, int] | None:
+        """Rank ``rank``'s last record and the file's time (when its agent last vouched for it); None when there
+        is none, or it is no regular file of at most ``limit`` bytes (never through a link)."""
+        try:
+            fd, st = open_regular(self.folder / f"last.{rank}", follow_links=False)
+        except OSError:
+            return None
+        with open(fd, "rb") as fh:
+            data = fh.read(limit + 1) if st.st_size <= limit else None
+        return (data, st.st_mtime_ns) if data is not None and len(data) <= limit else None
 
     def drop_payload(self, k: int, payload: bytes) -> Path:
         """This rank's recorder for incident ``k``, where its leader collects it."""
@@ -206,13 +244,24 @@ class NodeChannel:
     def _write(self, name: str, data: bytes) -> Path:
         """``name`` (0o600) under this node's folder, its folders (0o700; remade if a leader that left
         removed them) refused if a link or not a directory."""
-        folder = private_folder(self.folder, self.levels)
+        folder, relative = private_folder(self.folder, self.levels), name
         if "/" in name:
             sub, name = name.split("/")
             folder = private_folder(folder / sub)
         # Not synced: nothing here means anything after a crash, and on a disk (no /dev/shm) a sync per
         # heartbeat per rank per poll would be I/O for nothing.
-        return atomic_write(folder / name, data, mode=_FILE_MODE, durable=False)
+        signed = data if self.seal is None else self.seal.sign(f"node/{relative}", data)
+        return atomic_write(folder / name, signed, mode=_FILE_MODE, durable=False)
+
+    def _opened(self, name: str, data: bytes) -> bytes | None:
+        """What was read from ``name``, verified; None (said once per kind of file) when the job did not sign it."""
+        if self.seal is None:
+            return data
+        value = self.seal.open(f"node/{name}", data)
+        if value is None:
+            self.forged(f"node folder {re.sub(r'[0-9]+', '<n>', name)} file without this job's signature",
+                        f"{self.folder / name} does not verify under the job's secret")
+        return value
 
     # -- the leader -----------------------------------------------------------------------
     def write_board(self, board: Board) -> None:
@@ -249,9 +298,11 @@ class NodeChannel:
         out = []
         for name in self._names(prefix):
             try:
-                out.append((int(name[len(prefix):]), read_regular(self.folder / name, limit, follow_links=False)))
+                data = self._opened(name, read_regular(self.folder / name, limit + SEAL_BYTES, follow_links=False))
             except OSError:
                 continue
+            if data is not None:
+                out.append((int(name[len(prefix):]), data))
         return out
 
     def _names(self, prefix: str) -> list[str]:
@@ -293,9 +344,12 @@ class NodeChannel:
         for rank in ranks:
             path = self.folder / f"i{k}" / f"rank_{rank}.payload"
             try:
-                out[rank] = read_regular(path, MAX_PAYLOAD_BYTES, follow_links=False)
+                data = self._opened(f"i{k}/rank_{rank}.payload",
+                                    read_regular(path, MAX_PAYLOAD_BYTES + SEAL_BYTES, follow_links=False))
             except OSError:
                 continue
+            if data is not None:
+                out[rank] = data
         return out
 
     def forget(self, k: int) -> None:

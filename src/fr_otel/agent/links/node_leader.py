@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Any, Literal
 
 from ...incident.trigger import Trigger
@@ -38,7 +39,7 @@ from ..guest.process_identity import local_world_size, node_number
 from .node_channel import MAX_RANKS_PER_NODE, NODE_LEVELS, STALE_POLLS, Board, NodeChannel, node_folder
 from ..observe.poller import Stall
 
-__all__ = ["MAX_RANKS_PER_NODE", "Contact", "NodeRole", "node_role_for"]
+__all__ = ["MAX_RANKS_PER_NODE", "Contact", "NodeRole", "node_role_for", "records_folder"]
 
 log = logging.getLogger("fr_otel.agent")
 
@@ -190,6 +191,24 @@ class NodeRole:
         return sorted({r for r, t in self.node.heard().items() if t >= fresh} | {self.rank})
 
 
+def _folder(config: AgentConfig, job_id: str, process: RankProcess, environ: Mapping[str, str]) -> Path:
+    return node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host", node=node_number(environ))
+
+
+def records_folder(config: AgentConfig, job_id: str, rank: int, world_size: int, process: RankProcess,
+                   environ: Mapping[str, str], role: NodeRole | None) -> NodeChannel | None:
+    """Where this node's ranks keep their last records (:mod:`..observe.last_record`): its leader's folder, or the
+    same folder made for them alone (a job on one node has no leader); None, with one line, when it cannot be made."""
+    if role is not None:
+        return role.node
+    try:
+        return NodeChannel(_folder(config, job_id, process, environ), rank, levels=NODE_LEVELS, world_size=world_size)
+    except OSError as exc:
+        log.warning("rank %d keeps no last record on its node (an incident cannot read its state if it stops "
+                    "answering): its node folder: %s", rank, exc.strerror or exc)
+        return None
+
+
 def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, rank: int, world_size: int,
                   process: RankProcess, local_rank: int | None, environ: Mapping[str, str]) -> NodeRole | None:
     """This rank's node role, or None where every rank talks to the store itself: node leaders ``off``,
@@ -200,11 +219,11 @@ def node_role_for(config: AgentConfig, channel: IncidentChannel, job_id: str, ra
     if config.node_leaders == "auto" and not (local_world and 1 < local_world < world_size):
         return None
     try:
-        folder = node_folder(config.node_dir, job_digest(job_id), process.host or "unknown-host",
-                             node=node_number(environ))
+        folder = _folder(config, job_id, process, environ)
     except OSError as exc:
         log.warning("node leaders off for rank %d: its node folder: %s; it talks to the job's store itself",
                     rank, exc.strerror or exc)
         return None
-    return NodeRole(channel, NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size), rank, process,
+    node = NodeChannel(folder, rank, levels=NODE_LEVELS, world_size=world_size, seal=channel.seal)
+    return NodeRole(channel, node, rank, process,
                     leader=local_rank == 0, poll_interval=config.poll_interval, world_size=world_size)

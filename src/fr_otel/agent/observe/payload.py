@@ -37,8 +37,8 @@ from ...common.gc_pause import gc_paused
 from ...common.inflate import InflatedTooLarge, inflate
 from .recorder import GroupInfo
 
-__all__ = ["MAX_PAYLOAD_BYTES", "decode_payload", "encode_payload", "entries_per_group", "pg_config_for",
-           "trim_entries"]
+__all__ = ["MAX_PAYLOAD_BYTES", "decode_payload", "encode_payload", "entries_per_group", "frame_payload", "payload_body",
+           "pg_config_for", "trim_entries"]
 
 #: A payload file read from a node's folder is at most this big (a whole recorder, compressed, is far less).
 MAX_PAYLOAD_BYTES = 256 << 20
@@ -102,7 +102,29 @@ def encode_payload(raw_dump: bytes, groups: Iterable[GroupInfo], keep: int, dump
         if leaving is not None:
             data[EXIT_KEY] = leaving.as_json()
         body = pickle.dumps(data, protocol=4)
-    return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, 1)
+    return frame_payload(body, dumped_at_ns)
+
+
+def frame_payload(body: bytes, dumped_at_ns: int, level: int = 1) -> bytes:
+    """A dump's pickle framed as a payload: ``b"FRO1"``, the dump time, the pickle compressed (``level`` 0: stored,
+    for a body of a few hundred bytes written many times a second)."""
+    return _HEADER.pack(_MAGIC, dumped_at_ns) + zlib.compress(body, level)
+
+
+def payload_body(payload: bytes, limit: int) -> tuple[int, bytes]:
+    """A payload's dump time and its pickle, inflated to at most ``limit`` bytes; ValueError (its one line) when
+    it is none or is larger."""
+    if len(payload) < _HEADER.size:
+        raise ValueError("too short for a payload")
+    magic, dumped_at_ns = _HEADER.unpack_from(payload)
+    if magic != _MAGIC:
+        raise ValueError("not an fr-otel payload")
+    try:
+        return dumped_at_ns, inflate(payload[_HEADER.size:], limit)
+    except InflatedTooLarge:
+        raise ValueError(f"over {limit} bytes inflated") from None
+    except zlib.error as exc:
+        raise ValueError(f"corrupt: {exc}") from None
 
 
 def decode_payload(payload: bytes, rank: int, source: str, problems: list[str]) -> RankDump | None:

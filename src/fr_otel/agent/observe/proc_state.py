@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 
 from ...read.rank_facts import ChildFacts, ProcessFacts, ThreadFacts
 
-__all__ = ["SAMPLE_S", "OomBaseline", "is_rank_process", "recount_ooms", "sample_processes"]
+__all__ = ["JOB_MARKERS", "SAMPLE_S", "OomBaseline", "is_rank_process", "recount_ooms", "sample_processes",
+           "stack_frames"]
 
 #: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one
 #: (10 clock ticks at 100 Hz), short enough to end before the part that carries it is written.
@@ -187,17 +188,30 @@ class OomBaseline:
         return count - self.cgroups.get(folder, 0)
 
 
-def is_rank_process(pid: int, rank: int) -> bool:
-    """Whether ``pid`` may be rank ``rank``'s process: False only when it runs with another ``RANK`` in its
-    environment (a pid a stale host map names, reused since); a process that is gone, or whose environment
-    cannot be read, may be."""
+#: Variables a rank shares with its host-mates of the same job: a process lacking the reader's own values is not
+#: one of this job's ranks, whatever a host record says.
+JOB_MARKERS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "FR_OTEL_JOB_ID")
+
+
+def is_rank_process(pid: int, rank: int, own: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``pid`` is proven to be rank ``rank``'s process, before anything of it is read: this very process,
+    or one whose environment says ``RANK=<rank>`` and carries the reader's (``own``) values of the job's
+    :data:`JOB_MARKERS`. A pid a host record names may be a stale map's (reused since) or a forger's: a process
+    not proven so, or whose environment cannot be read, is not read (its state, threads and stack would be
+    blamed on the rank, and its command line exported). A pid no process has any more, or a zombie's (its
+    environment is gone with its memory), is read: what is read then is only that it is gone."""
+    if pid == os.getpid():
+        return True
     text = _read(f"/proc/{pid}/environ", 1 << 18)
     if text is None:
-        return True
-    for item in text.split("\0"):
-        if item.startswith("RANK="):
-            return item[5:] == str(rank)
-    return True
+        return not os.path.exists(f"/proc/{pid}")
+    if not text:
+        stat = _stat(f"/proc/{pid}/stat")
+        return stat is not None and stat[1] == "Z"
+    env = dict(item.partition("=")[::2] for item in text.split("\0") if "=" in item)
+    if env.get("RANK") != str(rank):
+        return False
+    return all(env.get(name) == own[name] for name in JOB_MARKERS if own.get(name))
 
 
 def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sample_s: float = SAMPLE_S,
@@ -291,4 +305,11 @@ def _outside_stack(pid: int, until: float) -> str:
                               errors="replace", timeout=left, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return done.stdout[:4000] if done.returncode == 0 else ""
+    return stack_frames(done.stdout)[:4000] if done.returncode == 0 else ""
+
+
+def stack_frames(dump: str) -> str:
+    """The threads and frames of a ``py-spy dump``, without its header (``Process <pid>: <command line>``, the
+    interpreter's path): a command line carries the process's arguments, tokens among them, never exported."""
+    return "\n".join(line for line in dump.splitlines()
+                     if not line.startswith(("Process ", "Python v")))

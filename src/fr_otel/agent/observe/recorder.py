@@ -223,6 +223,7 @@ class Recorder:
         self.backend = backend
         self._style: dict[str, str] | None = None
         self.full_read_s = 0.0  # cost of the last full read, for rate limiting
+        self.version = ""  # the dump format's version, as the last counters read said
 
     @property
     def available(self) -> bool:
@@ -244,6 +245,7 @@ class Recorder:
     def counters(self) -> dict[int, Counters]:
         """local slot -> its progress counters: the ~10 us read (no entries)."""
         raw = pickle.loads(self._call(includeCollectives=False))  # our own process's bytes
+        self.version = str(raw.get("version") or "")
         out: dict[int, Counters] = {}
         for key, st in (raw.get("pg_status") or {}).items():
             out[int(key)] = Counters(int(st["last_enqueued_collective"]), int(st.get("last_started_collective", -1)),

@@ -123,3 +123,5 @@ class Snapshot:
     step: int | None = None  # the training step this rank is in; None while no step was counted
     step_started_ns: int | None = None  # when that step began (epoch ns)
     waits: tuple[GroupWait, ...] = ()  # per group, where this backend's recorder lets waits be measured
+    stall_s: float | None = None  # the agent's stall threshold (the rules compare against it); None: not exported
+    abort_after_s: float | None = None  # the age at which a hang's stuck ranks exit; None: --on-hang is not abort

@@ -26,6 +26,8 @@ fr_agent_last_poll_timestamp_seconds           gauge    rank
 fr_recorder_enabled                            gauge    rank
 fr_training_step                               gauge    rank (only once a step was counted)
 fr_training_step_age_seconds                   gauge    rank (only once a step was counted)
+fr_stall_threshold_seconds                     gauge    rank
+fr_abort_after_seconds                         gauge    rank (only with --on-hang abort)
 =============================================  =======  ====================================
 """
 
@@ -70,6 +72,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "fr_recorder_enabled",
     "fr_training_step",
     "fr_training_step_age_seconds",
+    "fr_stall_threshold_seconds",
+    "fr_abort_after_seconds",
 )
 
 
@@ -142,8 +146,9 @@ class FrCollector(Collector):
         yield incidents
         if h.exclude_hosts:  # absent until an incident this rank concluded names hosts to leave out
             exclude = GaugeMetricFamily(
-                "fr_exclude_host", "1 per host the last incident this rank concluded says a restart should leave "
-                "out (a hang's culprit or lost hosts; exclude-hosts.txt).", labels=["rank", "incident", "exclude_host"])
+                "fr_exclude_host", "1 per host the last incident this rank concluded has evidence against, which a "
+                "restart should leave out (lost, cut off, a device fault; never for a fault in the job's own code; "
+                "exclude-hosts.txt).", labels=["rank", "incident", "exclude_host"])
             for host in h.exclude_hosts:
                 exclude.add_metric([rank, str(h.exclude_incident), host], 1)
             yield exclude
@@ -181,6 +186,22 @@ class FrCollector(Collector):
                                     "step began (keeps growing while the step does not end).", labels=["rank"])
             age.add_metric([rank], round(max(now_ns - snap.step_started_ns, 0) / 1e9, 3))
             yield age
+        yield from _thresholds(snap)
+
+
+def _thresholds(snap: Snapshot) -> Iterator[Metric]:
+    """This rank's own stall threshold (and abort age): the stall rules compare against them, so an alert keeps
+    the pace of the job's ``--stall-seconds`` rather than a fixed number."""
+    for name, doc, value in (
+        ("fr_stall_threshold_seconds", "The age at which this rank's agent calls an in-flight collective stalled "
+         "(--stall-seconds).", snap.stall_s),
+        ("fr_abort_after_seconds", "The age at which a hang's stuck ranks exit (--on-hang abort, "
+         "--abort-after-seconds).", snap.abort_after_s),
+    ):
+        if value is not None:
+            gauge = GaugeMetricFamily(name, doc, labels=["rank"])
+            gauge.add_metric([snap.info.rank], value)
+            yield gauge
 
 
 def _waits(snap: Snapshot, h: Health) -> Iterator[Metric]:

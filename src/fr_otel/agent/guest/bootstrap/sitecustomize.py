@@ -10,7 +10,10 @@ Python imports ``sitecustomize`` at start-up in every process of the job. This o
    loader workers, subprocesses: ``FR_OTEL_AGENT_PID`` is someone else's), or one started before
    the rank had a process group (``FR_OTEL_RANK_PID`` is someone else's, with the same rank
    variables: :func:`fr_otel.agent.guest.role.child_of_a_rank`). A process it starts the agent in is marked
-   so at once.
+   so at once;
+3. in a process with no rank variable yet (Lightning's ``ddp`` rank 0, ``ddp_spawn`` and
+   ``torch.multiprocessing.spawn`` children, mpirun ranks), starts the agent when the process calls
+   ``init_process_group`` (:mod:`fr_otel.agent.guest.late_rank`): only a rank ever does.
 
 ``fr_otel.agent.start()`` imports no torch: the agent waits for the script's own
 ``init_process_group``, and only then claims ``FR_OTEL_AGENT_PID``. Nothing here may
@@ -37,24 +40,35 @@ def _chain_previous() -> None:
     spec.loader.exec_module(module)
 
 
-def _is_rank(env: os._Environ[str]) -> bool:
+def _is_rank(env: os._Environ[str]) -> bool | None:
+    """True: a rank (marked now); None: a process that may become one (no rank variable yet); False: neither."""
     if env.get("FR_OTEL_AUTOSTART", "").strip().lower() not in ("1", "true", "yes", "on"):
         return False
     owner = env.get("FR_OTEL_AGENT_PID", "").strip()
     if owner and owner != str(os.getpid()):
         return False  # a child of a rank that runs an agent
-    role = _role()
-    if not role.rank_variables(env) or role.launcher_name() is not None or role.child_of_a_rank(env):
+    role = _guest("role")
+    if role.launcher_name() is not None or role.child_of_a_rank(env):
         return False
+    if not role.rank_variables(env):
+        return None
     role.mark_rank(env)
     return True
 
 
-def _role() -> types.ModuleType:
-    """:mod:`fr_otel.agent.guest.role` (stdlib only) without importing the ``fr_otel`` package: a
+def _start_late() -> None:
+    """The agent of a process that has just called ``init_process_group`` (its rank variables are set by now)."""
+    _guest("role").mark_rank(os.environ)
+    from fr_otel.agent import start
+
+    start()
+
+
+def _guest(name: str) -> types.ModuleType:
+    """A stdlib-only module of :mod:`fr_otel.agent.guest` without importing the ``fr_otel`` package: a
     process that is no rank (a launcher, a helper) must not pay for it."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "role.py")
-    spec = importlib.util.spec_from_file_location("_fr_otel_role", path)
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_fr_otel_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -68,7 +82,10 @@ def _main() -> None:
     except Exception as exc:  # noqa: BLE001 - their sitecustomize failing is theirs to report
         print(f"fr-otel: the sitecustomize shadowed by fr-otel's failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     try:
-        if not _is_rank(os.environ):
+        rank = _is_rank(os.environ)
+        if rank is None:
+            _guest("late_rank").follow_init(_start_late)
+        if not rank:
             return
         from fr_otel.agent import start
 
