@@ -16,7 +16,7 @@ from fr_otel.read.reader import ReadResult
 from fr_otel.testing.dump_builder import DumpBuilder
 
 
-def _verdict(hung: bool, exits: dict[int, dict[str, object]]) -> Verdict:
+def _verdict(hung: bool, exits: dict[int, dict[str, object]], options: AnalysisOptions | None = None) -> Verdict:
     """Four ranks after five all_reduces; ``hung``: ranks 0, 1, 3 wait in a sixth that rank 2 never enqueued."""
     b = DumpBuilder(4)
     for _ in range(5):
@@ -30,7 +30,7 @@ def _verdict(hung: bool, exits: dict[int, dict[str, object]]) -> Verdict:
         if r in exits:
             raw = pickle.dumps({**pickle.loads(raw), EXIT_KEY: exits[r]})
         read.dumps[r] = parse_dump_bytes(raw, r, f"rank_{r}", dumped_at_ns=at)  # type: ignore[assignment]
-    return analyze(build_job(read), AnalysisOptions(raised_over_s=3.0))
+    return analyze(build_job(read), options or AnalysisOptions(raised_over_s=3.0))
 
 
 def _raised(rank: int, at_ns: int) -> dict[str, object]:
@@ -58,3 +58,16 @@ def test_a_culprit_that_raised_is_a_failure_once_every_rank_has_left_and_a_hang_
     assert waiting.verdict == "hang" and [c.rank for c in waiting.culprits] == [2]
     torn = _verdict(True, {2: {"how": "exit", "at_ns": 5}, **{r: {"how": "sigterm", "at_ns": 9} for r in (0, 1, 3)}})
     assert torn.verdict == "hang"  # nobody raised: a rank that left the loop early is a hang's culprit
+
+
+def test_a_culprit_that_raised_is_a_failure_when_the_incident_came_as_the_job_ended() -> None:
+    """Rank 2 raised and its excepthook raised the incident (the job is ending) while its peers still waited on it:
+    a failure naming rank 2's exception, never a hang; a waiter that raised while rank 2 hangs leaves the hang."""
+    ending = AnalysisOptions(raised_over_s=3.0, ending=True)
+    crashed = _verdict(True, {2: _raised(2, 5)}, ending)
+    assert crashed.verdict == "failure" and crashed.job_ended and [c.rank for c in crashed.culprits] == [2]
+    assert crashed.culprits[0].cause is not None and crashed.culprits[0].cause.evidence == (
+        "uncaught RuntimeError: rank 2 found no batch at /job/train.py:12 in step",)
+    waiter = _verdict(True, {0: _raised(0, 5)}, ending)
+    # Rank 0's own exception names it too (it faulted while it waited), after the rank its peers wait on.
+    assert waiter.verdict == "hang" and [c.rank for c in waiter.culprits] == [2, 0]

@@ -228,7 +228,8 @@ def test_a_rank_thrashing_at_its_memory_cgroups_limit_is_named_memory_pressure(t
 
 def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(tmp_path: Path, jobs: list[Job],
                                                                                  run_cli: Any) -> None:
-    """Two torchrun nodes of two ranks on this host; rank 2 (node 1) raises: crashed, with its exception and line."""
+    """Two torchrun nodes of two ranks on this host; rank 2 (node 1) raises: crashed, with its exception and line,
+    and (its exception raised the incident as the job ended) a failure verdict, never a hang."""
     port = unused_tcp_port()
     nodes = []
     for node in (0, 1):
@@ -245,6 +246,7 @@ def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(
     cause, _ = _check(folder, incident, "crashed", log, run_cli)
     assert cause["evidence"][0] == (f"uncaught RuntimeError: injected failure: the batch had no labels at "
                                     f"{CAUSE_JOB}:{line} in _fault")
+    assert incident["summary"]["verdict"] == "failure", incident["summary"]
 
 
 def test_two_ranks_faulting_a_second_apart_are_both_named_the_first_first(tmp_path: Path, jobs: list[Job],

@@ -155,7 +155,10 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
         notes.append("no rank is waiting on another in the recorded collectives")
 
     raised = raised_ranks(job)
-    if raised and (not verdict.stuck or job_ended(job)):  # its own code ended it: a failure, never healthy or hang
+    # Its own code ended it: a failure, never healthy or hang. A stuck shape is one too where every rank has left,
+    # or where the incident was raised as the job ended and a rank the others wait on raised (the hang is its
+    # exception's sequel); a waiter that raised while another rank hangs leaves the hang standing.
+    if raised and (not verdict.stuck or job_ended(job) or (options.ending and chosen & set(raised))):
         verdict, chosen = VerdictWord.FAILURE, set(raised)
         for rank in raised:
             leaving = job.exits[rank]

@@ -6,7 +6,9 @@ others down left a hang's shape (it would read hang, long after nothing hangs). 
 (:class:`fr_otel.read.rank_facts.ExitRecord`) says how it left: a rank that raised its own exception
 (``exception``, never a collective's failure or SIGTERM, which are how a hang ends) is why the job failed.
 So where a rank raised and either nothing is stuck, or every rank of the job has left (an exit record, or its
-process gone), the verdict is ``failure``, its culprits the ranks that raised, the first to raise first. No torch.
+process gone), or the incident was raised as the job ended (``AnalysisOptions.ending``) and a rank the others
+wait on is one that raised, the verdict is ``failure``, its culprits the ranks that raised, the first to raise
+first. No torch.
 """
 
 from __future__ import annotations
