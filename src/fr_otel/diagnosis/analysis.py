@@ -309,7 +309,10 @@ def _own_faults(job: Job, states: list[GroupState], chosen: set[int]) -> dict[in
     for rank in sorted((set(job.host_facts) | set(job.exits)) - chosen):
         why = own_fault(job, rank)
         if why:
-            kind = CulpritKind.NOT_COMPLETED if rank in job.dumps else CulpritKind.MISSING_DUMP
+            # A rank known only from its node-local last record sent nothing: what that record caught it inside
+            # is no wait of its own (docs/verdict.md), so it is never not_completed from it.
+            dump = job.dumps.get(rank)
+            kind = CulpritKind.NOT_COMPLETED if dump is not None and dump.record is None else CulpritKind.MISSING_DUMP
             out[rank] = Evidence(kind, group, seq, f"rank {rank} faulted on its own while it waited: {why}",
                                  direct=True)
     return out
