@@ -56,8 +56,22 @@ def test_the_table_has_a_label_evidence_and_next_step_for_every_class() -> None:
 
 
 @pytest.mark.parametrize(("frames", "code", "facts", "want"), [
-    ([Frame("main", TRAIN, 9)], "total = step(x)", proc("R", 1.0), CauseClass.PYTHON_BUSY),
-    ([Frame("main", TRAIN, 9)], "time.sleep(30)", proc("S", 0.0, "hrtimer_nanosleep"), CauseClass.PYTHON_BUSY),
+    ([Frame("main", TRAIN, 9)], "n = (n * 31 + 7) % 1_000_003", proc("R", 1.0), CauseClass.PYTHON_BUSY),
+    ([Frame("main", TRAIN, 9)], "n = (n * 31 + 7) % 1_000_003", proc("R", 0.02), CauseClass.PYTHON_BUSY),  # starved
+    ([Frame("step", TRAIN, 20), Frame("main", TRAIN, 9)], "acc += v * v", proc("R", 1.0), CauseClass.PYTHON_BUSY),
+    ([Frame("main", TRAIN, 9)], "c = a @ b", proc("R", 1.0), CauseClass.NATIVE_BUSY),
+    ([Frame("main", TRAIN, 9)], "total = torch.mm(a, b)", proc("R", 1.0), CauseClass.NATIVE_BUSY),
+    ([Frame("forward", "/venv/torch/nn/modules/linear.py", 125), Frame("main", TRAIN, 9)], "y = model(x)",
+     proc("R", 1.0), CauseClass.NATIVE_BUSY),
+    ([Frame("main", TRAIN, 9)], "time.sleep(30)", proc("S", 0.0, "hrtimer_nanosleep"), CauseClass.SLEEPING),
+    ([Frame("wait", "/usr/lib/python3.11/threading.py", 327), Frame("wait", "/usr/lib/python3.11/threading.py", 629),
+      Frame("main", TRAIN, 9)], "stop.wait()", proc("S", 0.0, "futex_wait_queue"), CauseClass.SLEEPING),
+    ([Frame("main", TRAIN, 9)], "total = compute(x)", proc("S", 0.0, "futex_wait_queue"), CauseClass.SLEEPING),
+    ([Frame("wait", "/usr/lib/python3.11/threading.py", 327), Frame("get", "/usr/lib/python3.11/queue.py", 171),
+      Frame("main", TRAIN, 9)], "batch = q.get()", proc("S", 0.0, "futex_wait_queue"), CauseClass.THREAD_WAIT),
+    ([Frame("_try_wait", "/usr/lib/python3.11/subprocess.py", 1959), Frame("main", TRAIN, 9)],
+     "subprocess.run(cmd)", proc("S", 0.0, "do_wait"), CauseClass.CHILD_WAIT),
+    ([Frame("main", TRAIN, 9)], "os.waitpid(pid, 0)", proc("S", 0.0, "do_wait"), CauseClass.CHILD_WAIT),
     ([Frame("_try_get_data", "/venv/torch/utils/data/dataloader.py", 1133), Frame("main", TRAIN, 9)], "", proc(),
      CauseClass.DATA_WAIT),
     ([Frame("main", TRAIN, 9)], "lock.acquire()", proc("S", 0.0, "futex_wait_queue"), CauseClass.LOCK_WAIT),
@@ -73,7 +87,7 @@ def test_two_threads_each_in_acquire_off_the_cpu_are_a_deadlock_and_on_the_cpu_o
     now = stack(main([Frame("main", TRAIN, 40)], "with b:"), ("loader-thread", [Frame("other", TRAIN, 30)], "with a:"))
     found = find_cause(culprit(now=now), proc("S", 0.0, "futex_wait_queue"), None, set())
     assert found.cls == CauseClass.DEADLOCK and any("loader-thread" in e and f"{TRAIN}:30" in e for e in found.evidence)
-    assert cls(culprit(now=now), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.PYTHON_BUSY  # no futex: a with
+    assert cls(culprit(now=now), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.SLEEPING  # no futex: no lock
     named = stack(main([Frame("main", TRAIN, 40)], "lock_b.acquire()"),
                   ("loader-thread", [Frame("other", TRAIN, 30)], "lock_a.acquire()"))
     assert cls(culprit(now=named), proc("R", 1.0)) == CauseClass.LOCK_WAIT  # one of them spins: not stuck on each other
@@ -221,16 +235,16 @@ def test_teardown_is_evidence_beside_the_cause_and_a_thread_idle_in_a_condition_
     and a main thread in Work.wait() or a join are no deadlock; an OOM kill counted elsewhere is not this rank's."""
     sleeping = stack(main([Frame("main", TRAIN, 9)], "time.sleep(30)"))
     found = find_cause(culprit(now=sleeping), proc("S"), ExitRecord("sigterm"), set())
-    assert found.cls == CauseClass.PYTHON_BUSY and found.evidence[-1].startswith("then SIGTERM ended it")
+    assert found.cls == CauseClass.SLEEPING and found.evidence[-1].startswith("then SIGTERM ended it")
     failed = ExitRecord("failure", "DistBackendError", "Connection closed by peer")
-    assert cls(culprit(now=sleeping), proc("S"), failed) == CauseClass.PYTHON_BUSY
+    assert cls(culprit(now=sleeping), proc("S"), failed) == CauseClass.SLEEPING
     pin = ("pin_memory", [Frame("wait", "/usr/lib/python3.11/threading.py", 324),
                           Frame("_pin_memory_loop", "/venv/torch/utils/data/_utils/pin_memory.py", 49)], "")
     waiting = stack(main([Frame("train_step", TRAIN, 40)], "work.wait()"), pin)
     assert cls(culprit(CulpritKind.NOT_COMPLETED, waiting), proc("S", 0.0, "futex_wait_queue")) == CauseClass.DEVICE
     joining = stack(main([Frame("save", TRAIN, 40)], "ckpt.join()"),
                     ("tqdm", [Frame("wait", "/usr/lib/python3.11/threading.py", 324)], ""))
-    assert cls(culprit(now=joining), proc("S", 0.0, "futex_wait_queue")) == CauseClass.LOCK_WAIT
+    assert cls(culprit(now=joining), proc("S", 0.0, "futex_wait_queue")) == CauseClass.THREAD_WAIT
     assert cls(culprit(), ProcessFacts(4242, "gone", oom_kills=0, host_oom_kills=1)) == CauseClass.CRASHED
     assert cls(culprit(CulpritKind.NOT_COMPLETED), proc("R", 1.0)) == CauseClass.DEVICE  # not gil_held
     assert cls(culprit(), None, ExitRecord("sigterm")) == CauseClass.CRASHED  # nothing else known: the signal
@@ -306,3 +320,91 @@ def test_a_host_the_verdict_found_lost_is_the_cause_and_one_unreachable_from_her
         return c.cause.cls
     assert on("lost") == on("cut_off") == on("store_lost") == CauseClass.HOST_LOST
     assert on("unreachable") == CauseClass.UNKNOWN  # a partition seen from one side names no culprit's host
+
+
+THREADING = "/usr/lib/python3.11/threading.py"
+
+
+def test_a_wait_on_another_thread_says_that_threads_place_or_death_and_a_child_wait_says_the_child() -> None:
+    """A queue's get names the other threads (where each is, which died of what); an Event's wait is asleep unless a
+    thread of its process died; a wait on a subprocess names the child's pid, command and state."""
+    from fr_otel.read.live_stack import DeadThread
+    from fr_otel.read.rank_facts import ChildFacts
+
+    queue_get = (Frame("wait", THREADING, 327), Frame("get", "/usr/lib/python3.11/queue.py", 171), Frame("main", TRAIN, 9))
+    getting = LiveStacks(1, (ThreadStack("MainThread", 1, queue_get, "batch = q.get()"),
+                             ThreadStack("loader", 2, (Frame("fetch", TRAIN, 30),), "x = load(i)")),
+                         dead=(DeadThread("producer", "ValueError", "a corrupt shard", f"{TRAIN}:44 in produce"),))
+    found = find_cause(culprit(now=getting), proc("S", 0.0, "futex_wait_queue"), None, set())
+    assert found.cls == CauseClass.THREAD_WAIT
+    assert found.evidence[1:3] == (f"thread producer died of ValueError: a corrupt shard at {TRAIN}:44 in produce",
+                                   f"thread loader in load at {TRAIN}:30 in fetch")
+    event = [Frame("wait", THREADING, 327), Frame("wait", THREADING, 629), Frame("main", TRAIN, 9)]
+    assert cls(culprit(now=LiveStacks(1, (ThreadStack("MainThread", 1, tuple(event), "ready.wait()"),))),
+               proc("S", 0.0, "futex_wait_queue")) == CauseClass.SLEEPING
+    orphaned = LiveStacks(1, (ThreadStack("MainThread", 1, tuple(event), "ready.wait()"),), dead=getting.dead)
+    assert cls(culprit(now=orphaned), proc("S", 0.0, "futex_wait_queue")) == CauseClass.THREAD_WAIT
+    running = stack(main([Frame("_try_wait", "/usr/lib/python3.11/subprocess.py", 1959), Frame("main", TRAIN, 9)],
+                         "subprocess.run(['sleep', '300'])"))
+    child = find_cause(culprit(now=running), proc("S", 0.0, "do_wait", children=(ChildFacts(77, "S", "sleep 300"),)),
+                       None, set())
+    assert child.cls == CauseClass.CHILD_WAIT and child.evidence[1] == "child process 77 (sleep 300): sleeping"
+    talking = stack(main([Frame("communicate", "/usr/lib/python3.11/subprocess.py", 1209), Frame("main", TRAIN, 9)],
+                         "out, _ = p.communicate()"))
+    assert cls(culprit(now=talking), proc("S", 0.0, "pipe_read")) == CauseClass.CHILD_WAIT  # not io_wait: its child's
+
+
+def test_a_rank_at_its_memory_limit_is_memory_pressure_before_io_and_busy_but_after_a_sleep_of_its_own() -> None:
+    """Reclaim at the cgroup's limit explains a page wait or a slow loop; it does not explain a sleep or a queue."""
+    full = {"memory_use": 0.998, "memory_limit_hits": 7158}
+    looping = stack(main([Frame("_fault", TRAIN, 9)], "n += pages[i]"))
+    found = find_cause(culprit(now=looping), proc("D", 0.6, "folio_wait_bit_common", **full), None, set())
+    assert found.cls == CauseClass.MEMORY_PRESSURE and found.domain == Domain.SOFTWARE
+    assert found.evidence[0] == ("its memory cgroup is at 99.8% of its limit and hit it 7158 time(s) in 0.3 s "
+                                 "(reclaiming to stay under it)")
+    assert cls(culprit(now=stack(main([Frame("main", TRAIN, 9)], "data = f.read()"))),
+               proc("S", 0.0, "wait_on_page_bit", **full)) == CauseClass.MEMORY_PRESSURE
+    assert cls(culprit(now=stack(main([Frame("main", TRAIN, 9)], "time.sleep(30)"))),
+               proc("S", 0.0, "hrtimer_nanosleep", **full)) == CauseClass.SLEEPING
+    assert cls(culprit(CulpritKind.MISSING_DUMP), proc("R", 1.0, **full)) == CauseClass.MEMORY_PRESSURE  # not gil_held
+    assert cls(culprit(now=looping), proc("R", 1.0, memory_use=0.998, memory_limit_hits=0)) == CauseClass.PYTHON_BUSY
+    assert cls(culprit(now=looping), proc("R", 1.0, memory_use=0.5, memory_limit_hits=9)) == CauseClass.PYTHON_BUSY
+
+
+def test_a_main_thread_starved_of_the_cpu_or_its_gil_is_not_asleep() -> None:
+    """On a box busier than its cores a spinning thread gets little CPU (state R), or sleeps in a futex waiting for
+    its GIL back from the agent's threads: busy, not asleep; asleep in the kernel elsewhere, it is asleep."""
+    loop = stack(main([Frame("_fault", TRAIN, 80)], "while True:"))
+    assert cls(culprit(now=loop), proc("R", 0.02)) == CauseClass.PYTHON_BUSY
+    assert cls(culprit(now=loop), proc("S", 0.08, "futex_wait_queue")) == CauseClass.PYTHON_BUSY
+    assert cls(culprit(now=loop), proc("S", 0.08)) == CauseClass.PYTHON_BUSY  # no kernel wait read: running
+    native = stack(main([Frame("main", TRAIN, 9)], "lib.wait_for_device()"))
+    assert cls(culprit(now=native), proc("S", 0.0, "hrtimer_nanosleep")) == CauseClass.SLEEPING
+
+
+def test_the_new_facts_travel_as_json_and_back() -> None:
+    """Children, memory use and hits, and dead threads survive incident.json; ill-typed ones are dropped."""
+    from fr_otel.read.live_stack import DeadThread, stacks_from_raw
+    from fr_otel.read.rank_facts import ChildFacts
+
+    facts = proc("S", 0.0, "do_wait", children=(ChildFacts(77, "S", "sleep 300"),), memory_use=0.5,
+                 memory_limit_hits=3)
+    assert facts_from_raw(facts.as_json()) == facts
+    assert facts_from_raw({**facts.as_json(), "children": [{"pid": -1, "state": "S"}, "x"],
+                           "memory_use": "full"}) == ProcessFacts(4242, "S", 0.0, "do_wait", facts.threads,
+                                                                  sample_s=0.3, seen_by=1, memory_limit_hits=3)
+    now = LiveStacks(1, (ThreadStack("MainThread", 1, (Frame("main", TRAIN, 9),), "q.get()"),),
+                     dead=(DeadThread("producer", "ValueError", "bad", f"{TRAIN}:4 in p"),))
+    assert stacks_from_raw(now.as_json()) == now
+    odd = stacks_from_raw({**now.as_json(), "dead_threads": [{"name": 3}, None]})
+    assert odd is not None and odd.dead == ()
+
+
+def test_the_docs_table_is_in_the_classifiers_order() -> None:
+    """docs/verdict.md lists the classes in CAUSES' order: the precedence people read is the one the code applies."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "verdict.md").read_text()
+    table = docs[docs.index("| class | label | domain | evidence it needs |"):]
+    at = [table.index(f"\n| `{c}` | ") for c in CAUSES]
+    assert at == sorted(at)

@@ -275,7 +275,8 @@ def test_sigterm_while_stuck_in_a_collective_flushes_first(tmp_path: Path, jobs:
 def test_uncaught_exception_raises_the_incident_its_peers_join(tmp_path: Path, jobs: list[Job]) -> None:
     """Rank 1 dies of an uncaught exception: its excepthook (after the traceback) raises the
     incident, rank 0 (waiting in the all_reduce) joins, one trace names rank 1; the peer's
-    own failure that follows is not a second incident."""
+    own failure that follows is not a second incident. The job ended by its own code: a failure
+    verdict naming rank 1's exception and line, never a hang."""
     with OtlpGrpcReceiver() as rx:
         env = _job_env(tmp_path, TRAIN_LOOP_AGENT="late", TRAIN_LOOP_RAISE_RANK="1", TRAIN_LOOP_RAISE_STEP="5",
                        TRAIN_LOOP_GLOO_TIMEOUT="120", FR_OTEL_METRICS_PORT="off", FR_OTEL_STALL_SECONDS="100",
@@ -285,8 +286,14 @@ def test_uncaught_exception_raises_the_incident_its_peers_join(tmp_path: Path, j
         assert job.wait() != 0
         assert wait_for(lambda: _incident_root(rx) is not None, timeout=5), job.output[-4000:]
         _, root = _check_one_trace(rx, {0, 1})
+        culprit = next(s for s in rx.spans() if s.span.name == "rank" and s.attributes.get("fr_otel.culprit"))
     out = job.output
     assert out.index("RuntimeError: injected failure at step 5") < out.index("raises incident 1")
+    assert root["fr_otel.verdict"] == "failure" and root["fr_otel.culprit.causes"] == ["crashed"]
+    assert culprit.attributes["pytorch.distributed.rank"] == 1 and culprit.attributes["fr_otel.culprit.cause.domain"] == \
+        "software"
+    assert culprit.attributes["fr_otel.culprit.cause.evidence"][0].startswith(
+        f"uncaught RuntimeError: injected failure at step 5 at {TRAIN_LOOP}:"), culprit.attributes
     assert root["fr_otel.incident.reason"] == "uncaught RuntimeError: injected failure at step 5"
     assert root["fr_otel.incident.raised_by"] == 1 and root["fr_otel.culprit_ranks"] == [1]
     assert "raises incident 2" not in out

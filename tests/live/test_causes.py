@@ -3,11 +3,13 @@
 Each job runs ``support/cause_job.py`` under torchrun with the agent; at step 6 rank 2 spins in Python, waits on
 a DataLoader whose worker never answers, deadlocks two threads, opens a FIFO no one writes, holds its GIL in a
 catastrophic regex or a ``ctypes.PyDLL`` sleep, stops itself with SIGSTOP, is OOM-killed under its job's memory
-cgroup, leaves the loop and exits normally, or (on one node of a two-node job on this host) raises. The
-incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
-(``incident.json``), in the agent's log line, and in ``fr-otel analyze --json`` of the incident's folder; where
-rank 2 cannot send its part (its GIL held, stopped, OOM-killed), the incident still loads all 4 ranks, rank 2's kind
-read from its last record on its node, with that record's age; a healthy run raises nothing.
+cgroup, leaves the loop and exits normally, (on one node of a two-node job on this host) raises, waits on an Event
+nobody sets, multiplies matrices in torch forever, waits on a queue whose producer thread died, waits on a child
+process, calls barrier where its peers call all_reduce, or thrashes its page cache at its memory cgroup's limit.
+The incident must name rank 2 with the right cause class and evidence lines: in the incident's summary
+(``incident.json``), in the agent's log line, on the page and in ``fr-otel analyze --json`` of the incident's
+folder; where rank 2 cannot send its part (its GIL held, stopped, OOM-killed), the incident still loads all 4
+ranks, rank 2's kind read from its last record on its node, with that record's age; a healthy run raises nothing.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ def _check_from_last_record(folder: Path, incident: dict[str, Any], offline: dic
 @pytest.mark.parametrize(("kind", "want"), [
     ("python_busy", "python_busy"), ("data_wait", "data_wait"), ("deadlock", "deadlock"), ("io_wait", "io_wait"),
     ("gil_regex", "gil_held"), ("gil_pydll", "gil_held"), ("stopped", "stopped"), ("exit", "exited"),
+    ("sleeping", "sleeping"), ("native_busy", "native_busy"), ("thread_wait", "thread_wait"),
+    ("child_wait", "child_wait"), ("divergence", "code_divergence"),
 ])
 def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Path, jobs: list[Job],
                                               run_cli: Any) -> None:
@@ -110,6 +114,7 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
     folder, incident = _incident(tmp_path / "out", job)
     wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
     cause, offline = _check(folder, incident, want, job.output, run_cli)
+    assert f"<b>Cause</b> {cause['label']}" in (folder / "incident.html").read_text()  # the page says it too
     if kind in SILENT:
         _check_from_last_record(folder, incident, offline, job.output)
     proc = incident["ranks"][str(CULPRIT)]["proc"]
@@ -126,6 +131,15 @@ def test_each_cause_is_named_live_and_offline(kind: str, want: str, tmp_path: Pa
                 e.startswith("Python stack read from outside (py-spy): ") and where in e for e in cause["evidence"]), cause
         else:
             assert not proc.get("outside_stack")
+    if kind == "thread_wait":  # the producer's death, from the agent's threading.excepthook
+        assert any(e.startswith("thread batch-producer died of ValueError: injected failure: a corrupt shard at ")
+                   for e in cause["evidence"]), cause
+    if kind == "child_wait":  # the child's pid, command and state
+        assert any(e.startswith("child process ") and "(sleep 300): sleeping" in e for e in cause["evidence"]), cause
+    if kind == "native_busy":
+        assert any("torch.mm" in e for e in cause["evidence"]), cause
+    if kind == "divergence":  # the culprit's call and its peers'
+        assert any("barrier" in e and "all_reduce" in e for e in cause["evidence"]), cause
     if kind == "python_busy":  # the trace and the page say it too
         (trace,) = list((tmp_path / "out").glob("fr-otel-trace-*.jsonl"))
         spans = [ReceivedSpan(rs.resource, ss.scope, s) for request in read_jsonl(trace)
@@ -189,9 +203,33 @@ def test_a_rank_killed_by_its_cgroups_oom_killer_is_named_oom_killed(tmp_path: P
         limit.remove()
 
 
+@pytest.mark.skipif(bool(_writable_memory_cgroup()), reason=f"needs a writable memory cgroup (root): "
+                    f"{_writable_memory_cgroup()}")
+def test_a_rank_thrashing_at_its_memory_cgroups_limit_is_named_memory_pressure(tmp_path: Path, jobs: list[Job],
+                                                                             run_cli: Any) -> None:
+    """Rank 2 moves itself into a memory cgroup of 128 MiB and reads a 512 MiB file through mmap, over and over: its
+    page cache is reclaimed as fast as it faults in (file pages can be dropped: it lives on). Its stack is in Python
+    and its kernel wait is on a page: memory_pressure, from the cgroup's use against its limit and its hits."""
+    limit = MemoryLimit.create(f"fr-otel-mem-{os.getpid()}-{tmp_path.name[-24:]}", 128 << 20)
+    try:
+        job = Job(_torchrun("--standalone", "--nproc-per-node", "4"),
+                  _env(tmp_path, "memory_pressure", CAUSE_CGROUP=str(limit.path)), tmp_path)
+        jobs.append(job)
+        folder, incident = _incident(tmp_path / "out", job)
+        wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
+        cause, _ = _check(folder, incident, "memory_pressure", job.output, run_cli)
+        assert cause["evidence"][0].startswith("its memory cgroup is at "), cause
+        proc = incident["ranks"][str(CULPRIT)]["proc"]
+        assert proc["memory_use"] >= 0.95 and proc["memory_limit_hits"] > 0 and proc["state"] in ("R", "D", "S"), proc
+    finally:
+        job.kill()
+        limit.remove()
+
+
 def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(tmp_path: Path, jobs: list[Job],
                                                                                  run_cli: Any) -> None:
-    """Two torchrun nodes of two ranks on this host; rank 2 (node 1) raises: crashed, with its exception and line."""
+    """Two torchrun nodes of two ranks on this host; rank 2 (node 1) raises: crashed, with its exception and line,
+    and (its exception raised the incident as the job ended) a failure verdict, never a hang."""
     port = unused_tcp_port()
     nodes = []
     for node in (0, 1):
@@ -208,6 +246,43 @@ def test_an_exception_on_one_node_of_a_two_node_job_is_named_crashed_with_where(
     cause, _ = _check(folder, incident, "crashed", log, run_cli)
     assert cause["evidence"][0] == (f"uncaught RuntimeError: injected failure: the batch had no labels at "
                                     f"{CAUSE_JOB}:{line} in _fault")
+    assert incident["summary"]["verdict"] == "failure", incident["summary"]
+
+
+def test_two_ranks_faulting_a_second_apart_are_both_named_the_first_first(tmp_path: Path, jobs: list[Job],
+                                                                          run_cli: Any) -> None:
+    """Rank 2 spins in Python at step 6; a second later rank 1, waiting in its all_reduce, stops itself with SIGSTOP.
+    Both are culprits with their own causes, rank 2 (which stopped first) first; the other ranks stay waiters."""
+    job = Job(_torchrun("--standalone", "--nproc-per-node", "4"), _env(tmp_path, "busy_then_stop", CAUSE_RANK2="1"),
+              tmp_path)
+    jobs.append(job)
+    wait_for(lambda: (tmp_path / "markers" / "cause_rank_1").exists() or job.proc.poll() is not None, timeout=90,
+             interval=0.1)
+    folder, incident = _incident(tmp_path / "out", job)
+    wait_for(lambda: "cause: " in job.output, timeout=20, interval=0.2)
+    named = [(c["rank"], c["cause"]["class"]) for c in incident["summary"]["culprits"]]
+    assert named[:2] == [(2, "python_busy"), (1, "stopped")] and len(named) == 2, named
+    done = run_cli("analyze", "--json", str(folder))
+    offline = [(c["rank"], c["cause"]["class"]) for c in json.loads(done.stdout)["culprits"]]
+    assert offline == named, offline
+    line = next(x for x in job.output.splitlines() if "culprits: rank 2" in x)  # the log line names both, in order
+    assert line.index("cause: python_busy") < line.index("rank 1 (missing_dump") < line.index("cause: stopped"), line
+
+
+def test_every_rank_raising_at_step_0_is_a_failure_verdict_naming_the_exception(tmp_path: Path, jobs: list[Job],
+                                                                                run_cli: Any) -> None:
+    """Every rank raises at step 0 and the job ends: a failure verdict naming each rank's exception, never healthy."""
+    job = Job(_torchrun("--standalone", "--nproc-per-node", "4"), {**_env(tmp_path, "raise_all"), "CAUSE_STEP": "0"},
+              tmp_path)
+    jobs.append(job)
+    assert job.wait() != 0
+    folder, incident = _incident(tmp_path / "out", job)
+    assert incident["summary"]["verdict"] == "failure", json.dumps(incident["summary"], indent=1)[:3000]
+    culprits = incident["summary"]["culprits"]
+    assert culprits and all(c["cause"]["class"] == "crashed" and "injected failure: rank" in c["cause"]["evidence"][0]
+                            for c in culprits), culprits
+    done = run_cli("analyze", "--json", str(folder))
+    assert json.loads(done.stdout)["verdict"] == "failure", done.stdout[:3000]
 
 
 def test_a_healthy_run_raises_no_incident(tmp_path: Path, jobs: list[Job]) -> None:

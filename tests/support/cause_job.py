@@ -15,6 +15,16 @@ that the verdict names the rank *and* why. The agent starts after the process gr
 ``oom``            allocates until its memory cgroup's OOM killer kills it
 ``exit``           leaves the loop and exits normally (its peers wait in the next all_reduce)
 ``exception``      raises an uncaught RuntimeError
+``sleeping``       waits on a ``threading.Event`` that nothing will set
+``native_busy``    multiplies large matrices in torch, forever (the GIL released, the CPU busy)
+``thread_wait``    ``queue.get()`` from a producer thread that died of an exception before it put anything
+``child_wait``     ``subprocess.run`` of a ``sleep`` that outlasts the test
+``divergence``     calls ``barrier`` where its peers call ``all_reduce`` (a rank whose data ran out)
+``memory_pressure`` moves itself into the memory cgroup ``CAUSE_CGROUP`` and reads a file four times its limit
+                   through ``mmap``, over and over (its page cache thrashes at the limit)
+``busy_then_stop`` rank ``CAUSE_RANK`` spins (as ``python_busy``); rank ``CAUSE_RANK2`` sends itself SIGSTOP a
+                   second later, while it waits in its all_reduce
+``raise_all``      every rank raises an uncaught RuntimeError at step ``CAUSE_STEP``
 (empty)            nothing: a healthy run of ``CAUSE_STEPS`` steps
 =================  ===========================================================================================
 
@@ -106,6 +116,43 @@ def _fault(cause: str, folder: Path) -> None:
             hog.append(bytearray(b"x") * (256 << 20))
     elif cause == "exception":
         raise RuntimeError("injected failure: the batch had no labels")
+    elif cause == "sleeping":
+        threading.Event().wait()
+    elif cause == "native_busy":
+        import torch
+
+        a = torch.ones(2048, 2048)
+        while True:
+            a = torch.mm(a, a).clamp_(0, 1)
+    elif cause == "thread_wait":
+        import queue
+
+        batches: queue.Queue[int] = queue.Queue()
+
+        def produce() -> None:
+            raise ValueError("injected failure: a corrupt shard")
+        producer = threading.Thread(target=produce, name="batch-producer", daemon=True)
+        producer.start()
+        producer.join()
+        batches.get()
+    elif cause == "child_wait":
+        import subprocess
+
+        subprocess.run(["sleep", "300"], check=False)
+    elif cause == "memory_pressure":
+        import mmap
+
+        Path(_env("CGROUP", ""), "cgroup.procs").write_text(str(os.getpid()))  # only new pages are charged there
+        big = folder / "pages.bin"
+        with open(big, "wb") as f:
+            for _ in range(512):
+                f.write(bytes(1 << 20))
+        with open(big, "rb") as f:
+            pages = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            n = 0
+            while True:
+                for i in range(0, len(pages), 4096):
+                    n += pages[i]
 
 
 def main() -> int:
@@ -126,13 +173,27 @@ def main() -> int:
     cause, who, at = _env("KIND", ""), int(_env("RANK", "2")), int(_env("STEP", "6"))
     steps = int(_env("STEPS", "12"))
     t = torch.ones(1024)
+    if cause == "busy_then_stop" and rank == int(_env("RANK2", "1")):
+        def stop_later() -> None:
+            while not (folder / f"cause_rank_{who}").exists():
+                time.sleep(0.05)
+            time.sleep(1.0)
+            _mark(folder, f"cause_rank_{rank}", "stopped")
+            os.kill(os.getpid(), signal.SIGSTOP)
+        assert folder is not None
+        threading.Thread(target=stop_later, name="stop-later", daemon=True).start()
     for step in range(steps):
         time.sleep(0.05)
+        if cause == "raise_all" and step == at:
+            raise RuntimeError(f"injected failure: rank {rank} found no batch")
         if cause and rank == who and step == at:
             _mark(folder, f"cause_rank_{rank}", cause)
             if cause == "exit":
                 break
-            _fault(cause, folder or Path("."))
+            _fault("python_busy" if cause == "busy_then_stop" else cause, folder or Path("."))
+        if cause == "divergence" and rank == who and step == at:
+            dist.barrier()  # its data ran out: it waits for the others at the end instead
+            continue
         dist.all_reduce(t)
     else:
         dist.barrier()

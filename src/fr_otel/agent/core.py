@@ -33,6 +33,7 @@ from .links.channel import connect_channel
 from .config import FR_OTEL_AGENT_PID, FR_OTEL_PG_WARN_SECONDS, AgentConfig
 from .serve.health import HealthTracker
 from .guest.hooks import ExitHooks
+from .guest.thread_deaths import DEATHS
 from .links.host_map import HostMapKeeper
 from .incident.rank import IncidentRank, node_dump_folders
 from .hang_abort import attempt_number, mark_attempt
@@ -126,6 +127,8 @@ class Agent:
             with self.health.guard("installing exit hooks"):
                 self._hooks = ExitHooks(self.config.hooks, self._on_exit, self._on_exception, self._on_sigterm)
                 installed = self._hooks.install()
+                if "excepthook" in self.config.hooks:  # a thread's death too: a producer that raised
+                    DEATHS.install()
                 log.debug("hooks installed: %s", ", ".join(installed) or "none")
         _watch_forks(self)
         log.debug("agent started in pid %d (%s); it serves /metrics once this process has a process group",
@@ -145,6 +148,7 @@ class Agent:
         if self._hooks is not None:
             with self.health.guard("removing exit hooks"):
                 self._hooks.uninstall()
+                DEATHS.uninstall()
             self._hooks = None
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)

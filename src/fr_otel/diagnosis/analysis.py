@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..common.ranks import compress_ranks
-from .cascade import explained_absences, waiting_on
+from .cascade import explained_absences, own_fault, waiting_on
 from .cause import with_causes
+from .failure import job_ended, raised_ranks
 from .culprit_record import culprit_record
 from .hosts import NetworkCall, host_findings, judge_network
 from .job import Job, ProcessGroup
@@ -153,9 +154,31 @@ def analyze(job: Job, options: AnalysisOptions | None = None) -> Verdict:
     if verdict == VerdictWord.INCONCLUSIVE and not notes:
         notes.append("no rank is waiting on another in the recorded collectives")
 
+    raised = raised_ranks(job)
+    # Its own code ended it: a failure, never healthy or hang. A stuck shape is one too where every rank has left,
+    # or where the incident was raised as the job ended and a rank the others wait on raised (the hang is its
+    # exception's sequel); a waiter that raised while another rank hangs leaves the hang standing.
+    if raised and (not verdict.stuck or job_ended(job) or (options.ending and chosen & set(raised))):
+        verdict, chosen = VerdictWord.FAILURE, set(raised)
+        for rank in raised:
+            leaving = job.exits[rank]
+            where = f" at {leaving.where}" if leaving.where else ""
+            evidence.setdefault(rank, []).append(Evidence(
+                CulpritKind.NOT_ENQUEUED, next(iter(job.groups), ""), None,
+                f"rank {rank} raised {leaving.type or 'an exception'}: {leaving.message}{where}, and left the job",
+                direct=True))
+        notes.append("the job ended: rank(s) " + compress_ranks(raised) + " raised an exception of their own code")
+    faulted = _own_faults(job, states, chosen) if verdict.stuck else {}
+    for rank, ev in faulted.items():
+        evidence.setdefault(rank, []).append(ev)
+    # A rank that faulted while it waited explains no one's silence: only the ranks the others wait on do.
     unknown = _explained_absences(job, graph, chosen, clock) if verdict.stuck else {}
+    chosen |= set(faulted)
     culprits = [culprit_record(job, rank, evidence[rank], unknown.get(rank)) for rank in sorted(chosen)]
-    culprits.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.rank))
+    # The ranks the others wait on first (they stopped first), then those that faulted on their own while waiting.
+    culprits.sort(key=lambda c: (c.rank in faulted, KIND_ORDER.index(c.kind), c.rank))
+    if verdict == VerdictWord.FAILURE:  # the first to raise first
+        culprits.sort(key=lambda c: raised.index(c.rank))
     blamed = [c for c in culprits if c.blamed]
     steps = {r: d.steps.step for r, d in job.dumps.items() if d.steps is not None}
     for state in states:
@@ -273,6 +296,26 @@ def _explained_absences(job: Job, graph: WaitGraph, chosen: set[int], clock: Clo
     for rank, (cause, _) in found.items():
         graph.add(rank, ("absent", None, str(rank)), [cause], CulpritKind.UNKNOWN, lambda q, w: "")
     return found
+
+
+def _own_faults(job: Job, states: list[GroupState], chosen: set[int]) -> dict[int, Evidence]:
+    """Ranks beside the culprits whose own process faulted (stopped, died) while they waited: culprits too, each
+    with its own cause, after the ranks their peers wait on (they stopped later: a rank that stopped first is one
+    of those)."""
+    stuck = next((s for s in states if s.in_flight is not None), None)
+    group = stuck.group.name if stuck is not None else ""
+    seq = stuck.in_flight.seq if stuck is not None and stuck.in_flight is not None else None
+    out: dict[int, Evidence] = {}
+    for rank in sorted((set(job.host_facts) | set(job.exits)) - chosen):
+        why = own_fault(job, rank)
+        if why:
+            # A rank known only from its node-local last record sent nothing: what that record caught it inside
+            # is no wait of its own (docs/verdict.md), so it is never not_completed from it.
+            dump = job.dumps.get(rank)
+            kind = CulpritKind.NOT_COMPLETED if dump is not None and dump.record is None else CulpritKind.MISSING_DUMP
+            out[rank] = Evidence(kind, group, seq, f"rank {rank} faulted on its own while it waited: {why}",
+                                 direct=True)
+    return out
 
 
 def _young_note(clock: Clock, oldest: tuple[float, int, str]) -> str:

@@ -10,7 +10,9 @@ A rank without a readable dump (absent, truncated) that others wait on is a cand
 with a proven culprit, and its peers' records show it kept pace until that culprit stopped
 (they completed work with it that late), it was most likely stuck behind that culprit like its
 peers: it is reported as ``unknown``, not blamed. Only-active dumps hold no completed work,
-so they can never show that a rank kept pace: there it stays ``missing_dump``.
+so they can never show that a rank kept pace: there it stays ``missing_dump``. Nor is a silence explained
+when the rank's host saw a fault of its own (:func:`own_fault`: its process stopped, or gone without
+saying why): a rank SIGSTOPped a second after another went astray is a culprit too, not a waiter.
 """
 
 from __future__ import annotations
@@ -21,7 +23,23 @@ from .kinds import MembershipSource
 from .verdict import Waiting
 from .waits import WaitGraph
 
-__all__ = ["explained_absences", "waiting_on"]
+__all__ = ["explained_absences", "own_fault", "waiting_on"]
+
+
+def own_fault(job: Job, rank: int) -> str:
+    """What its host saw of ``rank``'s process that is a fault of its own, whoever else stopped first: stopped
+    (``T``), or gone without an exit record or with its own exception; "" when none (a waiter torn down by
+    SIGTERM or a collective's failure is no fault of its own)."""
+    facts, leaving = job.host_facts.get(rank), job.exits.get(rank)
+    if facts is not None and facts.state in ("T", "t"):
+        return f"its host saw its process {facts.pid} stopped (state {facts.state})"
+    if leaving is not None and leaving.how == "exception":
+        return f"it raised {leaving.type or 'an exception'}"
+    dump = job.dumps.get(rank)
+    spoke = dump is not None and dump.now is not None  # its own agent sent its live stacks: it was alive then
+    if facts is not None and facts.gone and leaving is None and not spoke:
+        return f"its host saw its process {facts.pid} gone without an exit record"
+    return ""
 
 def waiting_on(graph: WaitGraph, culprits: set[int], listed: set[int]) -> list[Waiting]:
     """Every waiting rank not already ``listed``, grouped by the culprit(s) its waits lead to."""
@@ -41,7 +59,7 @@ def explained_absences(job: Job, absent: list[int], proven: set[int], slack_ns: 
     out: dict[int, tuple[int, str]] = {}
     for m in absent:
         seen = last_seen_ns(job, m)
-        if seen is None:
+        if seen is None or own_fault(job, m):
             continue
         for c in sorted(proven):
             dump = job.dumps.get(c)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..read.frame import is_user_frame
 from ..read.live_stack import LiveStacks, ThreadStack
 from ..read.rank_facts import ExitRecord, ProcessFacts
 from .cause_kinds import Cause, CauseClass, Domain
@@ -27,13 +28,23 @@ __all__ = ["find_cause", "with_causes"]
 
 _DATA = re.compile(r"torch/utils/data/|dataloader", re.IGNORECASE)
 _ACQUIRE = re.compile(r"(?:^|\.)acquire$")
-_LOCK_CALL = re.compile(r"(?:^|\.)(?:acquire|join)$")
+_LOCK_CALL = re.compile(r"(?:^|\.)acquire$")
+_THREAD_FILE = re.compile(r"(?:^|/)queue\.py$|concurrent/futures/")
+_THREAD_CALL = re.compile(r"(?:^|\.)join$")
+_CHILD_FILE = re.compile(r"(?:^|/)subprocess\.py$|multiprocessing/(?:pool|popen_\w+|process)\.py$")
+_CHILD_CALL = re.compile(r"(?:^|\.)(?:waitpid|wait3|wait4|waitid)$")
+_CHILD_WCHAN = re.compile(r"^(?:do_wait|kernel_wait4?|__do_sys_wait4)$")
+_NATIVE_LIB = re.compile(r"/(?:torch|numpy|scipy)/")
 _IO_CALL = re.compile(r"(?:^|\.)(?:read|readline|readlines|readinto|recv|recv_into|recvfrom|accept|select|poll|"
                       r"open|connect|sendall|write|fsync|flush|communicate)$")
 _IO_WCHAN = re.compile(r"pipe|fifo|wait_for_partner|sock|tcp|unix|poll|select|nfs|fuse|wait_on_page|io_schedule|blk|ext4|xfs")
 _CALLS = re.compile(r"[A-Za-z_][\w.]*\s*\(")
 _SLEEP_CALL = re.compile(r"(?:^|\.)sleep$")
 _BUSY_CPU = 0.5  # cores: a process this busy is computing, not waiting
+_IDLE_CPU = 0.1  # cores: a main thread this idle is asleep, whatever its frame
+_FULL = 0.95  # of its memory cgroup's limit: at it
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
+           "Z": "a zombie (exited, not yet waited for)", "gone": "gone"}
 #: An exception that names the hardware (CUDA's and NCCL's words for a failing GPU or link): no code fault.
 _HARDWARE = re.compile(r"uncorrectable ECC|ECC error|fallen off the bus|\bXid\b|NVLink error|unhandled system error",
                        re.IGNORECASE)
@@ -95,6 +106,9 @@ def find_cause(culprit: Culprit, facts: ProcessFacts | None, leaving: ExitRecord
         if found is not None:
             return replace(found, evidence=(*found.evidence, *seen, *after),
                            evidence_domain=held if found.cls == CauseClass.IO_WAIT else found.evidence_domain)
+    pressed = _memory_pressure(facts) if now is None else ""
+    if pressed:  # a rank thrashing at its limit can be too slow to send its part: no GIL held, no storage at fault
+        return Cause(CauseClass.MEMORY_PRESSURE, (pressed, *seen, *after))
     if held is not None:
         return Cause(CauseClass.IO_WAIT, (*seen, *after), held)
     silent = culprit.kind == CulpritKind.MISSING_DUMP or culprit.record is not None  # its own agent sent nothing
@@ -116,6 +130,8 @@ def _aftermath(leaving: ExitRecord) -> str:
 
 
 def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -> Cause | None:
+    """The class its main thread's live stack names (with its kernel wait and CPU), in the table's order; None inside
+    a collective its peers wait in too."""
     main = now.main
     assert main is not None
     doing, where = now.doing, now.where
@@ -126,19 +142,23 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
         if culprit.kind == CulpritKind.NOT_COMPLETED:
             return Cause(CauseClass.DEVICE, (f"{at}: inside the collective, which every member entered",))
         return None
+    wchan = facts.wchan if facts is not None else ""
     if any(_DATA.search(f.filename) or _DATA.search(f.name) for f in main.frames):
         return Cause(CauseClass.DATA_WAIT, (at + " (the DataLoader)",))
-    if _IO_CALL.search(doing) or (facts is not None and _IO_WCHAN.search(facts.wchan)):
-        return Cause(CauseClass.IO_WAIT, (at,))
-    futex = facts is not None and "futex" in facts.wchan  # the main thread's kernel wait
+    if any(_CHILD_FILE.search(f.filename) for f in main.frames) or _CHILD_CALL.search(doing) or _CHILD_WCHAN.search(
+            wchan):
+        kids = [f"child process {k.pid} ({k.command or '?'}): {_STATES.get(k.state, k.state)}"
+                for k in (facts.children if facts is not None else ())[:3]]
+        return Cause(CauseClass.CHILD_WAIT, (at, *(kids or ["no child process of its main thread was found"])))
+    futex = "futex" in wchan  # the main thread's kernel wait
+    if _waits_on_thread(main, doing):
+        return Cause(CauseClass.THREAD_WAIT, (at, *_other_threads(now)))
     if _waits_on_lock(main, doing, futex):
         # A deadlock needs two threads each in a lock's acquire: a thread idle in a condition or a queue (a
         # pin-memory thread, tqdm's monitor, a pool's workers) waits for work, not for the main thread.
         others = [t for t in now.threads[1:] if _acquires(t, _thread_doing(t), futex)]
         # The waiting thread's CPU, not the process's: the agent's own threads work hardest in the very incident.
-        main_now = facts.main_thread if facts is not None else None
-        cpu, whose = ((main_now.cpu, "its main thread") if main_now is not None else
-                      (facts.cpu, "its process") if facts is not None else (None, ""))
+        cpu, whose = _main_cpu(facts)
         if others and (cpu is None or cpu < _BUSY_CPU) and _acquires(main, doing, futex):
             o = others[0]
             f = o.frames[0]
@@ -147,9 +167,78 @@ def _from_stack(culprit: Culprit, now: LiveStacks, facts: ProcessFacts | None) -
             return Cause(CauseClass.DEADLOCK, (at, f"thread {o.name} waits too, in {_thread_doing(o) or f.name} at "
                                                f"{f.filename}:{f.line} in {f.name}", off))
         return Cause(CauseClass.LOCK_WAIT, (at,))
-    if _SLEEP_CALL.search(doing):
-        return Cause(CauseClass.PYTHON_BUSY, (at + ": sleeping",))
-    return Cause(CauseClass.PYTHON_BUSY, (at,))
+    cpu, whose = _main_cpu(facts)
+    used = f"{whose} used {cpu:.2f} CPU cores over {facts.sample_s:.1f} s" if cpu is not None and facts else ""
+    if _in_event_wait(main) and now.dead:  # the thread that would set it is dead
+        return Cause(CauseClass.THREAD_WAIT, (at, *_other_threads(now)))
+    asleep = (at, *([used] if used else []), *([f"kernel wait {wchan}"] if wchan else []))
+    if _SLEEP_CALL.search(doing) or _in_event_wait(main):
+        return Cause(CauseClass.SLEEPING, asleep)
+    pressed = _memory_pressure(facts)
+    if pressed:  # an I/O wait while its cgroup reclaims at its limit is the memory's doing (page cache thrash)
+        return Cause(CauseClass.MEMORY_PRESSURE, (pressed, at))
+    if _IO_CALL.search(doing) or _IO_WCHAN.search(wchan):
+        return Cause(CauseClass.IO_WAIT, (at,))
+    if facts is not None and facts.state == "S" and cpu is not None and cpu < _IDLE_CPU and wchan \
+            and "futex" not in wchan:
+        # Asleep in the kernel, off the CPU, in no wait named above: asleep in native code. A thread that is runnable
+        # (R) on a box busier than its cores gets little CPU, and one in a futex may be waiting for its own GIL back
+        # from the agent's threads: neither is asleep.
+        return Cause(CauseClass.SLEEPING, asleep)
+    if _in_native_call(main):
+        if facts is not None and facts.state == "S" and cpu is not None and cpu < _IDLE_CPU:  # asleep, not busy
+            return Cause(CauseClass.SLEEPING, (*asleep, "asleep inside that call (no Python frame below it)"))
+        return Cause(CauseClass.NATIVE_BUSY, (at, *([used] if used else []),
+                                              "no Python frame below that call: the time goes to native code"))
+    return Cause(CauseClass.PYTHON_BUSY, (at, *([used] if used else [])))
+
+
+def _main_cpu(facts: ProcessFacts | None) -> tuple[float | None, str]:
+    """The main thread's CPU (else the process's) in cores, and whose it is."""
+    main_now = facts.main_thread if facts is not None else None
+    return ((main_now.cpu, "its main thread") if main_now is not None else
+            (facts.cpu, "its process") if facts is not None else (None, ""))
+
+
+def _memory_pressure(facts: ProcessFacts | None) -> str:
+    """At its memory cgroup's limit and reclaiming to stay under it: the evidence line, else ""."""
+    if facts is None or facts.gone or facts.memory_use is None or facts.memory_use < _FULL \
+            or not facts.memory_limit_hits:
+        return ""
+    return (f"its memory cgroup is at {facts.memory_use:.1%} of its limit and hit it {facts.memory_limit_hits} time(s) "
+            f"in {facts.sample_s:.1f} s (reclaiming to stay under it)")
+
+
+def _waits_on_thread(t: ThreadStack, doing: str) -> bool:
+    """In a queue's get/put, a thread's join or a future's result: waiting on another thread of its process."""
+    return any(_THREAD_FILE.search(f.filename) for f in t.frames) or bool(_THREAD_CALL.search(doing)) or (
+        bool(t.frames) and t.frames[0].filename.endswith("threading.py")
+        and t.frames[0].name in ("join", "_wait_for_tstate_lock"))
+
+
+def _in_event_wait(t: ThreadStack) -> bool:
+    """In an Event's or Condition's wait (threading.py), nothing else above it in the library."""
+    return bool(t.frames) and t.frames[0].filename.endswith("threading.py") and t.frames[0].name == "wait"
+
+
+def _in_native_call(t: ThreadStack) -> bool:
+    """The innermost frame is the user's own line and calls something (a Python callee would be a frame below it), or
+    the innermost frame is in a native library's Python wrapper (torch, numpy)."""
+    if not t.frames:
+        return False
+    top = t.frames[0]
+    if _NATIVE_LIB.search(top.filename):
+        return True
+    return is_user_frame(top.filename) and bool(t.code) and bool(_CALLS.search(t.code) or "@" in t.code)
+
+
+def _other_threads(now: LiveStacks) -> list[str]:
+    """What the main thread's other threads are doing, and which died of what: the one it waits on is among them."""
+    lines = [d.sentence() for d in now.dead[-3:]]
+    for t in now.threads[1:4]:
+        f = t.frames[0]
+        lines.append(f"thread {t.name} in {_thread_doing(t) or f.name} at {f.filename}:{f.line} in {f.name}")
+    return lines or ["no other thread of its process is alive"]
 
 
 def _thread_doing(t: ThreadStack) -> str:
@@ -166,11 +255,10 @@ def _acquires(t: ThreadStack, doing: str, futex: bool) -> bool:
 
 
 def _waits_on_lock(t: ThreadStack, doing: str, futex: bool) -> bool:
-    """In a lock's acquire, or joining a thread (the lock its end releases)."""
+    """In a lock's acquire."""
     if _LOCK_CALL.search(doing) or _acquires(t, doing, futex):
         return True
-    return bool(t.frames) and t.frames[0].filename.endswith("threading.py") and t.frames[0].name in (
-        "acquire", "join", "_wait_for_tstate_lock")
+    return bool(t.frames) and t.frames[0].filename.endswith("threading.py") and t.frames[0].name == "acquire"
 
 
 def _stack_top(dump: str, frames: int = 5) -> str:

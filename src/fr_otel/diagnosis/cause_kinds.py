@@ -8,7 +8,9 @@ machine or the network (``infrastructure``: a restart should leave that host out
 (``unknown``). A hang on its own is no evidence against a host; only ``infrastructure`` ever leads to a host
 being left out (:mod:`.restart`), and only classes whose evidence is about the machine have it. A class's
 domain is its row's, except where the row names one other domain and when the evidence gives it
-(``other_domain``, ``domain_when``): the classifier then names it on the cause. No torch.
+(``other_domain``, ``domain_when``): the classifier then names it on the cause. The table's order is the classifier's
+precedence, from the strongest evidence (the host gone, the process gone) to the weakest (a stack in Python): the
+first row whose evidence holds names the cause. No torch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class CauseClass(StrEnum):
     """Why a culprit stopped (JSON ``culprits[i].cause.class``)."""
 
     PYTHON_BUSY = "python_busy"
+    NATIVE_BUSY = "native_busy"
+    SLEEPING = "sleeping"
+    THREAD_WAIT = "thread_wait"
+    CHILD_WAIT = "child_wait"
+    MEMORY_PRESSURE = "memory_pressure"
     DATA_WAIT = "data_wait"
     LOCK_WAIT = "lock_wait"
     DEADLOCK = "deadlock"
@@ -60,6 +67,7 @@ class CauseInfo:
     domain_when: str = ""  # when the evidence gives ``other_domain`` (docs/verdict.md's table shows it)
 
 
+#: In the classifier's order (:func:`fr_otel.diagnosis.cause.find_cause`): the first row whose evidence holds wins.
 CAUSES: Mapping[CauseClass, CauseInfo] = {
     CauseClass.HOST_LOST: CauseInfo(
         "its host is lost", "the verdict's host finding: lost, cut off, or lost with the job's store",
@@ -107,6 +115,38 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         "waiting on its data pipeline", "its main thread's live stack in a DataLoader (`torch/utils/data`)",
         "look at the DataLoader workers (their stacks, a stuck worker, storage) on its host",
         Domain.SOFTWARE),
+    CauseClass.CHILD_WAIT: CauseInfo(
+        "waiting on a child process", "its main thread's live stack in `subprocess` or `multiprocessing` (a pool, a "
+        "process's join), or `os.waitpid`, or its kernel wait `do_wait`; its children's pid, command and state",
+        "look at the child process named (its stack: `py-spy dump --pid`, its log): why it never ends",
+        Domain.SOFTWARE),
+    CauseClass.THREAD_WAIT: CauseInfo(
+        "waiting on another thread of its process", "its main thread in a queue's get or put, a thread's join or a "
+        "future's result, or in an Event's or Condition's wait while a thread of its process died of an exception "
+        "(the agent's `threading.excepthook` kept it); the other threads' places and deaths",
+        "read the other thread named: where it is stuck, or the exception it died of (its traceback is on stderr)",
+        Domain.SOFTWARE),
+    CauseClass.DEADLOCK: CauseInfo(
+        "deadlocked", "its main thread and another thread each in a lock's acquire (or a `with` line while the main "
+        "thread waits on a futex), the main thread off the CPU; a thread idle in a condition or a queue is no party",
+        "the two acquires are named: take the locks in one order everywhere",
+        Domain.SOFTWARE),
+    CauseClass.LOCK_WAIT: CauseInfo(
+        "waiting on a lock", "its main thread in a lock's acquire",
+        "find the thread that holds that lock: its stack is in the incident's threads",
+        Domain.SOFTWARE),
+    CauseClass.SLEEPING: CauseInfo(
+        "asleep by its own code", "its main thread in `time.sleep` or an Event's or Condition's wait that no thread "
+        "will end, or asleep in the kernel (state `S`, under 0.1 core, a kernel wait other than a futex) where no wait "
+        "below is named",
+        "read the frame it sleeps in: a sleep, a wait nobody will set, a retry loop's back-off",
+        Domain.SOFTWARE),
+    CauseClass.MEMORY_PRESSURE: CauseInfo(
+        "at its memory limit", "its memory cgroup at 95 % or more of its limit and hitting it during the sample "
+        "(v1 `memory.failcnt`, v2 `memory.events` max): reclaim, not its code, holds it (checked before I/O: a page "
+        "cache thrash reads as I/O)",
+        "look at its memory use against its cgroup's limit (a leak, a cache that grows, a limit too low for the job)",
+        Domain.SOFTWARE),
     CauseClass.IO_WAIT: CauseInfo(
         "blocked in I/O", "its live stack in a read, recv, open..., or a kernel wait on a pipe, FIFO, socket or "
         "file system; or state `D`",
@@ -114,18 +154,16 @@ CAUSES: Mapping[CauseClass, CauseInfo] = {
         Domain.SOFTWARE, Domain.UNKNOWN,
         "when the process is in uninterruptible sleep (`D`): a hung mount, shared storage or writeback "
         "holds it, not its own code, and one read cannot tell whose"),
-    CauseClass.DEADLOCK: CauseInfo(
-        "deadlocked", "its main thread and another thread each in a lock's acquire (or a `with` line while the main "
-        "thread waits on a futex), the main thread off the CPU; a thread idle in a condition or a queue is no party",
-        "the two acquires are named: take the locks in one order everywhere",
-        Domain.SOFTWARE),
-    CauseClass.LOCK_WAIT: CauseInfo(
-        "waiting on a lock", "its main thread in a lock's acquire or a thread's join",
-        "find the thread that holds that lock: its stack is in the incident's threads",
+    CauseClass.NATIVE_BUSY: CauseInfo(
+        "busy in native code", "its main thread on the CPU in a call with no Python frame below it (a torch op, a C "
+        "extension)",
+        "read the call it is in: a compute far larger than meant (a shape, a loop around it), or a native library "
+        "that never returns",
         Domain.SOFTWARE),
     CauseClass.PYTHON_BUSY: CauseInfo(
-        "in its own Python code", "its live stack outside any collective (running, or in `time.sleep`)",
-        "read the frame it is in: a loop that never ends, a sleep, a branch only this rank took",
+        "in its own Python code", "its live stack outside any collective, its main thread on the CPU in Python (a "
+        "line with no call, or a call with its Python frame below)",
+        "read the frame it is in: a loop that never ends, a branch only this rank took",
         Domain.SOFTWARE),
     CauseClass.GIL_HELD: CauseInfo(
         "native code holds its GIL", "a culprit that sent no part (`missing_dump`, or known only from its node-local "

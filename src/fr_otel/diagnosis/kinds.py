@@ -28,6 +28,7 @@ class VerdictWord(StrEnum):
     STRAGGLER = "straggler"
     HEALTHY = "healthy"
     INCONCLUSIVE = "inconclusive"
+    FAILURE = "failure"  # the job's own code raised and ended it (diagnosis/failure.py)
 
     @property
     def stuck(self) -> bool:

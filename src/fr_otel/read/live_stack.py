@@ -17,13 +17,15 @@ from typing import Any
 from ..common.json_types import is_exact_number
 from .frame import Frame, is_user_frame
 
-__all__ = ["PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "MAX_TEXT", "ThreadStack", "LiveStacks", "stacks_from_raw"]
+__all__ = ["PAYLOAD_KEY", "MAX_THREADS", "MAX_FRAMES", "MAX_TEXT", "DeadThread", "ThreadStack", "LiveStacks",
+           "stacks_from_raw"]
 
 #: Top-level key of a dump (as the live agent sends it) with the threads' stacks at incident time.
 PAYLOAD_KEY = "fr_otel_now"
 MAX_THREADS = 16
 MAX_FRAMES = 32
 MAX_TEXT = 200  # characters of a name, file path or source line kept
+MAX_DEAD = 8  # threads that died of an exception, the latest kept
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 
 
@@ -42,6 +44,24 @@ class ThreadStack:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadThread:
+    """A thread of the rank that died of an uncaught exception (the agent's ``threading.excepthook`` saw it): a
+    producer whose queue the main thread now waits on forever."""
+
+    name: str
+    type: str
+    message: str
+    where: str  # file:line in function, innermost frame of the traceback
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "message": self.message, "where": self.where}
+
+    def sentence(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        return f"thread {self.name} died of {self.type or 'an exception'}: {self.message}{at}"
+
+
+@dataclass(frozen=True, slots=True)
 class LiveStacks:
     """Every (non-agent) thread of a rank at one instant; the main thread first when alive."""
 
@@ -49,6 +69,7 @@ class LiveStacks:
     threads: tuple[ThreadStack, ...]
     in_collective: str | None = None  # the torch.distributed call the main thread is inside, if any
     capture_s: float = 0.0  # what taking it cost
+    dead: tuple[DeadThread, ...] = ()  # threads that died of an exception before it, the latest last
 
     @property
     def main(self) -> ThreadStack | None:
@@ -81,8 +102,11 @@ class LiveStacks:
         return f"in {self.doing or where.name} at {where.filename}:{where.line} in {where.name}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"captured_ns": self.captured_ns, "in_collective": self.in_collective,
-                "capture_s": round(self.capture_s, 6), "threads": [t.as_json() for t in self.threads]}
+        out: dict[str, Any] = {"captured_ns": self.captured_ns, "in_collective": self.in_collective,
+                               "capture_s": round(self.capture_s, 6), "threads": [t.as_json() for t in self.threads]}
+        if self.dead:
+            out["dead_threads"] = [d.as_json() for d in self.dead]
+        return out
 
     def text(self, max_frames: int = MAX_FRAMES) -> str:
         """The main thread's stack, innermost first, one ``file:line in function`` per line."""
@@ -108,12 +132,21 @@ def stacks_from_raw(raw: Any) -> LiveStacks | None:
     captured = raw.get("captured_ns")
     cost = raw.get("capture_s")
     collective = raw.get("in_collective")
+    dead = raw.get("dead_threads")
     return LiveStacks(
         captured if type(captured) is int and captured > 0 else 0,
         tuple(threads),
         _text(collective) or None,
         float(cost) if is_exact_number(cost) and 0 <= cost < 1e6 else 0.0,
+        tuple(d for d in map(_dead, dead[-MAX_DEAD:] if isinstance(dead, list) else ()) if d is not None),
     ) if threads else None
+
+
+def _dead(raw: Any) -> DeadThread | None:
+    if not isinstance(raw, dict) or not _text(raw.get("name")):
+        return None
+    return DeadThread(_text(raw.get("name")), _text(raw.get("type")), _text(raw.get("message")),
+                      _text(raw.get("where")))
 
 
 def _frame(raw: Any) -> Frame | None:

@@ -18,7 +18,7 @@ from typing import Any
 from ..common.json_types import is_exact_number
 from ..common.text import printable
 
-__all__ = ["EXIT_KEY", "HOST_VIEW_KEY", "ExitRecord", "ProcessFacts", "ThreadFacts", "exit_from_raw",
+__all__ = ["EXIT_KEY", "HOST_VIEW_KEY", "ChildFacts", "ExitRecord", "ProcessFacts", "ThreadFacts", "exit_from_raw",
            "facts_from_raw", "host_view_from_raw", "merge_facts"]
 
 #: Top-level payload key (and ``proc`` in a rank's entry of incident.json) with what its host saw of it.
@@ -32,6 +32,7 @@ STATES = frozenset("RSDTtZXIWPK") | {"gone"}
 EXIT_HOWS = ("exception", "failure", "exit", "sigterm")
 _MAX_TEXT = 300
 _MAX_THREADS = 8
+_MAX_CHILDREN = 8
 _MAX_VIEW = 1024  # ranks per host view: a host runs a handful
 
 
@@ -63,6 +64,18 @@ class ThreadFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildFacts:
+    """A child process of the rank's main thread (``subprocess.run``, a pool's worker): what it waits on."""
+
+    pid: int
+    state: str
+    command: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "state": self.state, "command": self.command}
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessFacts:
     """One rank's process as a process on its host read it from ``/proc`` (no ptrace)."""
 
@@ -77,6 +90,9 @@ class ProcessFacts:
     sampled_ns: int = 0
     seen_by: int | None = None  # the rank whose agent read it
     outside_stack: str = ""  # its Python stacks as py-spy read them from outside (non-blocking), where permitted
+    children: tuple[ChildFacts, ...] = ()  # its main thread's child processes (at most 8)
+    memory_use: float | None = None  # its memory cgroup's usage as a share of its limit (None: no limit, unknown)
+    memory_limit_hits: int | None = None  # times its memory cgroup hit its limit during the sample (None: unknown)
 
     @property
     def gone(self) -> bool:
@@ -97,6 +113,12 @@ class ProcessFacts:
                 out[key] = getattr(self, key)
         if self.outside_stack:
             out["outside_stack"] = self.outside_stack
+        if self.children:
+            out["children"] = [c.as_json() for c in self.children]
+        if self.memory_use is not None:
+            out["memory_use"] = round(self.memory_use, 4)
+        if self.memory_limit_hits is not None:
+            out["memory_limit_hits"] = self.memory_limit_hits
         return out
 
 
@@ -142,6 +164,15 @@ def _thread(raw: Any) -> ThreadFacts | None:
     return ThreadFacts(tid, _text(raw.get("name"), 64), state, _share(raw.get("cpu")), _text(raw.get("wchan"), 64))
 
 
+def _child(raw: Any) -> ChildFacts | None:
+    if not isinstance(raw, dict):
+        return None
+    pid, state = _count(raw.get("pid")), raw.get("state")
+    if pid is None or type(state) is not str or state not in STATES:
+        return None
+    return ChildFacts(pid, state, _text(raw.get("command"), 200))
+
+
 def facts_from_raw(raw: Any) -> ProcessFacts | None:
     """:class:`ProcessFacts` from untrusted data; None when it is not one."""
     if not isinstance(raw, dict):
@@ -149,14 +180,17 @@ def facts_from_raw(raw: Any) -> ProcessFacts | None:
     pid, state = _count(raw.get("pid")), raw.get("state")
     if pid is None or type(state) is not str or state not in STATES:
         return None
-    threads = raw.get("threads")
+    threads, children = raw.get("threads"), raw.get("children")
     seen_by = _count(raw.get("seen_by"))
+    use = raw.get("memory_use")
     return ProcessFacts(
         pid, state, _share(raw.get("cpu")), _text(raw.get("wchan"), 64),
         tuple(t for t in map(_thread, threads[:_MAX_THREADS] if isinstance(threads, list) else ()) if t is not None),
         _count(raw.get("oom_kills")), _count(raw.get("host_oom_kills")), _share(raw.get("sample_s")),
         _count(raw.get("sampled_ns")) or 0, seen_by,
-        printable(raw["outside_stack"][:4000], keep_lines=True)[:4000] if type(raw.get("outside_stack")) is str else "")
+        printable(raw["outside_stack"][:4000], keep_lines=True)[:4000] if type(raw.get("outside_stack")) is str else "",
+        tuple(c for c in map(_child, children[:_MAX_CHILDREN] if isinstance(children, list) else ()) if c is not None),
+        float(use) if is_exact_number(use) and 0 <= use <= 1024 else None, _count(raw.get("memory_limit_hits")))
 
 
 def host_view_from_raw(raw: Any) -> dict[int, ProcessFacts]:

@@ -164,8 +164,11 @@ def next_step(v: Verdict, c: Culprit) -> Step:
 #: their step stays the kind's.
 _KIND_SAYS_IT = frozenset({CauseClass.UNKNOWN, CauseClass.DEVICE, CauseClass.HOST_LOST, CauseClass.SLOW_HOST})
 #: Causes whose process still runs: its live stack is the next thing to read.
-_LIVE_CAUSES = frozenset({CauseClass.PYTHON_BUSY, CauseClass.DATA_WAIT, CauseClass.LOCK_WAIT, CauseClass.DEADLOCK,
-                          CauseClass.IO_WAIT, CauseClass.GIL_HELD})
+_LIVE_CAUSES = frozenset({CauseClass.PYTHON_BUSY, CauseClass.NATIVE_BUSY, CauseClass.SLEEPING, CauseClass.DATA_WAIT,
+                          CauseClass.CHILD_WAIT, CauseClass.THREAD_WAIT, CauseClass.LOCK_WAIT, CauseClass.DEADLOCK,
+                          CauseClass.MEMORY_PRESSURE, CauseClass.IO_WAIT, CauseClass.GIL_HELD})
+#: ... and whose native frames say more than its Python ones.
+_NATIVE_CAUSES = frozenset({CauseClass.GIL_HELD, CauseClass.NATIVE_BUSY})
 
 
 def _by_cause(c: Culprit, cause: Cause) -> Step:
@@ -174,7 +177,7 @@ def _by_cause(c: Culprit, cause: Cause) -> Step:
     step: tuple[str, ...] = (f"Rank {c.rank}: {cause.info.label}. {first}{rest}.",)
     pid = c.process.pid if c.process is not None else None
     if cause.cls in _LIVE_CAUSES:
-        native = " --native" if cause.cls == CauseClass.GIL_HELD else ""
+        native = " --native" if cause.cls in _NATIVE_CAUSES else ""
         step += (" While it is stuck: ", Code(_py_spy(c) + native), " (root or CAP_SYS_PTRACE).")
     elif cause.cls == CauseClass.STOPPED and pid is not None:
         step += (" On its host: ", Code(f"kill -CONT {pid}"), ".")

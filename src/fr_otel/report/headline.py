@@ -37,6 +37,9 @@ _HEADLINES: dict[str, Headline] = {
         "Healthy", "no collective stuck, no mismatch, no straggler",
         "no collective stuck, no mismatch, no straggler in the recorded window"),
     VerdictWord.INCONCLUSIVE: Headline("Inconclusive", "", "the dumps do not single out a rank"),
+    VerdictWord.FAILURE: Headline(
+        "Failure", "the job's own code raised and the job ended",
+        "a rank's own code raised an exception and the job ended: nothing hangs"),
 }
 
 

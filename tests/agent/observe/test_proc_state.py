@@ -119,3 +119,49 @@ def test_its_own_memory_cgroup_is_found_from_proc() -> None:
         assert any((Path(folder) / name).exists() for name in ("memory.oom_control", "memory.events"))
     else:  # no memory controller mounted at all: the reader says unknown, never a wrong count
         assert OomBaseline.now().cgroups == {}
+
+
+def test_a_memory_limit_is_read_with_its_use_and_hits_in_v1_and_v2_files(tmp_path: Path) -> None:
+    """v1 usage, limit and failcnt; v2 current, max and memory.events' max; no limit (v1's huge one, v2's "max")."""
+    v1, v2, free = tmp_path / "v1", tmp_path / "v2", tmp_path / "free"
+    for folder in (v1, v2, free):
+        folder.mkdir()
+    (v1 / "memory.usage_in_bytes").write_text("134000000\n")
+    (v1 / "memory.limit_in_bytes").write_text("134217728\n")
+    (v1 / "memory.failcnt").write_text("70000\n")
+    (v2 / "memory.current").write_text("100\n")
+    (v2 / "memory.max").write_text("200\n")
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 0\noom_kill 0\n")
+    (free / "memory.usage_in_bytes").write_text("100\n")
+    (free / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (free / "memory.failcnt").write_text("0\n")
+    assert proc_state._memory_count(str(v1)) == (134000000, 134217728, 70000)
+    assert proc_state._memory_count(str(v2)) == (100, 200, 7)
+    assert proc_state._memory_count(str(free)) is None and proc_state._memory_count(None) is None
+
+
+def test_a_process_waiting_on_its_child_is_read_with_the_childs_pid_state_and_command(
+        processes: list[subprocess.Popen[bytes]]) -> None:
+    parent = _start(processes, "import subprocess; subprocess.run(['sleep', '30'])")
+    deadline = time.monotonic() + 10
+    facts = sample_processes({0: parent}, 9, OomBaseline.now())
+    while not facts[0].children and time.monotonic() < deadline:
+        time.sleep(0.1)
+        facts = sample_processes({0: parent}, 9, OomBaseline.now())
+    (child,) = facts[0].children
+    assert child.command == "sleep 30" and child.state == "S" and facts[0].wchan.endswith("wait")
+    os.kill(child.pid, signal.SIGKILL)
+
+
+def test_a_gone_processs_oom_kills_are_counted_again_as_the_incident_concludes() -> None:
+    """A kill the host counted after the ranks were read counts at the end; a live process's read is kept."""
+    from fr_otel.read.rank_facts import ProcessFacts
+
+    now = proc_state._host_oom_count()
+    if now is None:
+        pytest.skip("no /proc/vmstat oom_kill on this kernel")
+    baseline = OomBaseline(host=now - 2, cgroups={})
+    gone = proc_state.recount_ooms(ProcessFacts(7, "gone", oom_kills=None, host_oom_kills=0), baseline)
+    assert gone.host_oom_kills == 2
+    alive = ProcessFacts(7, "S", host_oom_kills=0)
+    assert proc_state.recount_ooms(alive, baseline) is alive

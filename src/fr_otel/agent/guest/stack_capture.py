@@ -3,8 +3,8 @@
 ``sys._current_frames()`` copies each thread's frame under the GIL for microseconds, so the
 incident can say where the culprit's training thread *is*, not only where its last collective
 was. Bounded (threads, frames, characters of source); the agent's own threads are left out.
-The result is plain data (:class:`fr_otel.read.live_stack.LiveStacks`) that travels in the
-payload and ``incident.json``.
+Threads that died of an exception before it (:mod:`.thread_deaths`) go with it. The result is plain
+data (:class:`fr_otel.read.live_stack.LiveStacks`) that travels in the payload and ``incident.json``.
 
 The agent's own code also runs on the user's threads: its SIGTERM handler on the main thread (which
 waits there while the watcher thread flushes), its exit hooks, the optimizer step hook. Those frames,
@@ -23,6 +23,7 @@ from types import FrameType
 
 from ...read.frame import Frame, is_user_frame
 from ...read.live_stack import MAX_FRAMES, MAX_TEXT, MAX_THREADS, LiveStacks, ThreadStack
+from .thread_deaths import DEATHS
 
 __all__ = ["AGENT_THREAD_PREFIX", "capture_stacks", "collective_of", "without_agent_frames"]
 
@@ -61,7 +62,7 @@ def capture_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES)
         if len(threads) >= max_threads:
             break
     del frames
-    return LiveStacks(time.time_ns(), tuple(threads), in_collective, time.perf_counter() - t0)
+    return LiveStacks(time.time_ns(), tuple(threads), in_collective, time.perf_counter() - t0, DEATHS.seen())
 
 
 def without_agent_frames(frame: FrameType | None) -> FrameType | None:

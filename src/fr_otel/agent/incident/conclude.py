@@ -25,6 +25,7 @@ from ...incident.sinks import sink_for
 from ...incident.summary import brief_summary
 from ...incident.trigger import Trigger
 from ...read.reader import ReadResult
+from ..observe.proc_state import recount_ooms
 from ...trace.options import TraceOptions
 from .gather import Gathered, complete_from_nodes, gather
 from .rank import IncidentRank, dump_path
@@ -82,6 +83,8 @@ def conclude(me: IncidentRank, trigger: Trigger, evidence: ReadResult, trace_hex
     plan = IncidentPlan(trace=options, sink=sink_for(me.export_config, me.config.out_dir),
                         files_to=folder if mine else None, deadline_s=min(remaining, me.export_config.timeout_s),
                         complete=partial(complete, options=options) if complete is not None else None, trigger=trigger)
+    with me.health.guard("recounting OOM kills"):
+        _recount_ooms(me, evidence)
     result = run_incident(evidence, plan)
     trace, outcome, verdict, summary = result.trace, result.outcome, result.verdict, result.summary
     assert trace is not None and outcome is not None and summary is not None
@@ -112,6 +115,17 @@ def conclude(me: IncidentRank, trigger: Trigger, evidence: ReadResult, trace_hex
                 k, scope, trigger.words, trigger.raised_by, verdict.verdict, culprits,
                 len(evidence.dumps), me.world_size, trace_hex, where, dumps)
     return brief_summary(summary)
+
+
+def _recount_ooms(me: IncidentRank, evidence: ReadResult) -> None:
+    """The OOM-kill counters of this host's gone ranks read again as the incident concludes (a kill that landed
+    during the incident counts); only what a rank of this host read, which this host's counters speak for."""
+    host = me.process.host
+    mates = {r for r, p in me.hosts.processes.items() if p.host == host and host} | {me.rank}
+    for dump in evidence.dumps.values():
+        for rank, facts in list(dump.host_view.items()):
+            if facts.gone and facts.seen_by in mates:
+                dump.host_view[rank] = recount_ooms(facts, me.oom_baseline)
 
 
 def _brief(c: Culprit) -> str:

@@ -1,11 +1,13 @@
-"""Reading a rank's process from outside it: ``/proc`` state, CPU per thread, kernel wait, OOM kills.
+"""Reading a rank's process from outside it: ``/proc`` state, CPU per thread, kernel wait, children, memory, OOM kills.
 
 The agent inside a rank cannot speak for it when the rank is stopped, holds its GIL in native code or
 has died; a sibling on the same host still reads ``/proc/<pid>`` of it without ptrace (same user):
 the main thread's state (R, S, D, T, Z), every thread's CPU over a short sample (a thread at ~100 %
 of a core is spinning), ``wchan`` (``pipe_read``, ``futex_wait_queue``...), and the OOM-kill counters
 of its memory cgroup (v1 ``memory.oom_control``, v2 ``memory.events``) and of the host
-(``/proc/vmstat``), as increases since this agent started; where py-spy is installed, a host-mate's Python
+(``/proc/vmstat``), as increases since this agent started; its main thread's child processes (pid, state,
+command: what a ``subprocess.run`` waits on); its memory cgroup's use against its limit and how often it hit
+the limit during the sample (a rank thrashing in reclaim); where py-spy is installed, a host-mate's Python
 stacks read from outside without stopping it. Every read is a small file under /proc or
 /sys, opened without blocking; a whole sample of a host's ranks takes :data:`SAMPLE_S` plus
 microseconds, on the agent's incident thread, never the training thread. Facts, not verdicts: the
@@ -20,11 +22,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ...read.rank_facts import ProcessFacts, ThreadFacts
+from ...read.rank_facts import ChildFacts, ProcessFacts, ThreadFacts
 
-__all__ = ["JOB_MARKERS", "SAMPLE_S", "OomBaseline", "is_rank_process", "sample_processes", "stack_frames"]
+__all__ = ["JOB_MARKERS", "SAMPLE_S", "OomBaseline", "is_rank_process", "recount_ooms", "sample_processes",
+           "stack_frames"]
 
 #: How long CPU time is measured over: long enough to tell a spinning thread (~1 core) from an idle one
 #: (10 clock ticks at 100 Hz), short enough to end before the part that carries it is written.
@@ -32,6 +35,8 @@ SAMPLE_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _MAX_THREADS_READ = 256
 _MAX_THREADS_KEPT = 8
+_MAX_CHILDREN = 8
+_NO_LIMIT = 1 << 60  # v1 says "no limit" with a page-rounded 2**63-1
 _PY_SPY_TIMEOUT_S = 5.0
 _OUTSIDE_BUDGET_S = 8.0  # all py-spy reads of one sample together
 
@@ -118,6 +123,42 @@ def _oom_count(folder: str | None) -> int | None:
     return None
 
 
+def _memory_count(folder: str | None) -> tuple[int, int, int] | None:
+    """(usage, limit, times the limit was hit) of a memory cgroup with a limit (v1 ``memory.usage_in_bytes``,
+    ``memory.limit_in_bytes``, ``memory.failcnt``; v2 ``memory.current``, ``memory.max``, ``memory.events`` max);
+    None without a limit or when unreadable."""
+    if folder is None:
+        return None
+    v1 = os.path.exists(os.path.join(folder, "memory.limit_in_bytes"))
+    names = ("memory.usage_in_bytes", "memory.limit_in_bytes") if v1 else ("memory.current", "memory.max")
+    raw = [(_read(os.path.join(folder, n)) or "").strip() for n in names]
+    if not all(r.isdigit() for r in raw) or int(raw[1]) >= _NO_LIMIT:
+        return None
+    hits = None
+    if v1:
+        text = (_read(os.path.join(folder, "memory.failcnt")) or "").strip()
+        hits = int(text) if text.isdigit() else None
+    else:
+        for line in (_read(os.path.join(folder, "memory.events")) or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                hits = int(value)
+    return (int(raw[0]), int(raw[1]), hits) if hits is not None else None
+
+
+def _children(pid: int) -> tuple[ChildFacts, ...]:
+    """The main thread's child processes: pid, state, command line (``/proc/<pid>/task/<pid>/children``)."""
+    text = _read(f"/proc/{pid}/task/{pid}/children") or ""
+    out = []
+    for child in text.split()[:_MAX_CHILDREN]:
+        if not child.isdigit():
+            continue
+        st = _stat(f"/proc/{child}/stat")
+        command = (_read(f"/proc/{child}/cmdline", 512) or "").replace("\0", " ").strip()
+        out.append(ChildFacts(int(child), st[1] if st else "gone", (command or (st[0] if st else ""))[:200]))
+    return tuple(out)
+
+
 def _host_oom_count() -> int | None:
     text = _read("/proc/vmstat", 1 << 16)
     for line in (text or "").splitlines():
@@ -185,9 +226,11 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
         read = sample_processes({r: p for p, r in by_pid.items()}, me, baseline, sample_s, outside_for)
         return {rank: read[by_pid[pid]] for rank, pid in pids.items() if by_pid[pid] in read}
     cgroups = {rank: _memory_cgroup(pid) for rank, pid in pids.items()}
+    memory_before = {rank: _memory_count(cgroups[rank]) for rank in pids}
     before = {rank: _timed_threads(pid) for rank, pid in pids.items()}
     time.sleep(sample_s)
     after = {rank: _timed_threads(pid) for rank, pid in pids.items()}
+    memory_after = {rank: _memory_count(cgroups[rank]) for rank in pids}
     host_now = _host_oom_count()
     host_since = host_now - baseline.host if host_now is not None and baseline.host is not None else None
     out: dict[int, ProcessFacts] = {}
@@ -212,11 +255,29 @@ def sample_processes(pids: Mapping[int, int], me: int, baseline: OomBaseline, sa
         kept = threads[:_MAX_THREADS_KEPT]
         if main not in kept:  # the main thread always stays: the cause is read from it
             kept = [*threads[:_MAX_THREADS_KEPT - 1], main]
+        was_mem, mem = memory_before[rank], memory_after[rank]
         out[rank] = ProcessFacts(
             pid, main.state, sum(t.cpu for t in threads), main.wchan, tuple(kept),
             baseline.since(cgroups[rank]), host_since, elapsed, time.time_ns(), me,
-            _outside_stack(pid, outside_until) if rank in outside_for and rank != me else "")
+            _outside_stack(pid, outside_until) if rank in outside_for and rank != me else "",
+            _children(pid), mem[0] / mem[1] if mem and mem[1] else None,
+            mem[2] - was_mem[2] if mem and was_mem else None)
     return out
+
+
+def recount_ooms(facts: ProcessFacts, baseline: OomBaseline) -> ProcessFacts:
+    """A gone process's OOM-kill counters read again now, as the incident concludes: a kill can land after the
+    host's ranks were read (its peers' collective failure can raise the incident seconds before the kernel has
+    counted it). Read on the process's own host only (``baseline`` is this reader's); the larger count stays."""
+    if not facts.gone:
+        return facts
+    cgroup = baseline.since(_memory_cgroup("self"))  # its cgroup went with it: the reader's own stands in
+    host_now = _host_oom_count()
+    host = host_now - baseline.host if host_now is not None and baseline.host is not None else None
+
+    def larger(a: int | None, b: int | None) -> int | None:
+        return max(a, b) if a is not None and b is not None else a if b is None else b
+    return replace(facts, oom_kills=larger(facts.oom_kills, cgroup), host_oom_kills=larger(facts.host_oom_kills, host))
 
 
 def _wchan(pid: int, tid: int) -> str:
