@@ -153,3 +153,20 @@ def test_what_to_do_follows_the_evidence_in_the_terminal_and_the_page() -> None:
     assert "Leave out next time</b>: node2" in page and "kubectl cordon node2" in page
     unsure = render_verdict(analyze_incident(data / "code_hang" / "node1").verdict)
     assert "What to do: restart in place" in unsure and "--exclude" not in unsure and "DRAIN" not in unsure
+
+
+def test_fix_the_code_names_only_the_ranks_whose_own_code_stopped() -> None:
+    """A second culprit with no evidence whose fault it is (stopped) beside one in its own code: the action is still
+    to fix the code, and it names the software culprit alone, with its call site."""
+    from dataclasses import replace
+
+    from fr_otel import analyze_incident
+    from fr_otel.diagnosis.cause_kinds import Cause, CauseClass
+    from fr_otel.report.action import action_lines
+
+    data = Path(__file__).resolve().parents[1] / "data" / "node-folders"
+    v = analyze_incident(data / "code_hang").verdict
+    (five,) = v.blamed
+    stopped = replace(five, rank=4, now=None, cause=Cause(CauseClass.STOPPED, ("/proc/7: stopped",)))
+    text = "\n".join(action_lines(replace(v, culprits=[five, stopped])))
+    assert "fix the code: rank(s) 5 stopped in their own code" in text and "rank 4:" not in text, text

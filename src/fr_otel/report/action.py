@@ -48,7 +48,7 @@ def action_sentence(v: Verdict) -> str:
         return ""
     code = EXIT_CODES[action]
     if action == Action.FIX_CODE:
-        ranks = compress_ranks(c.rank for c in v.blamed)
+        ranks = compress_ranks(c.rank for c in v.blamed if culprit_domain(c) == Domain.SOFTWARE)
         return (f"fix the code: rank(s) {ranks} stopped in their own code (software), so a restart hangs again and "
                 f"no host is to blame (with --on-hang abort: exit {code}, do not retry)")
     if action == Action.RESTART_ELSEWHERE:
@@ -65,7 +65,9 @@ def action_sentence(v: Verdict) -> str:
 
 
 def _sites(v: Verdict) -> list[str]:
-    return [f"rank {c.rank}: {site}" for c in v.blamed[:_MAX_SITES] if (site := call_site(c))]
+    """Where each culprit in its own code was (the ones whose cause is software)."""
+    return [f"rank {c.rank}: {site}" for c in v.blamed if culprit_domain(c) == Domain.SOFTWARE
+            and (site := call_site(c))][:_MAX_SITES]
 
 
 def _missing(v: Verdict) -> list[str]:
